@@ -1,0 +1,190 @@
+/* Key-value stores for bootstrap: a TCPStore server and client that speak PyTorch's c10d wire
+ * protocol (both the 1.13 and the 2.x dialect), a prefix wrapper and an in-memory store.
+ *
+ * Keys are NUL-terminated strings; values are byte arrays with explicit lengths. Values returned
+ * to the caller are heap memory owned by the caller: release them with tdist_free().
+ *
+ * Thread safety: a tdist_store_t handle is used by one thread at a time (the TCP client holds one
+ * connection and answers arrive in order). Use one handle per thread. The in-memory store is the
+ * exception: it is fully thread safe. The server runs its own thread; its functions may be called
+ * from any thread. */
+#ifndef TDIST_STORE_H
+#define TDIST_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tdist/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Server                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct tdist_store_server_s tdist_store_server_t;
+
+typedef struct {
+  size_t size;            /* sizeof(tdist_store_server_options_t) */
+  int version;            /* 1 */
+  const char *host;       /* address to bind; NULL or "" = "::" dual stack (IPv4 too) */
+  int port;               /* 0 = ephemeral; read it back with tdist_store_server_port() */
+  int backlog;            /* 0 = /proc/sys/net/core/somaxconn */
+  size_t max_key_bytes;   /* default 8 KiB; a longer key closes that connection */
+  size_t max_value_bytes; /* default 64 MiB; a larger value closes that connection */
+  size_t max_multi_keys;  /* default 131072 keys per CHECK/WAIT/MULTI_GET/MULTI_SET */
+  size_t max_connections; /* default 65536; connections past it are accepted and closed at once */
+  int quiet;              /* 1 = no log lines on stderr (tests that provoke errors on purpose) */
+} tdist_store_server_options_t;
+
+#define TDIST_STORE_SERVER_OPTIONS_INIT \
+  { sizeof(tdist_store_server_options_t), 1, NULL, 0, 0, 8192, (size_t)64 << 20, 131072, 65536, 0 }
+
+/* Counters a server exposes (for /metrics). Read with tdist_store_server_stats(). */
+typedef struct {
+  uint64_t requests_total;      /* requests executed */
+  uint64_t connections_total;   /* connections accepted */
+  uint64_t connections_open;    /* open now */
+  uint64_t connections_dropped; /* closed by the server for a protocol error or a limit */
+  uint64_t keys;                /* keys in the map now (GETNUMKEYS) */
+  uint64_t waits_pending;       /* WAIT requests not yet answered */
+} tdist_store_server_stats_t;
+
+/* Binds, listens and starts the server thread. On success *out is the running server.
+ * On failure returns the status and tdist_last_error() names the address and errno text.
+ * Blocking: returns once the socket listens. */
+TDIST_EXTERN tdist_status_t tdist_store_server_create(const tdist_store_server_options_t *opts,
+                                                      tdist_store_server_t **out);
+
+/* The port the server listens on (the real one when 0 was asked for). */
+TDIST_EXTERN int tdist_store_server_port(const tdist_store_server_t *server);
+
+/* A snapshot of the counters. Any thread. */
+TDIST_EXTERN void tdist_store_server_stats(tdist_store_server_t *server,
+                                           tdist_store_server_stats_t *out);
+
+/* Stops the thread, closes every connection and frees everything. NULL is a no-op. */
+TDIST_EXTERN void tdist_store_server_destroy(tdist_store_server_t *server);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Clients                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct tdist_store_s tdist_store_t;
+
+typedef enum {
+  TDIST_STORE_DIALECT_AUTO = 0, /* try 2.x (VALIDATE+PING); fall back to 1.13 if the server resets */
+  TDIST_STORE_DIALECT_V2 = 1,   /* PyTorch 2.x: VALIDATE, PING, CANCEL_WAIT, APPEND, MULTI_*, ... */
+  TDIST_STORE_DIALECT_V1_13 = 2 /* PyTorch 1.13: no cancel, no append/multi ops */
+} tdist_store_dialect_t;
+
+typedef struct {
+  size_t size;                   /* sizeof(tdist_tcp_store_options_t) */
+  int version;                   /* 1 */
+  const char *host;              /* server name or address (required) */
+  int port;                      /* server port (required, 1..65535) */
+  int64_t connect_timeout_ms;    /* retry connecting (backoff + jitter) this long; default 60000 */
+  int64_t timeout_ms;            /* default deadline of every call; default 300000 (PyTorch's) */
+  tdist_store_dialect_t dialect; /* default AUTO */
+} tdist_tcp_store_options_t;
+
+#define TDIST_TCP_STORE_OPTIONS_INIT \
+  { sizeof(tdist_tcp_store_options_t), 1, NULL, 0, 60000, 300000, TDIST_STORE_DIALECT_AUTO }
+
+/* Connects to a TCPStore server (ours or PyTorch's). Like PyTorch's client, every key is sent with
+ * a leading "/", so keys written here and by a Python `TCPStore` with the same name match.
+ * Retries refused/reset/unreachable connects with exponential backoff and jitter until
+ * connect_timeout_ms. On failure tdist_last_error() names host:port and the last errno. */
+TDIST_EXTERN tdist_status_t tdist_tcp_store_connect(const tdist_tcp_store_options_t *opts,
+                                                    tdist_store_t **out);
+
+/* The dialect a TCP store client ended up speaking (V2 or V1_13); AUTO for other stores. */
+TDIST_EXTERN tdist_store_dialect_t tdist_tcp_store_dialect(const tdist_store_t *store);
+
+/* A thread-safe store in this process's memory, with the same semantics as the server. */
+TDIST_EXTERN tdist_status_t tdist_memory_store_create(tdist_store_t **out);
+
+/* PyTorch's PrefixStore: every key becomes prefix + "/" + key before reaching `inner`.
+ * `inner` is borrowed and must outlive the prefix store. */
+TDIST_EXTERN tdist_status_t tdist_prefix_store_create(tdist_store_t *inner, const char *prefix,
+                                                      tdist_store_t **out);
+
+/* Closes connections and frees the handle. NULL is a no-op. */
+TDIST_EXTERN void tdist_store_destroy(tdist_store_t *store);
+
+/* Detail of the handle's last failure ("wait timed out after 1000 ms for keys /a, /b on
+ * 127.0.0.1:29500"). Empty if the last call succeeded. Valid until the next call on the handle. */
+TDIST_EXTERN const char *tdist_store_last_error(const tdist_store_t *store);
+
+/* Default deadline of every later call on this handle, > 0. A prefix store starts with its inner
+ * store's timeout and keeps its own from then on. */
+TDIST_EXTERN tdist_status_t tdist_store_set_timeout(tdist_store_t *store, int64_t timeout_ms);
+TDIST_EXTERN int64_t tdist_store_timeout(const tdist_store_t *store);
+
+/* Every call below blocks at most the handle's timeout; a timeout never leaves the connection out
+ * of step with the server (2.x: CANCEL_WAIT; 1.13 or mid-reply: the connection is dropped and
+ * re-established on the next call). */
+
+TDIST_EXTERN tdist_status_t tdist_store_set(tdist_store_t *s, const char *key, const void *value,
+                                            size_t len);
+
+/* Waits until `key` exists (up to the timeout), then returns a copy of its value. */
+TDIST_EXTERN tdist_status_t tdist_store_get(tdist_store_t *s, const char *key, void **value,
+                                            size_t *len);
+
+/* Adds delta to the integer stored as decimal text under key (missing = 0); *result (may be NULL)
+ * gets the new value. A value that is not an integer: TDIST_ERR_INVALID_USAGE (the server drops
+ * that connection, as PyTorch's does; the client reconnects on the next call). */
+TDIST_EXTERN tdist_status_t tdist_store_add(tdist_store_t *s, const char *key, int64_t delta,
+                                            int64_t *result);
+
+/* PyTorch's compare_set: if the key is missing and expected is empty, or the current value equals
+ * expected, the value becomes desired. *out gets the resulting current value (for a missing key
+ * with a non-empty expected: expected, and nothing is stored). */
+TDIST_EXTERN tdist_status_t tdist_store_compare_set(tdist_store_t *s, const char *key,
+                                                    const void *expected, size_t expected_len,
+                                                    const void *desired, size_t desired_len,
+                                                    void **out, size_t *out_len);
+
+/* *ready = 1 if every key exists now, else 0. Does not wait. */
+TDIST_EXTERN tdist_status_t tdist_store_check(tdist_store_t *s, const char *const *keys, size_t n,
+                                              int *ready);
+
+/* Waits until every key exists. timeout_ms < 0: the handle's timeout. */
+TDIST_EXTERN tdist_status_t tdist_store_wait(tdist_store_t *s, const char *const *keys, size_t n,
+                                             int64_t timeout_ms);
+
+/* *deleted (may be NULL) = 1 if the key existed. */
+TDIST_EXTERN tdist_status_t tdist_store_delete_key(tdist_store_t *s, const char *key, int *deleted);
+
+/* Number of keys in the whole store (all prefixes, PyTorch's `init/` too). */
+TDIST_EXTERN tdist_status_t tdist_store_num_keys(tdist_store_t *s, int64_t *n);
+
+/* Appends to the value (creating it). Needs the 2.x dialect: NOT_AVAILABLE on a 1.13 server. */
+TDIST_EXTERN tdist_status_t tdist_store_append(tdist_store_t *s, const char *key, const void *data,
+                                               size_t len);
+
+/* Waits until every key exists, then returns copies of all values (values[i], lens[i]; free each
+ * with tdist_free). On a 1.13 server it is emulated with WAIT + n GETs. */
+TDIST_EXTERN tdist_status_t tdist_store_multi_get(tdist_store_t *s, const char *const *keys,
+                                                  size_t n, void **values, size_t *lens);
+
+/* Sets every pair in one request (emulated with n SETs on a 1.13 server). */
+TDIST_EXTERN tdist_status_t tdist_store_multi_set(tdist_store_t *s, const char *const *keys,
+                                                  const void *const *values, const size_t *lens,
+                                                  size_t n);
+
+/* Queues (PyTorch post-2.6): push wakes one waiting pop. pop with timeout_ms == 0 does not
+ * wait and returns TDIST_ERR_NOT_FOUND on an empty queue; < 0 waits the handle's timeout. */
+TDIST_EXTERN tdist_status_t tdist_store_queue_push(tdist_store_t *s, const char *key,
+                                                   const void *value, size_t len);
+TDIST_EXTERN tdist_status_t tdist_store_queue_pop(tdist_store_t *s, const char *key,
+                                                  int64_t timeout_ms, void **value, size_t *len);
+TDIST_EXTERN tdist_status_t tdist_store_queue_len(tdist_store_t *s, const char *key, int64_t *len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

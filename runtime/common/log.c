@@ -1,0 +1,58 @@
+/* Line-buffered logging: each line is formatted whole and written with one write(2), so lines from
+ * different threads and processes never interleave mid-line. Never allocates. */
+#include "runtime/common/log.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+static int g_level = TDIST__LOG_INFO;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void read_level(void) {
+  const char *v = getenv("TDIST_LOG_LEVEL");
+  if (!v || !*v) return;
+  if (!strcasecmp(v, "error")) g_level = TDIST__LOG_ERROR;
+  else if (!strcasecmp(v, "warn") || !strcasecmp(v, "warning")) g_level = TDIST__LOG_WARN;
+  else if (!strcasecmp(v, "info")) g_level = TDIST__LOG_INFO;
+  else if (!strcasecmp(v, "debug")) g_level = TDIST__LOG_DEBUG;
+  else
+    fprintf(stderr, "tdist W: TDIST_LOG_LEVEL='%s' is not one of error|warn|info|debug; using info\n",
+            v);
+}
+
+int tdist__log_enabled(tdist__log_level_t level) {
+  pthread_once(&g_once, read_level);
+  return (int)level <= g_level;
+}
+
+void tdist__log(tdist__log_level_t level, const char *component, const char *fmt, ...) {
+  if (!tdist__log_enabled(level)) return;
+  static const char letters[] = "EWID";
+  char line[1024];
+  struct timeval tv;
+  struct tm tm;
+  gettimeofday(&tv, NULL);
+  gmtime_r(&tv.tv_sec, &tm);
+  int n = snprintf(line, sizeof line, "tdist %c %04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s: ",
+                   letters[level], tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                   tm.tm_min, tm.tm_sec, (long)tv.tv_usec / 1000, component);
+  if (n < 0) return;
+  if ((size_t)n < sizeof line) {
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (m > 0) n += m;
+  }
+  if ((size_t)n >= sizeof line - 1) n = (int)sizeof line - 2;
+  line[n++] = '\n';
+  ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+  (void)w;
+}

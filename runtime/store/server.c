@@ -1,0 +1,881 @@
+/* The TCPStore server: one thread running an epoll loop over non-blocking sockets (Redis-style).
+ *
+ * The loop thread owns every connection and the key/value map; no locks. Other threads talk to it
+ * only through the stop eventfd and read the stats atomics. Each connection buffers input until
+ * the codec (proto.c) sees a whole request, so requests split at any byte and several requests in
+ * one segment both work. Replies are appended to the connection's output buffer and flushed once
+ * per loop iteration; WAIT replies may go to other connections, which are flushed the same way.
+ * A protocol error or limit closes only the offending connection, with a log line naming the peer.
+ * A connection is never freed while the loop may still touch it: closes are deferred to the end of
+ * the iteration (Redis freeClientAsync). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "runtime/common/clock.h"
+#include "runtime/common/log.h"
+#include "runtime/common/sock.h"
+#include "runtime/common/status_internal.h"
+#include "runtime/store/kv.h"
+#include "runtime/store/proto.h"
+#include "tdist/store.h"
+
+#define SERVER_MAGIC 0x7d57a5e1u
+#define IN_CHUNK (64 * 1024)
+#define IN_KEEP_MAX (256 * 1024)   /* an idle connection keeps at most this much input buffer */
+#define OUT_HIGH (16 * 1024 * 1024) /* stop reading a connection whose replies pile up past this */
+#define MAX_EVENTS 256
+
+typedef struct conn conn_t;
+typedef struct wait wait_t;
+
+/* One link of a pending WAIT in a key's waiter list (entry->waiters). */
+typedef struct waitlink {
+  wait_t *w;
+  tdist__kv_entry_t *e;
+  struct waitlink *prev, *next;
+} waitlink_t;
+
+struct wait {
+  conn_t *c;
+  uint64_t remaining; /* keys still missing */
+  waitlink_t *links;  /* array, one per missing key at registration */
+  size_t nlinks;
+  wait_t *prev, *next; /* in the connection's list */
+};
+
+struct conn {
+  int fd;
+  tdist__dialect_t dialect;
+  int validated;
+  int closing;      /* queued for close at the end of the iteration */
+  int in_flush;     /* on the flush list */
+  int read_paused;  /* backpressure: EPOLLIN off */
+  int want_out;     /* EPOLLOUT on */
+  uint8_t *in;
+  size_t in_len, in_cap, in_need;
+  uint8_t *out;
+  size_t out_off, out_len, out_cap;
+  int out_failed;   /* allocation of reply space failed: close */
+  wait_t *waits;
+  conn_t *prev, *next;      /* all connections */
+  conn_t *flush_next;       /* flush list */
+  conn_t *close_next;       /* close list */
+  char close_why[200];      /* empty: a normal close, no log line */
+  char peer[64];
+};
+
+struct tdist_store_server_s {
+  uint32_t magic;
+  int listen_fd;
+  int epfd;
+  int stop_fd;
+  int port;
+  pthread_t thread;
+  int quiet;
+  tdist__proto_limits_t limits;
+  size_t max_connections;
+  tdist__kv_t *kv;
+  conn_t *conns;
+  conn_t *flush_list;
+  conn_t *close_list;
+  int64_t accept_paused_until; /* EMFILE back-off, ms; 0 = listening */
+  int64_t last_limit_log_ms;
+  char bind_str[80];
+  _Atomic uint64_t st_requests, st_accepted, st_open, st_dropped, st_keys, st_waits;
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Logging helpers                                                                           */
+
+/* Printable, bounded rendering of a key for log lines. */
+static void key_str(const uint8_t *k, size_t n, char *buf, size_t cap) {
+  size_t j = 0;
+  for (size_t i = 0; i < n && j + 5 < cap; i++) {
+    if (i >= 64) {
+      j += (size_t)snprintf(buf + j, cap - j, "...");
+      break;
+    }
+    if (k[i] >= 0x20 && k[i] < 0x7f && k[i] != '\\') buf[j++] = (char)k[i];
+    else j += (size_t)snprintf(buf + j, cap - j, "\\x%02x", k[i]);
+  }
+  buf[j] = '\0';
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Output                                                                                    */
+
+static void mark_flush(tdist_store_server_t *s, conn_t *c) {
+  if (!c->in_flush && !c->closing) {
+    c->in_flush = 1;
+    c->flush_next = s->flush_list;
+    s->flush_list = c;
+  }
+}
+
+static uint8_t *out_reserve(tdist_store_server_t *s, conn_t *c, size_t n) {
+  if (c->out_failed) return NULL;
+  if (c->out_off && c->out_off == c->out_len) c->out_off = c->out_len = 0;
+  if (c->out_len + n > c->out_cap) {
+    if (c->out_off) {
+      memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+      c->out_len -= c->out_off;
+      c->out_off = 0;
+    }
+    if (c->out_len + n > c->out_cap) {
+      size_t cap = c->out_cap ? c->out_cap : 256;
+      while (cap < c->out_len + n) cap *= 2;
+      uint8_t *p = realloc(c->out, cap);
+      if (!p) {
+        c->out_failed = 1;
+        return NULL;
+      }
+      c->out = p;
+      c->out_cap = cap;
+    }
+  }
+  uint8_t *p = c->out + c->out_len;
+  c->out_len += n;
+  mark_flush(s, c);
+  return p;
+}
+
+static void put_u8(tdist_store_server_t *s, conn_t *c, uint8_t v) {
+  uint8_t *p = out_reserve(s, c, 1);
+  if (p) *p = v;
+}
+static void put_i64(tdist_store_server_t *s, conn_t *c, int64_t v) {
+  uint8_t *p = out_reserve(s, c, 8);
+  if (p) tdist__put_u64(p, (uint64_t)v);
+}
+static void put_bytes(tdist_store_server_t *s, conn_t *c, const void *d, size_t n) {
+  uint8_t *p = out_reserve(s, c, 8 + n);
+  if (!p) return;
+  tdist__put_u64(p, n);
+  if (n) memcpy(p + 8, d, n);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Connection lifecycle                                                                      */
+
+static void close_later(tdist_store_server_t *s, conn_t *c, const char *why) {
+  if (c->closing) return;
+  c->closing = 1;
+  snprintf(c->close_why, sizeof c->close_why, "%s", why ? why : "");
+  c->close_next = s->close_list;
+  s->close_list = c;
+}
+
+/* A key's waiters, oldest first (entry->waiters points to one of these while non-empty). */
+typedef struct {
+  waitlink_t *head, *tail;
+} waitq_t;
+
+static int link_add(tdist__kv_entry_t *e, waitlink_t *l) {
+  waitq_t *q = e->waiters;
+  if (!q) {
+    q = calloc(1, sizeof *q);
+    if (!q) return -ENOMEM;
+    e->waiters = q;
+  }
+  l->e = e;
+  l->next = NULL;
+  l->prev = q->tail;
+  if (q->tail) q->tail->next = l;
+  else q->head = l;
+  q->tail = l;
+  return 0;
+}
+
+static void link_del(tdist_store_server_t *s, waitlink_t *l) {
+  tdist__kv_entry_t *e = l->e;
+  if (!e) return;
+  waitq_t *q = e->waiters;
+  if (l->prev) l->prev->next = l->next;
+  else q->head = l->next;
+  if (l->next) l->next->prev = l->prev;
+  else q->tail = l->prev;
+  l->e = NULL;
+  if (!q->head) {
+    free(q);
+    e->waiters = NULL;
+    tdist__kv_release(s->kv, e);
+  }
+}
+
+/* Unregisters and frees a wait; `linked` = it is on its connection's list. */
+static void wait_destroy(tdist_store_server_t *s, wait_t *w, int linked) {
+  for (size_t i = 0; i < w->nlinks; i++) link_del(s, &w->links[i]);
+  if (linked) {
+    if (w->prev) w->prev->next = w->next;
+    else w->c->waits = w->next;
+    if (w->next) w->next->prev = w->prev;
+    atomic_fetch_sub_explicit(&s->st_waits, 1, memory_order_relaxed);
+  }
+  free(w->links);
+  free(w);
+}
+
+static void wait_free(tdist_store_server_t *s, wait_t *w) { wait_destroy(s, w, 1); }
+
+static void conn_free(tdist_store_server_t *s, conn_t *c) {
+  while (c->waits) wait_free(s, c->waits);
+  epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+  close(c->fd);
+  if (c->prev) c->prev->next = c->next;
+  else s->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  free(c->in);
+  free(c->out);
+  free(c);
+  atomic_fetch_sub_explicit(&s->st_open, 1, memory_order_relaxed);
+}
+
+static void update_events(tdist_store_server_t *s, conn_t *c) {
+  struct epoll_event ev = {.data.ptr = c};
+  ev.events = (c->read_paused ? 0 : EPOLLIN) | (c->want_out ? EPOLLOUT : 0);
+  epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+static void process_input(tdist_store_server_t *s, conn_t *c);
+
+/* Writes as much buffered output as the socket takes; manages EPOLLOUT and read backpressure. */
+static void flush_conn(tdist_store_server_t *s, conn_t *c) {
+  if (c->closing) return;
+  if (c->out_failed) {
+    close_later(s, c, "out of memory for replies");
+    return;
+  }
+  while (c->out_off < c->out_len) {
+    ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+    if (n > 0) {
+      c->out_off += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    close_later(s, c, NULL); /* peer went away; not an error worth a log line */
+    return;
+  }
+  size_t pending = c->out_len - c->out_off;
+  if (pending == 0) {
+    c->out_off = c->out_len = 0;
+    if (c->out_cap > IN_KEEP_MAX) {
+      free(c->out);
+      c->out = NULL;
+      c->out_cap = 0;
+    }
+  }
+  int want_out = pending > 0;
+  int pause = pending > OUT_HIGH;
+  if (want_out != c->want_out || pause != c->read_paused) {
+    int resumed = c->read_paused && !pause;
+    c->want_out = want_out;
+    c->read_paused = pause;
+    update_events(s, c);
+    if (resumed) process_input(s, c); /* requests may be waiting in the input buffer */
+  }
+}
+
+static void flush_all(tdist_store_server_t *s) {
+  while (s->flush_list) {
+    conn_t *c = s->flush_list;
+    s->flush_list = c->flush_next;
+    c->in_flush = 0;
+    flush_conn(s, c);
+  }
+}
+
+static void close_all_pending(tdist_store_server_t *s) {
+  while (s->close_list) {
+    conn_t *c = s->close_list;
+    s->close_list = c->close_next;
+    if (c->close_why[0]) {
+      atomic_fetch_add_explicit(&s->st_dropped, 1, memory_order_relaxed);
+      if (!s->quiet)
+        tdist__log(TDIST__LOG_WARN, "store", "closing connection from %s: %s", c->peer,
+                   c->close_why);
+    }
+    if (c->in_flush) {
+      /* Unlink from the flush list before freeing. */
+      conn_t **pp = &s->flush_list;
+      while (*pp && *pp != c) pp = &(*pp)->flush_next;
+      if (*pp) *pp = c->flush_next;
+    }
+    conn_free(s, c);
+  }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* WAIT bookkeeping                                                                          */
+
+static void wake_link(tdist_store_server_t *s, waitlink_t *l) {
+  wait_t *w = l->w;
+  link_del(s, l);
+  if (--w->remaining == 0) {
+    put_u8(s, w->c, TDIST__WAIT_STOP_WAITING);
+    wait_free(s, w);
+  }
+}
+
+/* A key gained a value: every WAIT registered on it counts one key fewer. */
+static void wake_all(tdist_store_server_t *s, tdist__kv_entry_t *e) {
+  while (e && e->waiters) wake_link(s, ((waitq_t *)e->waiters)->head);
+}
+
+/* A queue gained an item: only the oldest waiter is released (PyTorch's QUEUE_PUSH). */
+static void wake_one(tdist_store_server_t *s, tdist__kv_entry_t *e) {
+  if (e && e->waiters) wake_link(s, ((waitq_t *)e->waiters)->head);
+}
+
+static int do_wait(tdist_store_server_t *s, conn_t *c, const tdist__request_t *req) {
+  uint64_t pos = 0;
+  tdist__slice_t k;
+  size_t missing = 0;
+  while (tdist__proto_next_item(req, &pos, &k, NULL))
+    if (!tdist__kv_exists(tdist__kv_find(s->kv, k.ptr, k.len))) missing++;
+  if (missing == 0) {
+    put_u8(s, c, TDIST__WAIT_STOP_WAITING);
+    return 0;
+  }
+  wait_t *w = calloc(1, sizeof *w);
+  if (!w) return -ENOMEM;
+  w->links = calloc(missing, sizeof *w->links);
+  if (!w->links) {
+    free(w);
+    return -ENOMEM;
+  }
+  w->c = c;
+  pos = 0;
+  while (tdist__proto_next_item(req, &pos, &k, NULL)) {
+    tdist__kv_entry_t *e = tdist__kv_find(s->kv, k.ptr, k.len);
+    if (tdist__kv_exists(e)) continue;
+    if (!e) e = tdist__kv_lookup(s->kv, k.ptr, k.len);
+    waitlink_t *l = &w->links[w->nlinks];
+    l->w = w;
+    if (!e || link_add(e, l) != 0) {
+      if (e) tdist__kv_release(s->kv, e);
+      wait_destroy(s, w, 0);
+      return -ENOMEM;
+    }
+    w->nlinks++;
+  }
+  w->remaining = w->nlinks;
+  w->next = c->waits;
+  if (c->waits) c->waits->prev = w;
+  c->waits = w;
+  atomic_fetch_add_explicit(&s->st_waits, 1, memory_order_relaxed);
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Request execution                                                                         */
+
+/* Executes one parsed request. Returns NULL, or the reason to close the connection. */
+static const char *execute(tdist_store_server_t *s, conn_t *c, const tdist__request_t *r) {
+  tdist__kv_entry_t *e = NULL;
+  int rc;
+  atomic_fetch_add_explicit(&s->st_requests, 1, memory_order_relaxed);
+  switch (r->op) {
+    case TDIST__OP_VALIDATE:
+      if (c->validated) return "VALIDATE after the connection was validated";
+      if (r->u32 != TDIST__VALIDATE_MAGIC) return "VALIDATE with a wrong magic number";
+      c->validated = 1;
+      return NULL;
+    case TDIST__OP_PING: {
+      uint8_t *p = out_reserve(s, c, 4);
+      if (p) tdist__put_u32(p, r->u32);
+      return NULL;
+    }
+    case TDIST__OP_SET:
+      if (tdist__kv_set(s->kv, r->key.ptr, r->key.len, r->a.ptr, r->a.len, &e)) goto nomem;
+      wake_all(s, e);
+      return NULL;
+    case TDIST__OP_APPEND:
+      if (tdist__kv_append(s->kv, r->key.ptr, r->key.len, r->a.ptr, r->a.len, &e)) goto nomem;
+      wake_all(s, e);
+      return NULL;
+    case TDIST__OP_MULTI_SET: {
+      uint64_t pos = 0;
+      tdist__slice_t k, v;
+      while (tdist__proto_next_item(r, &pos, &k, &v)) {
+        if (tdist__kv_set(s->kv, k.ptr, k.len, v.ptr, v.len, &e)) goto nomem;
+        wake_all(s, e);
+      }
+      return NULL;
+    }
+    case TDIST__OP_COMPARE_SET: {
+      const uint8_t *cur;
+      size_t cur_len;
+      int stored;
+      if (tdist__kv_compare_set(s->kv, r->key.ptr, r->key.len, r->a.ptr, r->a.len, r->b.ptr,
+                                r->b.len, &cur, &cur_len, &stored, &e))
+        goto nomem;
+      put_bytes(s, c, cur, cur_len);
+      if (stored) wake_all(s, e);
+      return NULL;
+    }
+    case TDIST__OP_GET: {
+      e = tdist__kv_find(s->kv, r->key.ptr, r->key.len);
+      if (!e || !e->has_value) {
+        /* 1.13 and 2.x legacy servers throw and drop the connection; the 2.x libuv server
+         * (the 2.x default) replies an empty value. Serve each dialect like its own server. */
+        if (c->dialect == TDIST__DIALECT_V1_13) return "GET of a key that does not exist";
+        put_bytes(s, c, NULL, 0);
+        return NULL;
+      }
+      put_bytes(s, c, e->val, e->vlen);
+      return NULL;
+    }
+    case TDIST__OP_ADD: {
+      int64_t v;
+      rc = tdist__kv_add(s->kv, r->key.ptr, r->key.len, r->delta, &v, &e);
+      if (rc == -EINVAL) return "ADD on a value that is not an integer";
+      if (rc) goto nomem;
+      put_i64(s, c, v);
+      wake_all(s, e);
+      return NULL;
+    }
+    case TDIST__OP_CHECK: {
+      uint64_t pos = 0;
+      tdist__slice_t k;
+      int ready = 1;
+      while (ready && tdist__proto_next_item(r, &pos, &k, NULL))
+        ready = tdist__kv_exists(tdist__kv_find(s->kv, k.ptr, k.len));
+      put_u8(s, c, ready ? TDIST__CHECK_READY : TDIST__CHECK_NOT_READY);
+      return NULL;
+    }
+    case TDIST__OP_WAIT:
+      if (do_wait(s, c, r)) goto nomem;
+      return NULL;
+    case TDIST__OP_CANCEL_WAIT:
+      while (c->waits) wait_free(s, c->waits);
+      put_u8(s, c, TDIST__WAIT_CANCELED);
+      return NULL;
+    case TDIST__OP_GETNUMKEYS:
+      put_i64(s, c, (int64_t)tdist__kv_num_keys(s->kv));
+      return NULL;
+    case TDIST__OP_DELETE_KEY:
+      put_i64(s, c, tdist__kv_delete(s->kv, r->key.ptr, r->key.len));
+      return NULL;
+    case TDIST__OP_WATCH_KEY:
+      /* 1.13 only, on the callback connection; its Python API never calls it. Registering is
+       * enough: no notifications are pushed (reference §1.11). */
+      put_u8(s, c, TDIST__WATCH_CALLBACK_REGISTERED);
+      return NULL;
+    case TDIST__OP_MULTI_GET: {
+      uint64_t pos = 0;
+      tdist__slice_t k;
+      while (tdist__proto_next_item(r, &pos, &k, NULL)) {
+        e = tdist__kv_find(s->kv, k.ptr, k.len);
+        if (e && e->has_value) put_bytes(s, c, e->val, e->vlen);
+        else put_bytes(s, c, NULL, 0);
+      }
+      return NULL;
+    }
+    case TDIST__OP_QUEUE_PUSH:
+      if (tdist__kv_queue_push(s->kv, r->key.ptr, r->key.len, r->a.ptr, r->a.len, &e)) goto nomem;
+      wake_one(s, e);
+      return NULL;
+    case TDIST__OP_QUEUE_POP: {
+      size_t len = tdist__kv_queue_len(s->kv, r->key.ptr, r->key.len);
+      put_i64(s, c, (int64_t)len);
+      if (len > 0) {
+        tdist__kv_qitem_t *q = tdist__kv_queue_pop(s->kv, r->key.ptr, r->key.len);
+        put_bytes(s, c, q->data, q->len);
+        free(q);
+      }
+      return NULL;
+    }
+    case TDIST__OP_QUEUE_LEN:
+      put_i64(s, c, (int64_t)tdist__kv_queue_len(s->kv, r->key.ptr, r->key.len));
+      return NULL;
+    default:
+      return "unknown opcode";
+  }
+nomem:
+  return "out of memory executing the request";
+}
+
+/* Parses and executes every whole request buffered on the connection. */
+static void process_input(tdist_store_server_t *s, conn_t *c) {
+  size_t off = 0;
+  while (!c->closing && !c->read_paused && off < c->in_len) {
+    const uint8_t *p = c->in + off;
+    size_t avail = c->in_len - off;
+    if (c->dialect == TDIST__DIALECT_UNKNOWN) {
+      c->dialect = tdist__proto_classify(p, avail);
+      if (c->dialect == TDIST__DIALECT_UNKNOWN) {
+        c->in_need = off + 5;
+        break;
+      }
+    }
+    tdist__request_t req;
+    size_t used;
+    const char *why;
+    tdist__parse_result_t pr =
+        tdist__proto_parse(c->dialect, p, avail, &s->limits, &req, &used, &why);
+    if (pr == TDIST__PARSE_NEED_MORE) {
+      c->in_need = off + used;
+      break;
+    }
+    if (pr == TDIST__PARSE_ERROR) {
+      char msg[200];
+      snprintf(msg, sizeof msg, "%s (opcode 0x%02x, %s dialect)", why, p[0],
+               c->dialect == TDIST__DIALECT_V2 ? "2.x" : "1.13");
+      close_later(s, c, msg);
+      break;
+    }
+    const char *fail = execute(s, c, &req);
+    if (fail) {
+      char msg[200];
+      char k[100];
+      key_str(req.key.ptr, req.key.len, k, sizeof k);
+      snprintf(msg, sizeof msg, "%s (%s '%s')", fail, tdist__proto_op_name(req.op), k);
+      close_later(s, c, msg);
+      break;
+    }
+    off += used;
+    c->in_need = 0;
+    if (c->out_len - c->out_off > OUT_HIGH) {
+      /* Stop parsing until the client reads its replies; flush_conn resumes us. */
+      c->read_paused = 1;
+      c->want_out = 1;
+      update_events(s, c);
+    }
+  }
+  if (off) {
+    memmove(c->in, c->in + off, c->in_len - off);
+    c->in_len -= off;
+    if (c->in_need) c->in_need -= off;
+  }
+  if (c->in_len == 0 && c->in_cap > IN_KEEP_MAX) {
+    free(c->in);
+    c->in = NULL;
+    c->in_cap = 0;
+  }
+}
+
+static void on_readable(tdist_store_server_t *s, conn_t *c) {
+  /* Read what is there, in at most a few rounds, so one busy client cannot starve the rest. */
+  for (int round = 0; round < 4 && !c->closing; round++) {
+    size_t want = c->in_need > c->in_len ? c->in_need - c->in_len : 0;
+    if (want < IN_CHUNK) want = IN_CHUNK;
+    if (c->in_cap - c->in_len < want) {
+      size_t cap = c->in_cap ? c->in_cap : IN_CHUNK;
+      while (cap - c->in_len < want) cap *= 2;
+      uint8_t *p = realloc(c->in, cap);
+      if (!p) {
+        close_later(s, c, "out of memory for the request buffer");
+        return;
+      }
+      c->in = p;
+      c->in_cap = cap;
+    }
+    ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+    if (n == 0) {
+      close_later(s, c, NULL); /* clean close by the client */
+      return;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) close_later(s, c, NULL);
+      break;
+    }
+    c->in_len += (size_t)n;
+    if ((size_t)n < want) break; /* drained */
+  }
+  process_input(s, c);
+}
+
+static void on_accept(tdist_store_server_t *s) {
+  for (int i = 0; i < 256; i++) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* Out of descriptors: stop accepting for a moment instead of spinning. */
+        int64_t now = tdist__now_ms();
+        if (!s->quiet && now - s->last_limit_log_ms > 1000) {
+          s->last_limit_log_ms = now;
+          tdist__log(TDIST__LOG_WARN, "store", "accept failed: %s; pausing accepts for 100 ms",
+                     strerror(errno));
+        }
+        s->accept_paused_until = now + 100;
+        epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL);
+      }
+      return;
+    }
+    uint64_t open = atomic_load_explicit(&s->st_open, memory_order_relaxed);
+    if (open >= s->max_connections) {
+      char peer[64];
+      tdist__sockaddr_str((struct sockaddr *)&ss, sl, peer, sizeof peer);
+      close(fd);
+      atomic_fetch_add_explicit(&s->st_dropped, 1, memory_order_relaxed);
+      int64_t now = tdist__now_ms();
+      if (!s->quiet && now - s->last_limit_log_ms > 1000) {
+        s->last_limit_log_ms = now;
+        tdist__log(TDIST__LOG_WARN, "store",
+                   "refusing connection from %s: %zu connections open (max_connections)", peer,
+                   s->max_connections);
+      }
+      continue;
+    }
+    conn_t *c = calloc(1, sizeof *c);
+    if (!c) {
+      close(fd);
+      continue;
+    }
+    c->fd = fd;
+    tdist__sock_nodelay(fd);
+    tdist__sockaddr_str((struct sockaddr *)&ss, sl, c->peer, sizeof c->peer);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      close(fd);
+      free(c);
+      continue;
+    }
+    c->next = s->conns;
+    if (s->conns) s->conns->prev = c;
+    s->conns = c;
+    atomic_fetch_add_explicit(&s->st_accepted, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->st_open, 1, memory_order_relaxed);
+  }
+}
+
+static void *server_main(void *arg) {
+  tdist_store_server_t *s = arg;
+  struct epoll_event evs[MAX_EVENTS];
+  for (;;) {
+    int timeout = -1;
+    if (s->accept_paused_until) {
+      int64_t left = s->accept_paused_until - tdist__now_ms();
+      if (left <= 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = s};
+        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev);
+        s->accept_paused_until = 0;
+      } else {
+        timeout = (int)left;
+      }
+    }
+    int n = epoll_wait(s->epfd, evs, MAX_EVENTS, timeout);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      tdist__log(TDIST__LOG_ERROR, "store", "epoll_wait: %s; server thread exits", strerror(errno));
+      break;
+    }
+    int stop = 0;
+    for (int i = 0; i < n; i++) {
+      void *p = evs[i].data.ptr;
+      if (p == &s->stop_fd) {
+        stop = 1;
+      } else if (p == s) {
+        on_accept(s);
+      } else {
+        conn_t *c = p;
+        if (c->closing) continue;
+        if (evs[i].events & EPOLLOUT) mark_flush(s, c);
+        if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+          if (!c->read_paused) on_readable(s, c);
+          else if (evs[i].events & (EPOLLERR | EPOLLHUP)) close_later(s, c, NULL);
+        }
+      }
+      flush_all(s);
+      close_all_pending(s);
+    }
+    atomic_store_explicit(&s->st_keys, tdist__kv_num_keys(s->kv), memory_order_relaxed);
+    if (stop) break;
+  }
+  return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Public API                                                                                */
+
+static int read_somaxconn(void) {
+  FILE *f = fopen("/proc/sys/net/core/somaxconn", "r");
+  int v = 4096;
+  if (f) {
+    if (fscanf(f, "%d", &v) != 1) v = 4096;
+    fclose(f);
+  }
+  return v > 0 ? v : 4096;
+}
+
+/* Binds and listens. Returns the fd or -errno; *where gets the address tried. */
+static int open_listener(const char *host, int port, int backlog, char *where, size_t wcap) {
+  char portstr[16];
+  snprintf(portstr, sizeof portstr, "%d", port);
+  int dual = !host || !*host;
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  hints.ai_family = dual ? AF_INET6 : AF_UNSPEC;
+  int g = getaddrinfo(dual ? "::" : host, portstr, &hints, &res);
+  if (g != 0 && dual) {
+    hints.ai_family = AF_INET; /* no IPv6 on this host */
+    g = getaddrinfo("0.0.0.0", portstr, &hints, &res);
+  }
+  if (g != 0) {
+    snprintf(where, wcap, "%s:%d (%s)", host ? host : "::", port, gai_strerror(g));
+    return -EADDRNOTAVAIL;
+  }
+  int err = -EADDRNOTAVAIL;
+  for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+    tdist__sockaddr_str(ai->ai_addr, ai->ai_addrlen, where, wcap);
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      err = -errno;
+      continue;
+    }
+    int one = 1, zero = 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (ai->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, backlog) != 0) {
+      err = -errno;
+      close(fd);
+      continue;
+    }
+    freeaddrinfo(res);
+    return fd;
+  }
+  freeaddrinfo(res);
+  return err;
+}
+
+TDIST_EXTERN tdist_status_t tdist_store_server_create(const tdist_store_server_options_t *opts,
+                                                      tdist_store_server_t **out) {
+  tdist_store_server_options_t o = TDIST_STORE_SERVER_OPTIONS_INIT;
+  if (!out) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_store_server_create: out is NULL");
+  *out = NULL;
+  if (opts) {
+    if (opts->size < offsetof(tdist_store_server_options_t, quiet) + sizeof(int) ||
+        opts->version < 1)
+      return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
+                         "tdist_store_server_create: options not initialised with "
+                         "TDIST_STORE_SERVER_OPTIONS_INIT (size %zu, version %d)",
+                         opts->size, opts->version);
+    o = *opts;
+  }
+  if (o.port < 0 || o.port > 65535)
+    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
+                       "tdist_store_server_create: port %d is outside 0..65535", o.port);
+  if (o.max_key_bytes == 0 || o.max_value_bytes == 0 || o.max_multi_keys == 0 ||
+      o.max_connections == 0)
+    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
+                       "tdist_store_server_create: limits must be > 0 (max_key_bytes %zu, "
+                       "max_value_bytes %zu, max_multi_keys %zu, max_connections %zu)",
+                       o.max_key_bytes, o.max_value_bytes, o.max_multi_keys, o.max_connections);
+  if (o.backlog < 0)
+    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_store_server_create: backlog %d < 0",
+                       o.backlog);
+
+  tdist_store_server_t *s = calloc(1, sizeof *s);
+  if (!s) return tdist__fail(TDIST_ERR_NO_MEMORY, "tdist_store_server_create: out of memory");
+  s->listen_fd = s->epfd = s->stop_fd = -1;
+  s->quiet = o.quiet;
+  s->limits.max_key = o.max_key_bytes;
+  s->limits.max_value = o.max_value_bytes;
+  s->limits.max_keys = o.max_multi_keys;
+  /* A MULTI_SET may carry many values; bound the whole request so a header cannot make us
+   * buffer without limit. */
+  s->limits.max_request = o.max_value_bytes > (UINT64_MAX / 4) ? 0 : o.max_value_bytes * 2 + (64u << 20);
+  s->max_connections = o.max_connections;
+  tdist_status_t st;
+  s->kv = tdist__kv_create();
+  if (!s->kv) {
+    st = tdist__fail(TDIST_ERR_NO_MEMORY, "tdist_store_server_create: out of memory");
+    goto fail;
+  }
+  int backlog = o.backlog ? o.backlog : read_somaxconn();
+  s->listen_fd = open_listener(o.host, o.port, backlog, s->bind_str, sizeof s->bind_str);
+  if (s->listen_fd < 0) {
+    int e = -s->listen_fd;
+    st = tdist__fail(e == EADDRINUSE || e == EACCES ? TDIST_ERR_INVALID_USAGE : TDIST_ERR_SYSTEM,
+                     "store server: cannot listen on %s: %s%s", s->bind_str, strerror(e),
+                     e == EADDRINUSE ? " (another process uses the port; pick another or 0)" : "");
+    goto fail;
+  }
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  getsockname(s->listen_fd, (struct sockaddr *)&ss, &sl);
+  s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                           : ((struct sockaddr_in *)&ss)->sin_port);
+  tdist__sockaddr_str((struct sockaddr *)&ss, sl, s->bind_str, sizeof s->bind_str);
+  s->epfd = epoll_create1(EPOLL_CLOEXEC);
+  s->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (s->epfd < 0 || s->stop_fd < 0) {
+    st = tdist__fail(TDIST_ERR_SYSTEM, "store server: epoll/eventfd: %s", strerror(errno));
+    goto fail;
+  }
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = s};
+  struct epoll_event sev = {.events = EPOLLIN, .data.ptr = &s->stop_fd};
+  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) != 0 ||
+      epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->stop_fd, &sev) != 0) {
+    st = tdist__fail(TDIST_ERR_SYSTEM, "store server: epoll_ctl: %s", strerror(errno));
+    goto fail;
+  }
+  int rc = pthread_create(&s->thread, NULL, server_main, s);
+  if (rc != 0) {
+    st = tdist__fail(TDIST_ERR_SYSTEM, "store server: pthread_create: %s", strerror(rc));
+    goto fail;
+  }
+  s->magic = SERVER_MAGIC;
+  if (!s->quiet)
+    tdist__log(TDIST__LOG_INFO, "store", "listening on %s (backlog %d)", s->bind_str, backlog);
+  *out = s;
+  return TDIST_OK;
+fail:
+  if (s->listen_fd >= 0) close(s->listen_fd);
+  if (s->epfd >= 0) close(s->epfd);
+  if (s->stop_fd >= 0) close(s->stop_fd);
+  tdist__kv_destroy(s->kv);
+  free(s);
+  return st;
+}
+
+TDIST_EXTERN int tdist_store_server_port(const tdist_store_server_t *s) {
+  return s && s->magic == SERVER_MAGIC ? s->port : -1;
+}
+
+TDIST_EXTERN void tdist_store_server_stats(tdist_store_server_t *s,
+                                           tdist_store_server_stats_t *out) {
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  if (!s || s->magic != SERVER_MAGIC) return;
+  out->requests_total = atomic_load(&s->st_requests);
+  out->connections_total = atomic_load(&s->st_accepted);
+  out->connections_open = atomic_load(&s->st_open);
+  out->connections_dropped = atomic_load(&s->st_dropped);
+  out->keys = atomic_load(&s->st_keys);
+  out->waits_pending = atomic_load(&s->st_waits);
+}
+
+TDIST_EXTERN void tdist_store_server_destroy(tdist_store_server_t *s) {
+  if (!s || s->magic != SERVER_MAGIC) return;
+  uint64_t one = 1;
+  ssize_t w = write(s->stop_fd, &one, sizeof one);
+  (void)w;
+  pthread_join(s->thread, NULL);
+  s->magic = 0;
+  while (s->conns) conn_free(s, s->conns);
+  close(s->listen_fd);
+  close(s->epfd);
+  close(s->stop_fd);
+  tdist__kv_destroy(s->kv);
+  if (!s->quiet) tdist__log(TDIST__LOG_INFO, "store", "server on %s stopped", s->bind_str);
+  free(s);
+}

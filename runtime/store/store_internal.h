@@ -1,0 +1,59 @@
+/* The store handle shared by every store kind: a magic word, a vtable, the default timeout and
+ * the handle's error text. store.c validates arguments and dispatches; each kind (client.c,
+ * memory.c, prefix.c) implements the vtable. Timeouts reaching the vtable are already resolved
+ * (always > 0). */
+#ifndef TDIST_STORE_STORE_INTERNAL_H
+#define TDIST_STORE_STORE_INTERNAL_H
+
+#include <stdarg.h>
+
+#include "runtime/common/status_internal.h"
+#include "tdist/store.h"
+
+#define TDIST__STORE_MAGIC 0x5709e5a1u
+
+typedef struct tdist__store_vtable {
+  const char *kind; /* "tcp", "memory", "prefix" */
+  void (*destroy)(tdist_store_t *s);
+  tdist_status_t (*set)(tdist_store_t *s, const char *key, const void *v, size_t n, int64_t to);
+  tdist_status_t (*get)(tdist_store_t *s, const char *key, void **v, size_t *n, int64_t to);
+  tdist_status_t (*add)(tdist_store_t *s, const char *key, int64_t delta, int64_t *res,
+                        int64_t to);
+  tdist_status_t (*compare_set)(tdist_store_t *s, const char *key, const void *e, size_t en,
+                                const void *d, size_t dn, void **out, size_t *outn, int64_t to);
+  tdist_status_t (*check)(tdist_store_t *s, const char *const *keys, size_t n, int *ready,
+                          int64_t to);
+  tdist_status_t (*wait)(tdist_store_t *s, const char *const *keys, size_t n, int64_t to);
+  tdist_status_t (*delete_key)(tdist_store_t *s, const char *key, int *deleted, int64_t to);
+  tdist_status_t (*num_keys)(tdist_store_t *s, int64_t *n, int64_t to);
+  tdist_status_t (*append)(tdist_store_t *s, const char *key, const void *v, size_t n,
+                           int64_t to);
+  tdist_status_t (*multi_get)(tdist_store_t *s, const char *const *keys, size_t n, void **vals,
+                              size_t *lens, int64_t to);
+  tdist_status_t (*multi_set)(tdist_store_t *s, const char *const *keys, const void *const *vals,
+                              const size_t *lens, size_t n, int64_t to);
+  tdist_status_t (*queue_push)(tdist_store_t *s, const char *key, const void *v, size_t n,
+                               int64_t to);
+  /* wait_ms == 0: no waiting; else wait up to wait_ms. */
+  tdist_status_t (*queue_pop)(tdist_store_t *s, const char *key, int64_t wait_ms, void **v,
+                              size_t *n, int64_t to);
+  tdist_status_t (*queue_len)(tdist_store_t *s, const char *key, int64_t *n, int64_t to);
+} tdist__store_vtable_t;
+
+struct tdist_store_s {
+  uint32_t magic;
+  const tdist__store_vtable_t *vt;
+  int64_t timeout_ms;
+  char err[TDIST__ERRMSG_MAX];
+};
+
+/* Records the handle's error text (and the thread's) and returns st. */
+tdist_status_t tdist__store_fail(tdist_store_t *s, tdist_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Joins keys for messages: "/a, /b, ... (N keys)", bounded. */
+void tdist__store_keys_str(const char *const *keys, size_t n, char *buf, size_t cap);
+
+void tdist__store_init(tdist_store_t *s, const tdist__store_vtable_t *vt, int64_t timeout_ms);
+
+#endif
