@@ -693,8 +693,9 @@ static void *server_main(void *arg) {
         }
       }
       flush_all(s);
-      close_all_pending(s);
     }
+    /* Only now: later events of this batch may still name a connection closed earlier in it. */
+    close_all_pending(s);
     atomic_store_explicit(&s->st_keys, tdist__kv_num_keys(s->kv), memory_order_relaxed);
     if (stop) break;
   }
