@@ -4,4 +4,5 @@
 #include "tdist/version.h"
 #include "tdist/status.h"
 #include "tdist/store.h"
+#include "tdist/pg.h"
 #endif

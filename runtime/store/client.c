@@ -7,8 +7,10 @@
  * failure in the middle of a request/reply, and a 1.13 wait timeout (1.13 has no cancel, so the
  * server would later send a stray reply), drop the connection; the next call reconnects. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -621,4 +623,26 @@ TDIST_EXTERN tdist_store_dialect_t tdist_tcp_store_dialect(const tdist_store_t *
   if (!s || s->magic != TDIST__STORE_MAGIC || s->vt != &k_tcp_vt) return TDIST_STORE_DIALECT_AUTO;
   return T((tdist_store_t *)s)->dialect == TDIST__DIALECT_V1_13 ? TDIST_STORE_DIALECT_V1_13
                                                                  : TDIST_STORE_DIALECT_V2;
+}
+
+int tdist__store_local_ip(tdist_store_t *s, char *ip, size_t cap) {
+  for (tdist_store_t *in; (in = tdist__prefix_inner(s));) s = in;
+  if (!s || s->magic != TDIST__STORE_MAGIC || s->vt != &k_tcp_vt || T(s)->fd < 0) return -1;
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  if (getsockname(T(s)->fd, (struct sockaddr *)&ss, &sl) != 0) return -1;
+  if (ss.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, ip, (socklen_t)cap);
+    return 0;
+  }
+  struct in6_addr *a6 = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+  if (ss.ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(a6)) {
+    inet_ntop(AF_INET, &a6->s6_addr[12], ip, (socklen_t)cap);
+    return 0;
+  }
+  if (ss.ss_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(a6)) {
+    snprintf(ip, cap, "127.0.0.1");
+    return 0;
+  }
+  return -1; /* IPv6-only path: the TCP transport listens on IPv4 */
 }

@@ -56,7 +56,7 @@ int tdist__kv_append(tdist__kv_t *kv, const void *key, size_t klen, const void *
 /* -EINVAL if the current value is not an integer as std::stoll reads it (or overflows). */
 int tdist__kv_add(tdist__kv_t *kv, const void *key, size_t klen, int64_t delta, int64_t *result,
                   tdist__kv_entry_t **out);
-/* *cur/*cur_len get the reply bytes (pointing into the map or into `expected`); *stored = 1 if
+/* cur and cur_len get the reply bytes (pointing into the map or into `expected`); *stored = 1 if
  * the value changed. */
 int tdist__kv_compare_set(tdist__kv_t *kv, const void *key, size_t klen, const void *expected,
                           size_t elen, const void *desired, size_t dlen, const uint8_t **cur,

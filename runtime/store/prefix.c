@@ -152,3 +152,7 @@ TDIST_EXTERN tdist_status_t tdist_prefix_store_create(tdist_store_t *inner, cons
   *out = &p->base;
   return TDIST_OK;
 }
+
+tdist_store_t *tdist__prefix_inner(tdist_store_t *s) {
+  return s && s->magic == TDIST__STORE_MAGIC && s->vt == &k_prefix_vt ? P(s)->inner : NULL;
+}

@@ -27,7 +27,10 @@ void tdist__store_keys_str(const char *const *keys, size_t n, char *buf, size_t 
   for (size_t i = 0; i < n && j + 1 < cap; i++) {
     int w = snprintf(buf + j, cap - j, "%s%s", i ? ", " : "", keys[i]);
     if (w < 0 || (size_t)w >= cap - j || (i >= 7 && i + 1 < n)) {
-      snprintf(buf + (j < cap - 24 ? j : cap - 24), 24, ", ... (%zu keys)", n);
+      char tail[40];
+      int tl = snprintf(tail, sizeof tail, ", ... (%zu keys)", n);
+      size_t at = j + (size_t)tl < cap ? j : cap - (size_t)tl - 1;
+      memcpy(buf + at, tail, (size_t)tl + 1);
       return;
     }
     j += (size_t)w;

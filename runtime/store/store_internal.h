@@ -54,6 +54,13 @@ tdist_status_t tdist__store_fail(tdist_store_t *s, tdist_status_t st, const char
 /* Joins keys for messages: "/a, /b, ... (N keys)", bounded. */
 void tdist__store_keys_str(const char *const *keys, size_t n, char *buf, size_t cap);
 
+/* The local IPv4 address of a TCP store client's connection (unwrapping prefix stores), for
+ * choosing the interface peers can reach us on. 0 on success, -1 for other stores. */
+int tdist__store_local_ip(tdist_store_t *s, char *ip, size_t cap);
+
+/* A prefix store's inner store; NULL for other kinds. */
+tdist_store_t *tdist__prefix_inner(tdist_store_t *s);
+
 void tdist__store_init(tdist_store_t *s, const tdist__store_vtable_t *vt, int64_t timeout_ms);
 
 #endif

@@ -1,0 +1,174 @@
+/* Process groups and collectives: the C counterpart of torch.distributed.
+ *
+ * A process group (tdist_pg_t) is one rank's view of a communicator of `world_size` ranks that
+ * met through a store. Collectives are called by every rank of the group in the same order with
+ * matching arguments. Buffers are borrowed: they must stay valid until the call returns (blocking
+ * forms) or until the work handle completes (the `_async` forms).
+ *
+ * Failure semantics: every call honours the group's timeout and tdist_pg_abort(). A peer that
+ * dies or stalls past the timeout makes the call fail with a status and a message naming the peer
+ * rank and address (tdist_pg_last_error); the group is then aborted and every later call fails
+ * fast with the same error. Destroy the group and create a new one to continue.
+ *
+ * Threads: a group is used by one thread at a time, except tdist_pg_abort (any thread). Async
+ * work runs on one worker thread per group, in submission order. */
+#ifndef TDIST_PG_H
+#define TDIST_PG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tdist/status.h"
+#include "tdist/store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tdist_pg_s tdist_pg_t;
+typedef struct tdist_work_s tdist_work_t;
+
+typedef enum {
+  TDIST_FLOAT16 = 0,
+  TDIST_BFLOAT16 = 1,
+  TDIST_FLOAT32 = 2,
+  TDIST_FLOAT64 = 3,
+  TDIST_INT8 = 4,
+  TDIST_UINT8 = 5,
+  TDIST_INT32 = 6,
+  TDIST_INT64 = 7,
+  TDIST_DTYPE_COUNT_
+} tdist_dtype_t;
+
+typedef enum {
+  TDIST_SUM = 0,
+  TDIST_PROD = 1,
+  TDIST_MIN = 2,
+  TDIST_MAX = 3,
+  TDIST_AVG = 4,  /* sum / world size; integers divide truncating toward zero, like torch */
+  TDIST_BAND = 5, /* integer dtypes only */
+  TDIST_BOR = 6,
+  TDIST_BXOR = 7,
+  TDIST_REDUCE_OP_COUNT_
+} tdist_reduce_op_t;
+
+/* Size in bytes of one element; 0 for an unknown dtype. */
+TDIST_EXTERN size_t tdist_dtype_size(tdist_dtype_t dtype);
+TDIST_EXTERN const char *tdist_dtype_name(tdist_dtype_t dtype);
+TDIST_EXTERN const char *tdist_reduce_op_name(tdist_reduce_op_t op);
+
+typedef struct {
+  size_t size;             /* sizeof(tdist_pg_options_t) */
+  int version;             /* 1 */
+  const char *backend;     /* "gloo" (default) or "nccl" */
+  /* Where ranks meet: exactly one of `store` or `init_method` ("env://", the default when both
+   * are NULL; "tcp://HOST:PORT[?rank=R&world_size=N]"; "file:///path?rank=R&world_size=N"). */
+  const char *init_method;
+  tdist_store_t *store;    /* borrowed; must outlive the group */
+  int rank;                /* -1: from init_method / RANK */
+  int world_size;          /* -1: from init_method / WORLD_SIZE */
+  int64_t timeout_ms;      /* every collective's deadline; 0 = 30 min (PyTorch's default) */
+  const char *group_name;  /* store prefix of this group; NULL = "default_pg" */
+} tdist_pg_options_t;
+
+#define TDIST_PG_OPTIONS_INIT \
+  { sizeof(tdist_pg_options_t), 1, NULL, NULL, NULL, -1, -1, 0, NULL }
+
+/* Creates this rank's process group; blocks until every rank has joined (or the timeout).
+ * On failure tdist_last_error() says what was missing or wrong, with PyTorch's wording for
+ * env:// variables. */
+TDIST_EXTERN tdist_status_t tdist_init_process_group(const tdist_pg_options_t *opts,
+                                                     tdist_pg_t **out);
+
+/* A subgroup of `parent` made of `ranks` (parent ranks, strictly increasing). Every rank of the
+ * parent must call it with the same list; ranks not in the list get *out = NULL and TDIST_OK. */
+TDIST_EXTERN tdist_status_t tdist_new_group(tdist_pg_t *parent, const int *ranks, int nranks,
+                                            tdist_pg_t **out);
+
+TDIST_EXTERN int tdist_pg_rank(const tdist_pg_t *pg);
+TDIST_EXTERN int tdist_pg_size(const tdist_pg_t *pg);
+TDIST_EXTERN const char *tdist_pg_backend(const tdist_pg_t *pg);
+
+/* Detail of the group's last failure (names the peer rank and address). */
+TDIST_EXTERN const char *tdist_pg_last_error(const tdist_pg_t *pg);
+
+/* Waits for queued async work, then closes connections. The handle stays valid (destroy it). */
+TDIST_EXTERN tdist_status_t tdist_pg_finalize(tdist_pg_t *pg);
+/* Makes every blocked and later call fail with TDIST_ERR_ABORTED. Any thread; NULL is a no-op. */
+TDIST_EXTERN void tdist_pg_abort(tdist_pg_t *pg);
+/* Aborts if needed and frees the group. NULL is a no-op. */
+TDIST_EXTERN void tdist_pg_destroy(tdist_pg_t *pg);
+
+/* ---- collectives (blocking) ---- */
+
+/* In place: buf holds this rank's input and receives the reduction over all ranks. */
+TDIST_EXTERN tdist_status_t tdist_all_reduce(tdist_pg_t *pg, void *buf, size_t count,
+                                             tdist_dtype_t dtype, tdist_reduce_op_t op);
+TDIST_EXTERN tdist_status_t tdist_broadcast(tdist_pg_t *pg, void *buf, size_t count,
+                                            tdist_dtype_t dtype, int root);
+/* In place; only root's buf receives the result (others' buf may be used as scratch). */
+TDIST_EXTERN tdist_status_t tdist_reduce(tdist_pg_t *pg, void *buf, size_t count,
+                                         tdist_dtype_t dtype, tdist_reduce_op_t op, int root);
+/* out: world_size * count elements, rank r's input at out + r * count. */
+TDIST_EXTERN tdist_status_t tdist_all_gather(tdist_pg_t *pg, void *out, const void *in,
+                                             size_t count, tdist_dtype_t dtype);
+/* Variable sizes: rank r contributes counts[r] elements, placed at out + displs[r] elements. */
+TDIST_EXTERN tdist_status_t tdist_all_gather_v(tdist_pg_t *pg, void *out, const size_t *counts,
+                                               const size_t *displs, const void *in,
+                                               tdist_dtype_t dtype);
+/* out (world_size * count) is used on root only (NULL elsewhere). */
+TDIST_EXTERN tdist_status_t tdist_gather(tdist_pg_t *pg, void *out, const void *in, size_t count,
+                                         tdist_dtype_t dtype, int root);
+/* in (world_size * count) is used on root only. */
+TDIST_EXTERN tdist_status_t tdist_scatter(tdist_pg_t *pg, void *out, const void *in, size_t count,
+                                          tdist_dtype_t dtype, int root);
+/* in: world_size * count elements; out (count) gets block `rank` of the reduction. */
+TDIST_EXTERN tdist_status_t tdist_reduce_scatter(tdist_pg_t *pg, void *out, const void *in,
+                                                 size_t count, tdist_dtype_t dtype,
+                                                 tdist_reduce_op_t op);
+/* in/out: world_size * count elements; block j of `in` goes to rank j, block i of `out` comes
+ * from rank i. */
+TDIST_EXTERN tdist_status_t tdist_all_to_all(tdist_pg_t *pg, void *out, const void *in,
+                                             size_t count, tdist_dtype_t dtype);
+TDIST_EXTERN tdist_status_t tdist_all_to_all_v(tdist_pg_t *pg, void *out,
+                                               const size_t *out_counts, const size_t *out_displs,
+                                               const void *in, const size_t *in_counts,
+                                               const size_t *in_displs, tdist_dtype_t dtype);
+TDIST_EXTERN tdist_status_t tdist_barrier(tdist_pg_t *pg);
+/* Like barrier, but rank 0 names the ranks that did not arrive within timeout_ms. */
+TDIST_EXTERN tdist_status_t tdist_monitored_barrier(tdist_pg_t *pg, int64_t timeout_ms);
+TDIST_EXTERN tdist_status_t tdist_send(tdist_pg_t *pg, const void *buf, size_t count,
+                                       tdist_dtype_t dtype, int dst, int tag);
+TDIST_EXTERN tdist_status_t tdist_recv(tdist_pg_t *pg, void *buf, size_t count,
+                                       tdist_dtype_t dtype, int src, int tag);
+
+/* ---- async forms: enqueue and return a work handle ---- */
+
+TDIST_EXTERN tdist_status_t tdist_all_reduce_async(tdist_pg_t *pg, void *buf, size_t count,
+                                                   tdist_dtype_t dtype, tdist_reduce_op_t op,
+                                                   tdist_work_t **work);
+TDIST_EXTERN tdist_status_t tdist_broadcast_async(tdist_pg_t *pg, void *buf, size_t count,
+                                                  tdist_dtype_t dtype, int root,
+                                                  tdist_work_t **work);
+TDIST_EXTERN tdist_status_t tdist_all_gather_async(tdist_pg_t *pg, void *out, const void *in,
+                                                   size_t count, tdist_dtype_t dtype,
+                                                   tdist_work_t **work);
+TDIST_EXTERN tdist_status_t tdist_reduce_scatter_async(tdist_pg_t *pg, void *out, const void *in,
+                                                       size_t count, tdist_dtype_t dtype,
+                                                       tdist_reduce_op_t op, tdist_work_t **work);
+TDIST_EXTERN tdist_status_t tdist_all_to_all_async(tdist_pg_t *pg, void *out, const void *in,
+                                                   size_t count, tdist_dtype_t dtype,
+                                                   tdist_work_t **work);
+TDIST_EXTERN tdist_status_t tdist_barrier_async(tdist_pg_t *pg, tdist_work_t **work);
+
+/* Waits for the work (timeout_ms < 0: the group's timeout) and returns its status. */
+TDIST_EXTERN tdist_status_t tdist_work_wait(tdist_work_t *work, int64_t timeout_ms);
+/* *done = 1 when finished (then tdist_work_wait returns at once). */
+TDIST_EXTERN tdist_status_t tdist_work_test(tdist_work_t *work, int *done);
+/* Waits for the work if still running, then frees it. NULL is a no-op. */
+TDIST_EXTERN void tdist_work_destroy(tdist_work_t *work);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,518 @@
+/* The gloo CPU backend: collectives written only against transport.h (Gloo's layering).
+ *
+ * Algorithms (chosen by size and world size; TDIST_ALGO_ALLREDUCE=ring|rd overrides, logged at
+ * debug level):
+ *   all_reduce      recursive doubling (MPICH's non-power-of-two fold) up to 64 KiB, else ring
+ *                   reduce-scatter + ring all-gather (bandwidth optimal);
+ *   broadcast       binomial tree;   reduce  binomial tree;   gather/scatter  direct from/to root;
+ *   all_gather(_v)  ring;            reduce_scatter  ring (a real one: (p-1)/p of the data moves);
+ *   all_to_all(_v)  all pairs at once;  barrier  dissemination;  monitored_barrier  via rank 0.
+ * Every rank gets bitwise identical all_reduce results: each element is reduced in one order
+ * (ring), or pairwise with commutative operations (recursive doubling). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/common/clock.h"
+#include "runtime/common/log.h"
+#include "runtime/gloo/transport.h"
+#include "runtime/pg/pg_internal.h"
+#include "runtime/pg/reduce.h"
+
+#define RD_MAX_BYTES (64 * 1024)
+#define COLL_TAG(kind) (0x80000000u | (uint32_t)(kind))
+
+typedef struct {
+  tdist__transport_t *tp;
+  uint8_t *scratch;
+  size_t scratch_cap;
+  int force_algo; /* 0 auto, 1 ring, 2 recursive doubling */
+  int fingerprint;
+} gloo_t;
+
+static gloo_t *G(tdist_pg_t *pg) { return pg->be_state; }
+
+static void *scratch(tdist_pg_t *pg, size_t bytes) {
+  gloo_t *g = G(pg);
+  if (bytes > g->scratch_cap) {
+    void *p = realloc(g->scratch, bytes);
+    if (!p) return NULL;
+    g->scratch = p;
+    g->scratch_cap = bytes;
+  }
+  return g->scratch ? g->scratch : (void *)g; /* non-NULL even for 0 bytes */
+}
+
+static tdist_status_t nomem(tdist_pg_t *pg, const char *what, size_t bytes) {
+  return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch",
+                        what, bytes);
+}
+
+typedef struct {
+  tdist_pg_t *pg;
+  int64_t dl;
+  const char *what;
+  uint32_t tag;
+} ctx_t;
+
+static tdist_status_t xchg(ctx_t *c, tdist__xfer_t *x, int n) {
+  return G(c->pg)->tp->exchange(G(c->pg)->tp, x, n, c->dl, c->what);
+}
+
+static tdist__xfer_t xsend(ctx_t *c, int peer, const void *buf, size_t len) {
+  return (tdist__xfer_t){.peer = peer, .is_send = 1, .buf = (void *)buf, .len = len, .tag = c->tag};
+}
+static tdist__xfer_t xrecv(ctx_t *c, int peer, void *buf, size_t len) {
+  return (tdist__xfer_t){.peer = peer, .is_send = 0, .buf = buf, .len = len, .tag = c->tag};
+}
+
+static tdist_status_t sendrecv(ctx_t *c, int to, const void *sbuf, size_t slen, int from,
+                               void *rbuf, size_t rlen) {
+  tdist__xfer_t x[2] = {xsend(c, to, sbuf, slen), xrecv(c, from, rbuf, rlen)};
+  return xchg(c, x, 2);
+}
+
+/* Block i of `count` elements split over p ranks. */
+static size_t blk_count(size_t count, int p, int i) {
+  return count / (size_t)p + ((size_t)i < count % (size_t)p);
+}
+static size_t blk_off(size_t count, int p, int i) {
+  size_t base = count / (size_t)p, extra = count % (size_t)p;
+  return (size_t)i * base + ((size_t)i < extra ? (size_t)i : extra);
+}
+
+static int mod(int a, int p) { return ((a % p) + p) % p; }
+
+/* ---------------------------------------------------------------------------------------- */
+/* all_reduce                                                                                */
+
+static tdist_status_t allreduce_rd(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
+                                   tdist_reduce_op_t op) {
+  tdist_pg_t *pg = c->pg;
+  int p = pg->size, r = pg->rank;
+  size_t bytes = count * tdist_dtype_size(dt);
+  uint8_t *tmp = scratch(pg, bytes);
+  if (!tmp) return nomem(pg, c->what, bytes);
+  int pof2 = 1;
+  while (pof2 * 2 <= p) pof2 *= 2;
+  int rem = p - pof2, newrank;
+  tdist_status_t st;
+  /* Fold the ranks beyond the largest power of two into their even neighbours. */
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      tdist__xfer_t x = xsend(c, r + 1, buf, bytes);
+      if ((st = xchg(c, &x, 1))) return st;
+      newrank = -1;
+    } else {
+      tdist__xfer_t x = xrecv(c, r - 1, tmp, bytes);
+      if ((st = xchg(c, &x, 1))) return st;
+      tdist__reduce(buf, tmp, count, dt, op);
+      newrank = r / 2;
+    }
+  } else {
+    newrank = r - rem;
+  }
+  if (newrank >= 0) {
+    for (int mask = 1; mask < pof2; mask <<= 1) {
+      int nd = newrank ^ mask;
+      int dst = nd < rem ? nd * 2 + 1 : nd + rem;
+      if ((st = sendrecv(c, dst, buf, bytes, dst, tmp, bytes))) return st;
+      tdist__reduce(buf, tmp, count, dt, op);
+    }
+  }
+  if (r < 2 * rem) {
+    tdist__xfer_t x = r % 2 ? xsend(c, r - 1, buf, bytes) : xrecv(c, r + 1, buf, bytes);
+    if ((st = xchg(c, &x, 1))) return st;
+  }
+  return TDIST_OK;
+}
+
+/* Ring reduce-scatter over `count` elements of buf split in p blocks; afterwards rank r holds the
+ * full reduction of block r. tmp holds one block. */
+static tdist_status_t ring_reduce_scatter(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
+                                          tdist_reduce_op_t op, uint8_t *tmp) {
+  int p = c->pg->size, r = c->pg->rank;
+  size_t es = tdist_dtype_size(dt);
+  int right = mod(r + 1, p), left = mod(r - 1, p);
+  for (int s = 0; s < p - 1; s++) {
+    int si = mod(r - 1 - s, p), ri = mod(r - 2 - s, p);
+    size_t sc = blk_count(count, p, si), rc = blk_count(count, p, ri);
+    tdist_status_t st = sendrecv(c, right, buf + blk_off(count, p, si) * es, sc * es, left, tmp,
+                                 rc * es);
+    if (st) return st;
+    tdist__reduce(buf + blk_off(count, p, ri) * es, tmp, rc, dt, op);
+  }
+  return TDIST_OK;
+}
+
+/* Ring all-gather of p blocks laid out by counts/displs (elements); rank r owns block r. */
+static tdist_status_t ring_all_gather(ctx_t *c, uint8_t *out, const size_t *counts,
+                                      const size_t *displs, size_t es) {
+  int p = c->pg->size, r = c->pg->rank;
+  int right = mod(r + 1, p), left = mod(r - 1, p);
+  for (int s = 0; s < p - 1; s++) {
+    int si = mod(r - s, p), ri = mod(r - s - 1, p);
+    tdist_status_t st = sendrecv(c, right, out + displs[si] * es, counts[si] * es, left,
+                                 out + displs[ri] * es, counts[ri] * es);
+    if (st) return st;
+  }
+  return TDIST_OK;
+}
+
+static tdist_status_t allreduce_ring(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
+                                     tdist_reduce_op_t op, int avg) {
+  tdist_pg_t *pg = c->pg;
+  int p = pg->size;
+  size_t es = tdist_dtype_size(dt);
+  size_t maxblk = blk_count(count, p, 0) * es;
+  size_t *cd = malloc(2 * (size_t)p * sizeof *cd);
+  uint8_t *tmp = scratch(pg, maxblk);
+  if (!cd || !tmp) {
+    free(cd);
+    return nomem(pg, c->what, maxblk);
+  }
+  for (int i = 0; i < p; i++) {
+    cd[i] = blk_count(count, p, i);
+    cd[p + i] = blk_off(count, p, i);
+  }
+  tdist_status_t st = ring_reduce_scatter(c, buf, count, dt, op, tmp);
+  /* AVG: divide only the block we own, before it is shared. */
+  if (!st && avg) tdist__reduce_finish_avg(buf + cd[p + pg->rank] * es, cd[pg->rank], dt, p);
+  if (!st) st = ring_all_gather(c, buf, cd, cd + p, es);
+  free(cd);
+  return st;
+}
+
+static tdist_status_t all_reduce(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
+                                 tdist_reduce_op_t op) {
+  tdist_pg_t *pg = c->pg;
+  int avg = op == TDIST_AVG;
+  tdist_reduce_op_t eff = avg ? TDIST_SUM : op;
+  if (pg->size == 1 || count == 0) return TDIST_OK;
+  size_t bytes = count * tdist_dtype_size(dt);
+  int algo = G(pg)->force_algo;
+  if (!algo) algo = (bytes <= RD_MAX_BYTES || count < (size_t)pg->size) ? 2 : 1;
+  if (algo == 1 && count < (size_t)pg->size) algo = 2;
+  if (tdist__log_enabled(TDIST__LOG_DEBUG))
+    tdist__log(TDIST__LOG_DEBUG, "gloo", "all_reduce %zu bytes, %d ranks: %s", bytes, pg->size,
+               algo == 1 ? "ring" : "recursive doubling");
+  if (algo == 1) return allreduce_ring(c, buf, count, dt, eff, avg);
+  tdist_status_t st = allreduce_rd(c, buf, count, dt, eff);
+  if (!st && avg) tdist__reduce_finish_avg(buf, count, dt, pg->size);
+  return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Rooted collectives                                                                        */
+
+static tdist_status_t broadcast(ctx_t *c, uint8_t *buf, size_t bytes, int root) {
+  int p = c->pg->size, r = c->pg->rank;
+  int vr = mod(r - root, p), mask = 1;
+  tdist_status_t st;
+  while (mask < p) {
+    if (vr & mask) {
+      tdist__xfer_t x = xrecv(c, mod(vr - mask + root, p), buf, bytes);
+      if ((st = xchg(c, &x, 1))) return st;
+      break;
+    }
+    mask <<= 1;
+  }
+  tdist__xfer_t x[32];
+  int n = 0;
+  for (mask >>= 1; mask > 0; mask >>= 1)
+    if (vr + mask < p) x[n++] = xsend(c, mod(vr + mask + root, p), buf, bytes);
+  return n ? xchg(c, x, n) : TDIST_OK;
+}
+
+static tdist_status_t reduce(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
+                             tdist_reduce_op_t op, int root) {
+  tdist_pg_t *pg = c->pg;
+  int p = pg->size, r = pg->rank;
+  int avg = op == TDIST_AVG;
+  tdist_reduce_op_t eff = avg ? TDIST_SUM : op;
+  size_t bytes = count * tdist_dtype_size(dt);
+  uint8_t *tmp = scratch(pg, bytes);
+  if (!tmp) return nomem(pg, c->what, bytes);
+  int vr = mod(r - root, p);
+  tdist_status_t st;
+  for (int mask = 1; mask < p; mask <<= 1) {
+    if (vr & mask) {
+      tdist__xfer_t x = xsend(c, mod(vr - mask + root, p), buf, bytes);
+      return xchg(c, &x, 1);
+    }
+    if (vr + mask < p) {
+      tdist__xfer_t x = xrecv(c, mod(vr + mask + root, p), tmp, bytes);
+      if ((st = xchg(c, &x, 1))) return st;
+      tdist__reduce(buf, tmp, count, dt, eff);
+    }
+  }
+  if (avg) tdist__reduce_finish_avg(buf, count, dt, p);
+  return TDIST_OK;
+}
+
+/* Gather (to_root = 1) or scatter: the root moves p-1 blocks at once. */
+static tdist_status_t gather_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, size_t bytes,
+                                     int root, int to_root) {
+  tdist_pg_t *pg = c->pg;
+  int p = pg->size, r = pg->rank;
+  if (r != root) {
+    tdist__xfer_t x = to_root ? xsend(c, root, in, bytes) : xrecv(c, root, out, bytes);
+    return xchg(c, &x, 1);
+  }
+  tdist__xfer_t *x = calloc((size_t)p, sizeof *x);
+  if (!x) return nomem(pg, c->what, (size_t)p * sizeof *x);
+  int n = 0;
+  for (int i = 0; i < p; i++) {
+    if (i == r) continue;
+    x[n++] = to_root ? xrecv(c, i, out + (size_t)i * bytes, bytes)
+                     : xsend(c, i, in + (size_t)i * bytes, bytes);
+  }
+  if (bytes) {
+    if (to_root) memmove(out + (size_t)r * bytes, in, bytes);
+    else memmove(out, in + (size_t)r * bytes, bytes);
+  }
+  tdist_status_t st = xchg(c, x, n);
+  free(x);
+  return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* All-to-all style                                                                          */
+
+static tdist_status_t all_gather_v(ctx_t *c, uint8_t *out, const uint8_t *in,
+                                   const size_t *counts, const size_t *displs, size_t es) {
+  int r = c->pg->rank;
+  if (counts[r]) memmove(out + displs[r] * es, in, counts[r] * es);
+  return c->pg->size == 1 ? TDIST_OK : ring_all_gather(c, out, counts, displs, es);
+}
+
+static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, size_t count,
+                                     tdist_dtype_t dt, tdist_reduce_op_t op) {
+  tdist_pg_t *pg = c->pg;
+  int p = pg->size, r = pg->rank;
+  size_t es = tdist_dtype_size(dt), total = count * (size_t)p * es;
+  int avg = op == TDIST_AVG;
+  /* One scratch area: the working copy of all blocks, then one receive block. */
+  uint8_t *work = scratch(pg, total + count * es);
+  if (!work) return nomem(pg, c->what, total + count * es);
+  if (total) memcpy(work, in, total);
+  tdist_status_t st =
+      p == 1 ? TDIST_OK
+             : ring_reduce_scatter(c, work, count * (size_t)p, dt, avg ? TDIST_SUM : op,
+                                   work + total);
+  if (st) return st;
+  if (count) memcpy(out, work + (size_t)r * count * es, count * es);
+  if (avg) tdist__reduce_finish_avg(out, count, dt, p);
+  return TDIST_OK;
+}
+
+static tdist_status_t all_to_all_v(ctx_t *c, const tdist__coll_t *k) {
+  tdist_pg_t *pg = c->pg;
+  int p = pg->size, r = pg->rank;
+  size_t es = tdist_dtype_size(k->dtype);
+  uint8_t *out = k->out;
+  const uint8_t *in = k->in;
+  if (k->counts[r] != k->in_counts[r])
+    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
+                          "all_to_all_v: this rank sends itself %zu elements but expects %zu",
+                          k->in_counts[r], k->counts[r]);
+  if (k->counts[r])
+    memmove(out + k->displs[r] * es, in + k->in_displs[r] * es, k->counts[r] * es);
+  if (p == 1) return TDIST_OK;
+  tdist__xfer_t *x = calloc(2 * (size_t)p, sizeof *x);
+  if (!x) return nomem(pg, c->what, 2 * (size_t)p * sizeof *x);
+  int n = 0;
+  /* Staggered order (r+s, r-s) spreads the load; the transport runs them all concurrently. */
+  for (int s = 1; s < p; s++) {
+    int to = mod(r + s, p), from = mod(r - s, p);
+    x[n++] = xsend(c, to, in + k->in_displs[to] * es, k->in_counts[to] * es);
+    x[n++] = xrecv(c, from, out + k->displs[from] * es, k->counts[from] * es);
+  }
+  tdist_status_t st = xchg(c, x, n);
+  free(x);
+  return st;
+}
+
+static tdist_status_t barrier(ctx_t *c) {
+  int p = c->pg->size, r = c->pg->rank;
+  for (int k = 1; k < p; k <<= 1) {
+    tdist_status_t st = sendrecv(c, mod(r + k, p), NULL, 0, mod(r - k, p), NULL, 0);
+    if (st) return st;
+  }
+  return TDIST_OK;
+}
+
+static tdist_status_t monitored_barrier(ctx_t *c, int64_t timeout_ms) {
+  tdist_pg_t *pg = c->pg;
+  int p = pg->size, r = pg->rank;
+  if (p == 1) return TDIST_OK;
+  int64_t dl = tdist__now_ms() + timeout_ms;
+  if (r != 0) {
+    ctx_t c2 = *c;
+    c2.dl = dl;
+    tdist__xfer_t x[2] = {xsend(c, 0, NULL, 0), xrecv(c, 0, NULL, 0)};
+    return xchg(&c2, x, 2);
+  }
+  tdist__xfer_t *x = calloc((size_t)p, sizeof *x);
+  if (!x) return nomem(pg, c->what, (size_t)p * sizeof *x);
+  for (int i = 1; i < p; i++) x[i - 1] = xrecv(c, i, NULL, 0);
+  ctx_t c2 = *c;
+  c2.dl = dl;
+  tdist_status_t st = xchg(&c2, x, p - 1);
+  if (st == TDIST_ERR_TIMEOUT) {
+    char missing[300] = "";
+    size_t ml = 0;
+    int nm = 0;
+    for (int i = 1; i < p; i++) {
+      if (x[i - 1].complete) continue;
+      nm++;
+      if (ml + 12 < sizeof missing)
+        ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%d", ml ? ", " : "", i);
+    }
+    st = tdist__pg_fail(pg, TDIST_ERR_TIMEOUT,
+                        "monitored_barrier: %d rank%s (%s) did not arrive within %lld ms", nm,
+                        nm == 1 ? "" : "s", missing, (long long)timeout_ms);
+  }
+  if (!st) {
+    for (int i = 1; i < p; i++) x[i - 1] = xsend(c, i, NULL, 0);
+    st = xchg(c, x, p - 1);
+  }
+  free(x);
+  return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Collective fingerprints (TDIST_DEBUG=DETAIL)                                              */
+
+typedef struct {
+  uint64_t seq;
+  uint32_t kind, dtype, op, root;
+  uint64_t count;
+} fp_t;
+
+static void fp_str(const fp_t *f, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s #%llu (dtype %s, count %llu, op %s, root %u)",
+           tdist__coll_name((tdist__coll_kind_t)f->kind), (unsigned long long)f->seq,
+           tdist_dtype_name((tdist_dtype_t)f->dtype), (unsigned long long)f->count,
+           tdist_reduce_op_name((tdist_reduce_op_t)f->op), f->root);
+}
+
+static tdist_status_t check_fingerprints(tdist_pg_t *pg, const tdist__coll_t *k, int64_t dl) {
+  int p = pg->size;
+  fp_t mine = {k->seq, (uint32_t)k->kind, (uint32_t)k->dtype, (uint32_t)k->op, (uint32_t)k->root,
+               k->count};
+  if (k->kind != TDIST__COLL_REDUCE && k->kind != TDIST__COLL_ALL_REDUCE &&
+      k->kind != TDIST__COLL_REDUCE_SCATTER)
+    mine.op = 0;
+  if (k->kind != TDIST__COLL_BROADCAST && k->kind != TDIST__COLL_REDUCE &&
+      k->kind != TDIST__COLL_GATHER && k->kind != TDIST__COLL_SCATTER)
+    mine.root = 0;
+  if (k->kind == TDIST__COLL_ALL_GATHER_V || k->kind == TDIST__COLL_ALL_TO_ALL_V ||
+      k->kind == TDIST__COLL_BARRIER || k->kind == TDIST__COLL_MONITORED_BARRIER)
+    mine.count = 0; /* sizes legitimately differ per rank */
+  fp_t *all = calloc((size_t)p, sizeof *all);
+  size_t *cd = calloc(2 * (size_t)p, sizeof *cd);
+  if (!all || !cd) {
+    free(all);
+    free(cd);
+    return nomem(pg, "fingerprint check", (size_t)p * sizeof *all);
+  }
+  for (int i = 0; i < p; i++) {
+    cd[i] = 1;
+    cd[p + i] = (size_t)i;
+  }
+  ctx_t c = {pg, dl, "fingerprint check", 0x7fffffffu};
+  tdist_status_t st = all_gather_v(&c, (uint8_t *)all, (uint8_t *)&mine, cd, cd + p, sizeof mine);
+  for (int i = 0; !st && i < p; i++) {
+    if (memcmp(&all[i], &mine, sizeof mine) != 0) {
+      char a[200], b[200];
+      fp_str(&mine, a, sizeof a);
+      fp_str(&all[i], b, sizeof b);
+      st = tdist__pg_fail(pg, TDIST_ERR_INVALID_USAGE,
+                          "collective mismatch: rank %d called %s but rank %d called %s", pg->rank,
+                          a, i, b);
+    }
+  }
+  free(all);
+  free(cd);
+  return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Backend glue                                                                              */
+
+static tdist_status_t gloo_connect(tdist_pg_t *pg, int64_t deadline) {
+  gloo_t *g = calloc(1, sizeof *g);
+  if (!g) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "gloo: out of memory");
+  const char *a = getenv("TDIST_ALGO_ALLREDUCE");
+  if (a && !strcmp(a, "ring")) g->force_algo = 1;
+  else if (a && !strcmp(a, "rd")) g->force_algo = 2;
+  else if (a && *a && strcmp(a, "auto"))
+    tdist__log(TDIST__LOG_WARN, "gloo", "TDIST_ALGO_ALLREDUCE=%s is not ring|rd|auto; using auto",
+               a);
+  const char *d = getenv("TDIST_DEBUG");
+  g->fingerprint = d && !strcmp(d, "DETAIL");
+  tdist_status_t st = tdist__tcp_transport_create(pg, deadline, &g->tp);
+  if (st) {
+    free(g);
+    return st;
+  }
+  pg->be_state = g;
+  return TDIST_OK;
+}
+
+static void gloo_destroy(tdist_pg_t *pg) {
+  gloo_t *g = G(pg);
+  if (!g) return;
+  g->tp->destroy(g->tp);
+  free(g->scratch);
+  free(g);
+  pg->be_state = NULL;
+}
+
+static tdist_status_t gloo_run(tdist_pg_t *pg, const tdist__coll_t *k, int64_t dl) {
+  if (!pg->be_state)
+    return tdist__pg_fail(pg, TDIST_ERR_INVALID_USAGE, "%s: the process group was finalized",
+                          tdist__coll_name(k->kind));
+  char what[64];
+  snprintf(what, sizeof what, "%s #%llu", tdist__coll_name(k->kind), (unsigned long long)k->seq);
+  ctx_t c = {pg, dl, what, COLL_TAG(k->kind)};
+  size_t es = tdist_dtype_size(k->dtype);
+  tdist_status_t st;
+  if (G(pg)->fingerprint && pg->size > 1 && k->kind != TDIST__COLL_SEND &&
+      k->kind != TDIST__COLL_RECV && (st = check_fingerprints(pg, k, dl)))
+    return st;
+  switch (k->kind) {
+    case TDIST__COLL_ALL_REDUCE:
+      return all_reduce(&c, k->out, k->count, k->dtype, k->op);
+    case TDIST__COLL_BROADCAST:
+      return pg->size == 1 ? TDIST_OK : broadcast(&c, k->out, k->count * es, k->root);
+    case TDIST__COLL_REDUCE:
+      return pg->size == 1 ? TDIST_OK : reduce(&c, k->out, k->count, k->dtype, k->op, k->root);
+    case TDIST__COLL_ALL_GATHER_V:
+      return all_gather_v(&c, k->out, k->in, k->counts, k->displs, es);
+    case TDIST__COLL_GATHER:
+      return gather_scatter(&c, k->out, k->in, k->count * es, k->root, 1);
+    case TDIST__COLL_SCATTER:
+      return gather_scatter(&c, k->out, k->in, k->count * es, k->root, 0);
+    case TDIST__COLL_REDUCE_SCATTER:
+      return reduce_scatter(&c, k->out, k->in, k->count, k->dtype, k->op);
+    case TDIST__COLL_ALL_TO_ALL_V:
+      return all_to_all_v(&c, k);
+    case TDIST__COLL_BARRIER:
+      return barrier(&c);
+    case TDIST__COLL_MONITORED_BARRIER:
+      return monitored_barrier(&c, k->timeout_ms);
+    case TDIST__COLL_SEND:
+    case TDIST__COLL_RECV: {
+      c.tag = (uint32_t)k->tag & 0x7fffffffu;
+      tdist__xfer_t x = k->kind == TDIST__COLL_SEND ? xsend(&c, k->peer, k->in, k->count * es)
+                                                    : xrecv(&c, k->peer, k->out, k->count * es);
+      return xchg(&c, &x, 1);
+    }
+    default:
+      return tdist__pg_fail(pg, TDIST_ERR_INTERNAL, "gloo: unknown collective %d", (int)k->kind);
+  }
+}
+
+const tdist__backend_t tdist__gloo_backend = {"gloo", gloo_connect, gloo_destroy, gloo_run};

@@ -1,0 +1,453 @@
+/* Full-mesh TCP transport (transport.h).
+ *
+ * Setup: every rank listens on an ephemeral port of the chosen interface, publishes
+ * "ip port hostname boot_id" under gloo/<rank> in the group's store, reads everyone's entry,
+ * connects to each lower rank and accepts each higher rank (a 16-byte hello names the rank and the
+ * group). Data: every message is a 16-byte header (magic, tag, length) and the payload, sent with
+ * one sendmsg where possible; receives read header and payload with one readv. Progress is
+ * non-blocking: try every transfer, spin briefly (small messages on loopback answer within
+ * microseconds), then poll() on the sockets and the group's abort eventfd until the deadline. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "runtime/common/clock.h"
+#include "runtime/common/log.h"
+#include "runtime/common/sock.h"
+#include "runtime/gloo/transport.h"
+#include "runtime/pg/pg_internal.h"
+#include "runtime/store/proto.h" /* little-endian helpers */
+#include "runtime/store/store_internal.h"
+
+#define MSG_MAGIC 0x7d15c0deu
+#define HELLO_MAGIC 0x7d15e110u
+
+typedef struct {
+  tdist__transport_t base;
+  tdist_pg_t *pg;
+  int rank, size;
+  int *fds;
+  char (*addr)[80];
+  int spin_us;
+  struct pollfd *pfds;
+  int *pidx;
+} tcp_t;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Setup                                                                                     */
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+static void read_boot_id(char *buf, size_t cap) {
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  buf[0] = '\0';
+  if (f) {
+    if (!fgets(buf, (int)cap, f)) buf[0] = '\0';
+    fclose(f);
+  }
+  buf[strcspn(buf, "\n")] = '\0';
+  if (!buf[0]) snprintf(buf, cap, "unknown");
+}
+
+/* The IPv4 address to listen on: TDIST_SOCKET_IFNAME's, else the address of the interface that
+ * reaches the store (NCCL's approach), else the host name's, else loopback. */
+static tdist_status_t choose_ip(tdist_pg_t *pg, char *ip, size_t cap) {
+  const char *ifname = getenv("TDIST_SOCKET_IFNAME");
+  if (ifname && *ifname) {
+    struct ifaddrs *ifa = NULL;
+    if (getifaddrs(&ifa) == 0) {
+      for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && strcmp(i->ifa_name, ifname) == 0) {
+          inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)cap);
+          freeifaddrs(ifa);
+          return TDIST_OK;
+        }
+      }
+      freeifaddrs(ifa);
+    }
+    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
+                          "TDIST_SOCKET_IFNAME=%s: no interface of that name with an IPv4 "
+                          "address (see `ip -4 addr`)", ifname);
+  }
+  if (tdist__store_local_ip(pg->base_store, ip, cap) == 0) return TDIST_OK;
+  char host[256];
+  if (gethostname(host, sizeof host) == 0) {
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) == 0 && res) {
+      inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, ip, (socklen_t)cap);
+      freeaddrinfo(res);
+      return TDIST_OK;
+    }
+  }
+  snprintf(ip, cap, "127.0.0.1");
+  return TDIST_OK;
+}
+
+static int wait_readable(int fd, int abort_fd, int64_t deadline) {
+  for (;;) {
+    struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = abort_fd, .events = POLLIN}};
+    int r = poll(p, 2, tdist__poll_timeout(deadline));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -errno;
+    if (p[1].revents) return -ECANCELED;
+    if (r == 0) return -ETIMEDOUT;
+    return 0;
+  }
+}
+
+static void tcp_destroy(tdist__transport_t *base) {
+  tcp_t *t = (tcp_t *)base;
+  if (t->fds)
+    for (int i = 0; i < t->size; i++)
+      if (t->fds[i] >= 0) close(t->fds[i]);
+  free(t->fds);
+  free(t->addr);
+  free(t->pfds);
+  free(t->pidx);
+  free(t);
+}
+
+static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, int n,
+                                   int64_t deadline, const char *what);
+
+tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
+                                           tdist__transport_t **out) {
+  tcp_t *t = calloc(1, sizeof *t);
+  int listen_fd = -1;
+  tdist_status_t st = TDIST_OK;
+  char **keys = NULL;
+  void **vals = NULL;
+  size_t *lens = NULL;
+  if (!t) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
+  t->base.exchange = tcp_exchange;
+  t->base.destroy = tcp_destroy;
+  t->pg = pg;
+  t->rank = pg->rank;
+  t->size = pg->size;
+  t->fds = malloc(sizeof(int) * (size_t)t->size);
+  t->addr = calloc((size_t)t->size, sizeof *t->addr);
+  t->pfds = calloc(2 * (size_t)t->size + 1, sizeof *t->pfds);
+  t->pidx = calloc(2 * (size_t)t->size + 1, sizeof *t->pidx);
+  keys = calloc((size_t)t->size, sizeof *keys);
+  vals = calloc((size_t)t->size, sizeof *vals);
+  lens = calloc((size_t)t->size, sizeof *lens);
+  if (!t->fds || !t->addr || !t->pfds || !t->pidx || !keys || !vals || !lens) {
+    st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
+    goto done;
+  }
+  for (int i = 0; i < t->size; i++) t->fds[i] = -1;
+  const char *spin = getenv("TDIST_SPIN_US");
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  /* Spinning only pays when every rank has a core to spin on. */
+  t->spin_us = spin && *spin ? atoi(spin) : (t->size <= ncpu ? 50 : 0);
+  if (t->size == 1) {
+    *out = &t->base;
+    t = NULL;
+    goto done;
+  }
+
+  char ip[64];
+  if ((st = choose_ip(pg, ip, sizeof ip))) goto done;
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  inet_pton(AF_INET, ip, &sa.sin_addr);
+  listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listen_fd < 0 || bind(listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+      listen(listen_fd, t->size + 16) != 0) {
+    st = tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "tcp transport: cannot listen on %s: %s", ip,
+                        strerror(errno));
+    goto done;
+  }
+  socklen_t sl = sizeof sa;
+  getsockname(listen_fd, (struct sockaddr *)&sa, &sl);
+  char host[128], boot[64], entry[400], key[64];
+  if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
+  host[sizeof host - 1] = '\0';
+  read_boot_id(boot, sizeof boot);
+  int elen = snprintf(entry, sizeof entry, "%s %d %s %s", ip, ntohs(sa.sin_port), host, boot);
+  snprintf(key, sizeof key, "gloo/%d", t->rank);
+  if ((st = tdist_store_set(pg->store, key, entry, (size_t)elen))) {
+    st = tdist__pg_fail(pg, st, "tcp transport: publishing this rank's address: %s",
+                        tdist_store_last_error(pg->store));
+    goto done;
+  }
+  for (int i = 0; i < t->size; i++) {
+    keys[i] = malloc(32);
+    if (!keys[i]) {
+      st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
+      goto done;
+    }
+    snprintf(keys[i], 32, "gloo/%d", i);
+  }
+  int64_t left = deadline - tdist__now_ms();
+  tdist_store_set_timeout(pg->store, left > 0 ? left : 1);
+  st = tdist_store_multi_get(pg->store, (const char *const *)keys, (size_t)t->size, vals, lens);
+  tdist_store_set_timeout(pg->store, pg->timeout_ms);
+  if (st) {
+    st = tdist__pg_fail(pg, st, "waiting for all %d ranks to publish their addresses: %s "
+                        "(a rank that never started or used another MASTER_ADDR/PORT?)",
+                        t->size, tdist_store_last_error(pg->store));
+    goto done;
+  }
+  int remote_host = 0;
+  for (int i = 0; i < t->size; i++) {
+    char pip[64], phost[128], pboot[64];
+    int pport;
+    char *v = malloc(lens[i] + 1);
+    if (!v) {
+      st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
+      goto done;
+    }
+    memcpy(v, vals[i], lens[i]);
+    v[lens[i]] = '\0';
+    int ok = sscanf(v, "%63s %d %127s %63s", pip, &pport, phost, pboot) == 4;
+    free(v);
+    if (!ok) {
+      st = tdist__pg_fail(pg, TDIST_ERR_PROTOCOL, "tcp transport: rank %d published a malformed "
+                          "address entry", i);
+      goto done;
+    }
+    snprintf(t->addr[i], sizeof t->addr[i], "%s:%d", pip, pport);
+    if (strcmp(phost, host) != 0 || strcmp(pboot, boot) != 0) remote_host = 1;
+  }
+  if (remote_host && strncmp(ip, "127.", 4) == 0)
+    tdist__log(TDIST__LOG_WARN, "gloo",
+               "rank %d listens on loopback %s but the group spans several hosts: other hosts "
+               "cannot reach it. Set TDIST_SOCKET_IFNAME to the interface to use.",
+               t->rank, ip);
+
+  uint64_t ghash = hash_str(pg->name);
+  /* Connect to every lower rank; the kernel completes these against their listen backlog, so
+   * connecting first and accepting second cannot deadlock. */
+  for (int peer = 0; peer < t->rank; peer++) {
+    char pip[80];
+    snprintf(pip, sizeof pip, "%s", t->addr[peer]);
+    char *colon = strrchr(pip, ':');
+    *colon = '\0';
+    int64_t backoff = 10;
+    for (;;) {
+      int fd = tdist__sock_connect(pip, atoi(colon + 1), deadline, NULL);
+      if (fd >= 0) {
+        uint8_t hello[16];
+        tdist__put_u32(hello, HELLO_MAGIC);
+        tdist__put_u32(hello + 4, (uint32_t)t->rank);
+        tdist__put_u64(hello + 8, ghash);
+        int r = tdist__sock_send_all(fd, hello, sizeof hello, deadline);
+        if (r == 0) {
+          t->fds[peer] = fd;
+          break;
+        }
+        close(fd);
+      }
+      if (tdist__now_ms() + backoff >= deadline || atomic_load(&pg->aborted)) {
+        st = tdist__pg_fail(pg, TDIST_ERR_TIMEOUT, "tcp transport: rank %d could not connect "
+                            "to rank %d at %s: %s", t->rank, peer, t->addr[peer],
+                            tdist__sock_strerror(fd < 0 ? fd : -EPIPE));
+        goto done;
+      }
+      usleep((useconds_t)backoff * 1000);
+      backoff = backoff * 2 > 500 ? 500 : backoff * 2;
+    }
+  }
+  for (int k = t->rank + 1; k < t->size; k++) {
+    int r = wait_readable(listen_fd, pg->abort_fd, deadline);
+    if (r) {
+      char missing[256] = "";
+      size_t ml = 0;
+      for (int p = t->rank + 1; p < t->size && ml + 8 < sizeof missing; p++)
+        if (t->fds[p] < 0) ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%d",
+                                                  ml ? "," : "", p);
+      st = tdist__pg_fail(pg, r == -ECANCELED ? TDIST_ERR_ABORTED : TDIST_ERR_TIMEOUT,
+                          "tcp transport: rank %d waited for connections from ranks %s: %s",
+                          t->rank, missing, r == -ECANCELED ? "aborted" : "timed out");
+      goto done;
+    }
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      k--;
+      continue;
+    }
+    uint8_t hello[16];
+    r = tdist__sock_recv_all(fd, hello, sizeof hello, deadline);
+    uint32_t peer = tdist__get_u32(hello + 4);
+    if (r || tdist__get_u32(hello) != HELLO_MAGIC || tdist__get_u64(hello + 8) != ghash ||
+        peer <= (uint32_t)t->rank || peer >= (uint32_t)t->size || t->fds[peer] >= 0) {
+      /* A stray or stale connection (another job or an earlier attempt): drop it. */
+      char who[64];
+      tdist__sock_peer_str(fd, who, sizeof who);
+      tdist__log(TDIST__LOG_WARN, "gloo", "rank %d: dropping unexpected connection from %s",
+                 t->rank, who);
+      close(fd);
+      k--;
+      continue;
+    }
+    tdist__sock_nodelay(fd);
+    t->fds[peer] = fd;
+  }
+  for (int i = 0; i < t->size; i++)
+    if (t->fds[i] >= 0) tdist__sock_set_nonblock(t->fds[i], 1);
+  *out = &t->base;
+  t = NULL;
+done:
+  if (listen_fd >= 0) close(listen_fd);
+  if (keys)
+    for (int i = 0; i < pg->size; i++) free(keys[i]);
+  if (vals)
+    for (int i = 0; i < pg->size; i++) free(vals[i]);
+  free(keys);
+  free(vals);
+  free(lens);
+  if (t) tcp_destroy(&t->base);
+  return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Data path                                                                                 */
+
+/* 1 if an earlier incomplete transfer in the list uses the same peer and direction: messages
+ * on one socket must go in list order. */
+static int blocked(const tdist__xfer_t *x, int i) {
+  for (int j = 0; j < i; j++)
+    if (!x[j].complete && x[j].peer == x[i].peer && x[j].is_send == x[i].is_send) return 1;
+  return 0;
+}
+
+/* Moves one transfer forward without blocking. 1 = progressed, 0 = would block, <0 = -errno,
+ * -EPROTO = header mismatch (detail in *why). */
+static int step(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
+  int fd = t->fds[x->peer];
+  if (x->is_send) {
+    if (x->hdr_done == 0 && x->done == 0) {
+      tdist__put_u32(x->hdr, MSG_MAGIC);
+      tdist__put_u32(x->hdr + 4, x->tag);
+      tdist__put_u64(x->hdr + 8, x->len);
+    }
+    struct iovec iov[2];
+    int n = 0;
+    if (x->hdr_done < 16) iov[n++] = (struct iovec){x->hdr + x->hdr_done, 16 - x->hdr_done};
+    if (x->done < x->len) iov[n++] = (struct iovec){(char *)x->buf + x->done, x->len - x->done};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+    if (w < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
+    size_t ww = (size_t)w;
+    if (x->hdr_done < 16) {
+      size_t h = ww < 16 - x->hdr_done ? ww : 16 - x->hdr_done;
+      x->hdr_done += h;
+      ww -= h;
+    }
+    x->done += ww;
+  } else {
+    struct iovec iov[2];
+    int n = 0;
+    if (x->hdr_done < 16) iov[n++] = (struct iovec){x->hdr + x->hdr_done, 16 - x->hdr_done};
+    if (x->done < x->len) iov[n++] = (struct iovec){(char *)x->buf + x->done, x->len - x->done};
+    ssize_t r = readv(fd, iov, n);
+    if (r == 0) return -TDIST__ECLOSED;
+    if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
+    size_t rr = (size_t)r;
+    int had_hdr = x->hdr_done == 16;
+    if (x->hdr_done < 16) {
+      size_t h = rr < 16 - x->hdr_done ? rr : 16 - x->hdr_done;
+      x->hdr_done += h;
+      rr -= h;
+    }
+    x->done += rr;
+    if (!had_hdr && x->hdr_done == 16) {
+      uint32_t magic = tdist__get_u32(x->hdr), tag = tdist__get_u32(x->hdr + 4);
+      uint64_t len = tdist__get_u64(x->hdr + 8);
+      if (magic != MSG_MAGIC) {
+        snprintf(why, wcap, "rank %d (%s) sent bytes that are not a tdist message", x->peer,
+                 t->addr[x->peer]);
+        return -EPROTO;
+      }
+      if (len != x->len || tag != x->tag) {
+        snprintf(why, wcap,
+                 "rank %d (%s) sent a message of %llu bytes with tag %u where this rank expected "
+                 "%zu bytes with tag %u: the ranks called different collectives or different "
+                 "sizes (set TDIST_DEBUG=DETAIL to compare them)",
+                 x->peer, t->addr[x->peer], (unsigned long long)len, tag, x->len, x->tag);
+        return -EPROTO;
+      }
+    }
+  }
+  if (x->hdr_done == 16 && x->done == x->len) x->complete = 1;
+  return 1;
+}
+
+static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, int n,
+                                   int64_t deadline, const char *what) {
+  tcp_t *t = (tcp_t *)base;
+  tdist_pg_t *pg = t->pg;
+  int64_t spin_until = t->spin_us > 0 ? tdist__now_ns() + (int64_t)t->spin_us * 1000 : 0;
+  char why[400];
+  for (;;) {
+    int pending = 0, progressed = 0;
+    for (int i = 0; i < n; i++) {
+      if (x[i].complete || blocked(x, i)) {
+        pending += !x[i].complete;
+        continue;
+      }
+      for (;;) { /* drive this transfer until it would block */
+        int r = step(t, &x[i], why, sizeof why);
+        if (r < 0) {
+          if (r == -EPROTO) return tdist__pg_fail(pg, TDIST_ERR_PROTOCOL, "%s: %s", what, why);
+          if (r == -TDIST__ECLOSED || r == -ECONNRESET || r == -EPIPE)
+            return tdist__pg_fail(pg, TDIST_ERR_REMOTE,
+                                  "%s: rank %d (%s) closed the connection (did that process exit "
+                                  "or crash?)", what, x[i].peer, t->addr[x[i].peer]);
+          return tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "%s: %s with rank %d (%s): %s", what,
+                                x[i].is_send ? "send" : "receive", x[i].peer, t->addr[x[i].peer],
+                                strerror(-r));
+        }
+        if (r == 0 || x[i].complete) break;
+        progressed = 1;
+      }
+      if (!x[i].complete) pending++;
+      else progressed = 1;
+    }
+    if (!pending) return TDIST_OK;
+    if (atomic_load_explicit(&pg->aborted, memory_order_relaxed))
+      return tdist__pg_fail(pg, TDIST_ERR_ABORTED, "%s: aborted", what);
+    if (progressed) continue;
+    if (spin_until && tdist__now_ns() < spin_until) continue;
+    /* Block in poll on every transfer that can move, plus the abort eventfd. */
+    int np = 0;
+    for (int i = 0; i < n; i++) {
+      if (x[i].complete || blocked(x, i)) continue;
+      t->pfds[np] = (struct pollfd){.fd = t->fds[x[i].peer],
+                                    .events = x[i].is_send ? POLLOUT : POLLIN};
+      t->pidx[np++] = i;
+      if (np == 2 * t->size) break; /* pfds holds 2 * size + 1 entries */
+    }
+    t->pfds[np] = (struct pollfd){.fd = pg->abort_fd, .events = POLLIN};
+    int r = poll(t->pfds, (nfds_t)np + 1, tdist__poll_timeout(deadline));
+    if (r < 0 && errno != EINTR)
+      return tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "%s: poll: %s", what, strerror(errno));
+    if (r == 0 && tdist__now_ms() >= deadline) {
+      char ranks[200] = "";
+      size_t rl = 0;
+      for (int i = 0; i < n && rl + 40 < sizeof ranks; i++)
+        if (!x[i].complete)
+          rl += (size_t)snprintf(ranks + rl, sizeof ranks - rl, "%s%d (%s)", rl ? ", " : "",
+                                 x[i].peer, t->addr[x[i].peer]);
+      return tdist__pg_fail(pg, TDIST_ERR_TIMEOUT,
+                            "%s: timed out after %lld ms waiting for rank %s (stuck, or not "
+                            "calling the same collective?)",
+                            what, (long long)pg->timeout_ms, ranks);
+    }
+  }
+}

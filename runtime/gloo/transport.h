@@ -1,0 +1,43 @@
+/* The transport interface that every gloo algorithm is written against (Gloo's design): a set
+ * of point-to-point transfers progressed together until all complete, the deadline passes or the
+ * group is aborted. Messages between two ranks arrive in the order they were sent; each carries a
+ * small header so a size mismatch (ranks disagreeing about a collective) is an error, not a
+ * silent desynchronisation. */
+#ifndef TDIST_GLOO_TRANSPORT_H
+#define TDIST_GLOO_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tdist/status.h"
+
+typedef struct tdist_pg_s tdist_pg_t;
+
+typedef struct {
+  int peer;     /* group rank */
+  int is_send;  /* 1 send, 0 receive */
+  void *buf;    /* send: data (read only); receive: destination */
+  size_t len;   /* bytes; a receive must match the sender's length exactly */
+  uint32_t tag; /* must match between sender and receiver */
+  /* progress state, owned by the transport (zero before the call) */
+  size_t done;
+  uint8_t hdr[16];
+  size_t hdr_done;
+  int complete;
+} tdist__xfer_t;
+
+typedef struct tdist__transport tdist__transport_t;
+struct tdist__transport {
+  /* Progresses all transfers; returns when all are complete (TDIST_OK), or on the deadline
+   * (TDIST_ERR_TIMEOUT), abort, or a peer failure, after writing the detail (peer rank and
+   * address) into the group's error with tdist__pg_fail. `what` names the collective. */
+  tdist_status_t (*exchange)(tdist__transport_t *t, tdist__xfer_t *x, int n, int64_t deadline_ms,
+                             const char *what);
+  void (*destroy)(tdist__transport_t *t);
+};
+
+/* Full-mesh TCP among the group's ranks; addresses go through the group's store. */
+tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline_ms,
+                                           tdist__transport_t **out);
+
+#endif

@@ -1,0 +1,102 @@
+/* Process-group internals shared by pg.c and the backends.
+ *
+ * pg.c validates every public call, turns it into a tdist__coll_t and runs it through the
+ * backend's single `run` entry, on the caller's thread or on the group's async worker. A failure
+ * is sticky: the group records it, aborts, and every later call returns it at once. */
+#ifndef TDIST_PG_PG_INTERNAL_H
+#define TDIST_PG_PG_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "runtime/common/status_internal.h"
+#include "tdist/pg.h"
+#include "tdist/store.h"
+
+#define TDIST__PG_MAGIC 0x9a0c011eu
+
+typedef enum {
+  TDIST__COLL_ALL_REDUCE,
+  TDIST__COLL_BROADCAST,
+  TDIST__COLL_REDUCE,
+  TDIST__COLL_ALL_GATHER_V,
+  TDIST__COLL_GATHER,
+  TDIST__COLL_SCATTER,
+  TDIST__COLL_REDUCE_SCATTER,
+  TDIST__COLL_ALL_TO_ALL_V,
+  TDIST__COLL_BARRIER,
+  TDIST__COLL_MONITORED_BARRIER,
+  TDIST__COLL_SEND,
+  TDIST__COLL_RECV,
+  TDIST__COLL_KIND_COUNT_
+} tdist__coll_kind_t;
+
+/* One collective call, as every backend receives it. Arrays (counts/displs) are owned by the
+ * descriptor when `owned_arrays` (async calls copy them). */
+typedef struct tdist__coll {
+  tdist__coll_kind_t kind;
+  void *out;
+  const void *in;
+  size_t count;
+  tdist_dtype_t dtype;
+  tdist_reduce_op_t op;
+  int root;  /* broadcast/reduce/gather/scatter */
+  int peer;  /* send/recv */
+  int tag;   /* send/recv */
+  int64_t timeout_ms; /* monitored barrier */
+  size_t *counts, *displs;       /* all_gather_v; all_to_all_v output side */
+  size_t *in_counts, *in_displs; /* all_to_all_v input side */
+  int owned_arrays;
+  uint64_t seq; /* sequence number in the group */
+} tdist__coll_t;
+
+const char *tdist__coll_name(tdist__coll_kind_t kind);
+
+typedef struct tdist__backend {
+  const char *name;
+  /* Connects the backend among the group's ranks (store under pg->store). */
+  tdist_status_t (*connect)(tdist_pg_t *pg, int64_t deadline_ms);
+  void (*destroy)(tdist_pg_t *pg);
+  /* Runs one collective; must honour the deadline and pg->abort_fd. Returns TDIST_OK or an
+   * error after writing the detail with tdist__pg_fail. */
+  tdist_status_t (*run)(tdist_pg_t *pg, const tdist__coll_t *c, int64_t deadline_ms);
+} tdist__backend_t;
+
+extern const tdist__backend_t tdist__gloo_backend;
+
+typedef struct tdist_work_s tdist_work_t;
+
+struct tdist_pg_s {
+  uint32_t magic;
+  int rank, size;
+  int64_t timeout_ms;
+  const tdist__backend_t *be;
+  void *be_state;
+  char *name;                   /* store prefix of this group */
+  tdist_store_t *store;         /* prefix store: name/... over base_store */
+  tdist_store_t *base_store;    /* the user's store, or owned_store */
+  tdist_store_t *owned_store;   /* a TCP client we created (env://, tcp://) */
+  tdist_store_t *owned_agent_prefix; /* "/worker/attempt_N" over owned_store (agent mode) */
+  tdist_store_server_t *owned_server; /* rank 0 hosts the store (env:// outside an agent) */
+  int *parent_ranks;            /* subgroups: our ranks in the parent */
+  int subgroups;                /* subgroups created from this group so far */
+  uint64_t seq;                 /* collectives issued */
+  int abort_fd;                 /* eventfd, readable once aborted */
+  _Atomic int aborted;
+  tdist_status_t sticky;        /* the failure that aborted the group */
+  pthread_mutex_t err_mu;
+  char err[TDIST__ERRMSG_MAX];
+  /* async worker */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t worker;
+  int worker_started, stopping;
+  tdist_work_t *qhead, *qtail;
+};
+
+/* Records the group's error text (first failure wins for the sticky status) and returns st. */
+tdist_status_t tdist__pg_fail(tdist_pg_t *pg, tdist_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif
