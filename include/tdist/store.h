@@ -33,7 +33,9 @@ typedef struct {
   int port;               /* 0 = ephemeral; read it back with tdist_store_server_port() */
   int backlog;            /* 0 = /proc/sys/net/core/somaxconn */
   size_t max_key_bytes;   /* default 8 KiB; a longer key closes that connection */
-  size_t max_value_bytes; /* default 64 MiB; a larger value closes that connection */
+  size_t max_value_bytes; /* default 64 MiB; a larger value closes that connection. One whole
+                           * request (a MULTI_SET of many values) may carry at most
+                           * 2 * max_value_bytes + 64 MiB. */
   size_t max_multi_keys;  /* default 131072 keys per CHECK/WAIT/MULTI_GET/MULTI_SET */
   size_t max_connections; /* default 65536; connections past it are accepted and closed at once */
   int quiet;              /* 1 = no log lines on stderr (tests that provoke errors on purpose) */
@@ -118,8 +120,8 @@ TDIST_EXTERN void tdist_store_destroy(tdist_store_t *store);
  * 127.0.0.1:29500"). Empty if the last call succeeded. Valid until the next call on the handle. */
 TDIST_EXTERN const char *tdist_store_last_error(const tdist_store_t *store);
 
-/* Default deadline of every later call on this handle, > 0. A prefix store starts with its inner
- * store's timeout and keeps its own from then on. */
+/* Default deadline of every later call on this handle, > 0. Like PyTorch's PrefixStore, a prefix
+ * store has no timeout of its own: it reads and sets the timeout of the store it wraps. */
 TDIST_EXTERN tdist_status_t tdist_store_set_timeout(tdist_store_t *store, int64_t timeout_ms);
 TDIST_EXTERN int64_t tdist_store_timeout(const tdist_store_t *store);
 

@@ -15,6 +15,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +26,22 @@
 #include "runtime/common/clock.h"
 #include "runtime/common/log.h"
 #include "runtime/common/sock.h"
+#include "runtime/gloo/shm.h"
 #include "runtime/gloo/transport.h"
 #include "runtime/pg/pg_internal.h"
 #include "runtime/store/proto.h" /* little-endian helpers */
 #include "runtime/store/store_internal.h"
 
 #define MSG_MAGIC 0x7d15c0deu
+#define SHM_SPIN_NS 2000000 /* spin on rings this long before sleeping 1 ms at a time */
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
 #define HELLO_MAGIC 0x7d15e110u
 
 typedef struct {
@@ -40,8 +51,15 @@ typedef struct {
   int *fds;
   char (*addr)[80];
   int spin_us;
+  int oversubscribed; /* more ranks in the group than online CPUs */
   struct pollfd *pfds;
   int *pidx;
+  /* Same-host peers talk through shared-memory rings; their TCP socket stays open only to notice
+   * when the peer dies (EOF). */
+  tdist__shm_ring_t **out_ring, **in_ring;
+  tdist__shm_seg_t own;
+  tdist__shm_seg_t *peer_seg;
+  int shm_peers;
 } tcp_t;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -112,6 +130,13 @@ static int wait_readable(int fd, int abort_fd, int64_t deadline) {
 
 static void tcp_destroy(tdist__transport_t *base) {
   tcp_t *t = (tcp_t *)base;
+  if (t->peer_seg)
+    for (int i = 0; i < t->size; i++) tdist__shm_seg_close(&t->peer_seg[i]);
+  tdist__shm_seg_unlink(&t->own);
+  tdist__shm_seg_close(&t->own);
+  free(t->peer_seg);
+  free(t->out_ring);
+  free(t->in_ring);
   if (t->fds)
     for (int i = 0; i < t->size; i++)
       if (t->fds[i] >= 0) close(t->fds[i]);
@@ -124,6 +149,73 @@ static void tcp_destroy(tdist__transport_t *base) {
 
 static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, int n,
                                    int64_t deadline, const char *what);
+
+/* Shared memory for same-host peers. A pair uses it only if both sides mapped both segments:
+ * each side sends the other one flag byte over TCP saying so, which also proves the peer has mapped
+ * our segment, after which we unlink it. Any failure falls back to TCP for that pair. */
+static tdist_status_t setup_shm(tcp_t *t, const int *same, int64_t deadline) {
+  tdist_pg_t *pg = t->pg;
+  int nsame = 0;
+  for (int i = 0; i < t->size; i++) nsame += same[i];
+  if (nsame == 0) return TDIST_OK;
+  int r = tdist__shm_seg_create(&t->own, t->size);
+  if (r)
+    tdist__log(TDIST__LOG_WARN, "gloo", "rank %d: cannot create shared memory (%s): same-host "
+               "peers use TCP. Is /dev/shm mounted and large enough (%zu bytes needed)?",
+               t->rank, strerror(-r), TDIST__SHM_RING_BYTES * (size_t)t->size);
+  char key[64];
+  snprintf(key, sizeof key, "shm/%d", t->rank);
+  tdist_status_t st = tdist_store_set(pg->store, key, r ? "" : t->own.name, r ? 0 : strlen(t->own.name));
+  if (st) return tdist__pg_fail(pg, st, "publishing shared-memory segment: %s",
+                                tdist_store_last_error(pg->store));
+  uint8_t *flag_out = calloc((size_t)t->size, 1), *flag_in = calloc((size_t)t->size, 1);
+  tdist__xfer_t *x = calloc(2 * (size_t)t->size, sizeof *x);
+  if (!flag_out || !flag_in || !x) {
+    free(flag_out);
+    free(flag_in);
+    free(x);
+    return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
+  }
+  int n = 0;
+  for (int i = 0; i < t->size; i++) {
+    if (!same[i]) continue;
+    snprintf(key, sizeof key, "shm/%d", i);
+    void *v = NULL;
+    size_t len = 0;
+    st = tdist_store_get(pg->store, key, &v, &len);
+    if (st) {
+      free(flag_out);
+      free(flag_in);
+      free(x);
+      return tdist__pg_fail(pg, st, "reading rank %d's shared-memory segment: %s", i,
+                            tdist_store_last_error(pg->store));
+    }
+    char name[96];
+    snprintf(name, sizeof name, "%.*s", (int)(len < 95 ? len : 95), (char *)v);
+    tdist_free(v);
+    flag_out[i] = !r && name[0] && tdist__shm_seg_open(&t->peer_seg[i], name, t->size) == 0;
+    x[n++] = (tdist__xfer_t){.peer = i, .is_send = 1, .buf = &flag_out[i], .len = 1, .tag = 1};
+    x[n++] = (tdist__xfer_t){.peer = i, .is_send = 0, .buf = &flag_in[i], .len = 1, .tag = 1};
+  }
+  st = tcp_exchange(&t->base, x, n, deadline, "shared-memory setup");
+  tdist__shm_seg_unlink(&t->own); /* everyone who will map it has */
+  for (int i = 0; !st && i < t->size; i++) {
+    if (same[i] && flag_out[i] && flag_in[i]) {
+      t->out_ring[i] = tdist__shm_slot(&t->peer_seg[i], t->rank);
+      t->in_ring[i] = tdist__shm_slot(&t->own, i);
+      t->shm_peers++;
+    } else {
+      tdist__shm_seg_close(&t->peer_seg[i]);
+    }
+  }
+  free(flag_out);
+  free(flag_in);
+  free(x);
+  if (!st && t->shm_peers)
+    tdist__log(TDIST__LOG_DEBUG, "gloo", "rank %d: %d peers over shared memory", t->rank,
+               t->shm_peers);
+  return st;
+}
 
 tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
                                            tdist__transport_t **out) {
@@ -143,10 +235,14 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   t->addr = calloc((size_t)t->size, sizeof *t->addr);
   t->pfds = calloc(2 * (size_t)t->size + 1, sizeof *t->pfds);
   t->pidx = calloc(2 * (size_t)t->size + 1, sizeof *t->pidx);
+  t->out_ring = calloc((size_t)t->size, sizeof *t->out_ring);
+  t->in_ring = calloc((size_t)t->size, sizeof *t->in_ring);
+  t->peer_seg = calloc((size_t)t->size, sizeof *t->peer_seg);
   keys = calloc((size_t)t->size, sizeof *keys);
   vals = calloc((size_t)t->size, sizeof *vals);
   lens = calloc((size_t)t->size, sizeof *lens);
-  if (!t->fds || !t->addr || !t->pfds || !t->pidx || !keys || !vals || !lens) {
+  if (!t->fds || !t->addr || !t->pfds || !t->pidx || !keys || !vals || !lens || !t->out_ring ||
+      !t->in_ring || !t->peer_seg) {
     st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
     goto done;
   }
@@ -155,6 +251,7 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   /* Spinning only pays when every rank has a core to spin on. */
   t->spin_us = spin && *spin ? atoi(spin) : (t->size <= ncpu ? 50 : 0);
+  t->oversubscribed = t->size > ncpu;
   if (t->size == 1) {
     *out = &t->base;
     t = NULL;
@@ -204,6 +301,11 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
     goto done;
   }
   int remote_host = 0;
+  int *same = calloc((size_t)t->size, sizeof *same);
+  if (!same) {
+    st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
+    goto done;
+  }
   for (int i = 0; i < t->size; i++) {
     char pip[64], phost[128], pboot[64];
     int pport;
@@ -223,6 +325,7 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
     }
     snprintf(t->addr[i], sizeof t->addr[i], "%s:%d", pip, pport);
     if (strcmp(phost, host) != 0 || strcmp(pboot, boot) != 0) remote_host = 1;
+    else same[i] = i != t->rank;
   }
   if (remote_host && strncmp(ip, "127.", 4) == 0)
     tdist__log(TDIST__LOG_WARN, "gloo",
@@ -300,9 +403,15 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   }
   for (int i = 0; i < t->size; i++)
     if (t->fds[i] >= 0) tdist__sock_set_nonblock(t->fds[i], 1);
+  const char *shm_env = getenv("TDIST_SHM");
+  if (!(shm_env && !strcmp(shm_env, "0"))) st = setup_shm(t, same, deadline);
+  free(same);
+  same = NULL;
+  if (st) goto done;
   *out = &t->base;
   t = NULL;
 done:
+  free(same);
   if (listen_fd >= 0) close(listen_fd);
   if (keys)
     for (int i = 0; i < pg->size; i++) free(keys[i]);
@@ -340,9 +449,15 @@ static int step(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
     int n = 0;
     if (x->hdr_done < 16) iov[n++] = (struct iovec){x->hdr + x->hdr_done, 16 - x->hdr_done};
     if (x->done < x->len) iov[n++] = (struct iovec){(char *)x->buf + x->done, x->len - x->done};
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-    ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
-    if (w < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
+    ssize_t w;
+    if (t->out_ring[x->peer]) {
+      w = (ssize_t)tdist__shm_ring_write(t->out_ring[x->peer], iov, n);
+      if (w == 0) return 0;
+    } else {
+      struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+      w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+      if (w < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
+    }
     size_t ww = (size_t)w;
     if (x->hdr_done < 16) {
       size_t h = ww < 16 - x->hdr_done ? ww : 16 - x->hdr_done;
@@ -355,8 +470,14 @@ static int step(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
     int n = 0;
     if (x->hdr_done < 16) iov[n++] = (struct iovec){x->hdr + x->hdr_done, 16 - x->hdr_done};
     if (x->done < x->len) iov[n++] = (struct iovec){(char *)x->buf + x->done, x->len - x->done};
-    ssize_t r = readv(fd, iov, n);
-    if (r == 0) return -TDIST__ECLOSED;
+    ssize_t r;
+    if (t->in_ring[x->peer]) {
+      r = (ssize_t)tdist__shm_ring_read(t->in_ring[x->peer], iov, n);
+      if (r == 0) return 0;
+    } else {
+      r = readv(fd, iov, n);
+      if (r == 0) return -TDIST__ECLOSED;
+    }
     if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
     size_t rr = (size_t)r;
     int had_hdr = x->hdr_done == 16;
@@ -393,6 +514,7 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
   tcp_t *t = (tcp_t *)base;
   tdist_pg_t *pg = t->pg;
   int64_t spin_until = t->spin_us > 0 ? tdist__now_ns() + (int64_t)t->spin_us * 1000 : 0;
+  int64_t shm_spin_until = 0;
   char why[400];
   for (;;) {
     int pending = 0, progressed = 0;
@@ -422,19 +544,53 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
     if (!pending) return TDIST_OK;
     if (atomic_load_explicit(&pg->aborted, memory_order_relaxed))
       return tdist__pg_fail(pg, TDIST_ERR_ABORTED, "%s: aborted", what);
-    if (progressed) continue;
-    if (spin_until && tdist__now_ns() < spin_until) continue;
-    /* Block in poll on every transfer that can move, plus the abort eventfd. */
+    if (progressed) {
+      if (spin_until) spin_until = tdist__now_ns() + (int64_t)t->spin_us * 1000;
+      shm_spin_until = 0;
+      continue;
+    }
+    int on_shm = 0;
+    for (int i = 0; i < n && !on_shm; i++)
+      on_shm = !x[i].complete && (x[i].is_send ? t->out_ring[x[i].peer] : t->in_ring[x[i].peer]);
+    int64_t now = tdist__now_ns();
+    if (on_shm) {
+      /* Rings have no fd to sleep on: spin a while (yielding when ranks outnumber cores), then
+       * fall through to a 1 ms poll that also watches for the peer's death. */
+      if (!shm_spin_until) shm_spin_until = now + SHM_SPIN_NS;
+      if (now < shm_spin_until) {
+        if (t->oversubscribed) sched_yield();
+        else cpu_relax();
+        continue;
+      }
+    } else if (spin_until && now < spin_until) {
+      continue;
+    }
+    /* Block in poll on every transfer that can move, plus the abort eventfd. Shared-memory peers
+     * have no fd to wake us: poll their TCP socket (which only ever reports the peer's death)
+     * with a short timeout and look at the rings again. */
     int np = 0;
     for (int i = 0; i < n; i++) {
       if (x[i].complete || blocked(x, i)) continue;
+      int shm = x[i].is_send ? t->out_ring[x[i].peer] != NULL : t->in_ring[x[i].peer] != NULL;
       t->pfds[np] = (struct pollfd){.fd = t->fds[x[i].peer],
-                                    .events = x[i].is_send ? POLLOUT : POLLIN};
+                                    .events = shm ? POLLRDHUP : (x[i].is_send ? POLLOUT : POLLIN)};
       t->pidx[np++] = i;
       if (np == 2 * t->size) break; /* pfds holds 2 * size + 1 entries */
     }
     t->pfds[np] = (struct pollfd){.fd = pg->abort_fd, .events = POLLIN};
-    int r = poll(t->pfds, (nfds_t)np + 1, tdist__poll_timeout(deadline));
+    int timeout = tdist__poll_timeout(deadline);
+    if (on_shm && timeout > 1) timeout = 1;
+    int r = poll(t->pfds, (nfds_t)np + 1, timeout);
+    if (on_shm && r > 0) {
+      for (int k = 0; k < np; k++) {
+        tdist__xfer_t *xk = &x[t->pidx[k]];
+        int shm = xk->is_send ? t->out_ring[xk->peer] != NULL : t->in_ring[xk->peer] != NULL;
+        if (shm && (t->pfds[k].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+          return tdist__pg_fail(pg, TDIST_ERR_REMOTE,
+                                "%s: rank %d (%s, same host) closed its connection (did that "
+                                "process exit or crash?)", what, xk->peer, t->addr[xk->peer]);
+      }
+    }
     if (r < 0 && errno != EINTR)
       return tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "%s: poll: %s", what, strerror(errno));
     if (r == 0 && tdist__now_ms() >= deadline) {

@@ -45,8 +45,10 @@ static void free_all(char **k, size_t n) {
   free(k);
 }
 
+/* The inner store's error becomes ours (thread-safe stores keep it per thread already). */
 static tdist_status_t relay(prefix_store_t *p, tdist_status_t st) {
-  if (st != TDIST_OK) snprintf(p->base.err, sizeof p->base.err, "%s", p->inner->err);
+  if (st != TDIST_OK && !tdist__store_root(&p->base)->vt->thread_safe)
+    snprintf(p->base.err, sizeof p->base.err, "%s", p->inner->err);
   return st;
 }
 
@@ -65,7 +67,6 @@ static void px_destroy(tdist_store_t *s) {
     prefix_store_t *p = P(s);                                        \
     char *k = join(p, key);                                          \
     if (!k) return nomem(p);                                         \
-    p->inner->err[0] = '\0';                                         \
     tdist_status_t st = relay(p, p->inner->vt->call);                \
     free(k);                                                         \
     return st;                                                       \
@@ -99,7 +100,6 @@ ONE_KEY(px_queue_len(tdist_store_t *s, const char *key, int64_t *n, int64_t to),
     char **ks = join_all(p, keys, n);                                \
     if (!ks) return nomem(p);                                        \
     const char *const *k = (const char *const *)ks;                  \
-    p->inner->err[0] = '\0';                                         \
     tdist_status_t st = relay(p, p->inner->vt->call);                \
     free_all(ks, n);                                                 \
     return st;                                                       \
@@ -118,7 +118,6 @@ MULTI_KEY(px_multi_set(tdist_store_t *s, const char *const *keys, const void *co
 
 static tdist_status_t px_num_keys(tdist_store_t *s, int64_t *n, int64_t to) {
   prefix_store_t *p = P(s);
-  p->inner->err[0] = '\0';
   return relay(p, p->inner->vt->num_keys(p->inner, n, to));
 }
 

@@ -83,13 +83,14 @@ typedef struct {
 enum { C_OK = 0, C_MORE = 1, C_ERR = 2 };
 
 static int c_need(cursor_t *c, uint64_t n) {
+  /* The request limit holds whether the bytes are already buffered or not, so the verdict never
+   * depends on how TCP split the stream. */
+  if (c->lim->max_request && n > c->lim->max_request - c->pos) {
+    c->why = "request larger than the request size limit";
+    return C_ERR;
+  }
   if (n > c->len - c->pos) {
-    uint64_t total = (uint64_t)c->pos + n;
-    if (c->lim->max_request && total > c->lim->max_request) {
-      c->why = "request larger than the request size limit";
-      return C_ERR;
-    }
-    c->need = (size_t)total;
+    c->need = (size_t)(c->pos + n);
     return C_MORE;
   }
   return C_OK;

@@ -13,10 +13,25 @@ void tdist__store_init(tdist_store_t *s, const tdist__store_vtable_t *vt, int64_
   s->err[0] = '\0';
 }
 
+tdist_store_t *tdist__store_root(tdist_store_t *s) {
+  for (tdist_store_t *in; (in = tdist__prefix_inner(s));) s = in;
+  return s;
+}
+
+static int thread_safe(const tdist_store_t *s) {
+  return tdist__store_root((tdist_store_t *)s)->vt->thread_safe;
+}
+
 tdist_status_t tdist__store_fail(tdist_store_t *s, tdist_status_t st, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  tdist__vfailbuf(s->err, sizeof s->err, st, fmt, ap);
+  if (thread_safe(s)) {
+    char msg[TDIST__ERRMSG_MAX];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    tdist__fail(st, "%s", msg);
+  } else {
+    tdist__vfailbuf(s->err, sizeof s->err, st, fmt, ap);
+  }
   va_end(ap);
   return st;
 }
@@ -42,7 +57,10 @@ void tdist__store_keys_str(const char *const *keys, size_t n, char *buf, size_t 
   do {                                                                                     \
     if (!(s) || (s)->magic != TDIST__STORE_MAGIC)                                          \
       return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, fn ": store handle is NULL or freed"); \
-    (s)->err[0] = '\0';                                                                    \
+    if (thread_safe(s))                                                                    \
+      tdist__clear_last_error();                                                           \
+    else                                                                                   \
+      (s)->err[0] = '\0';                                                                  \
   } while (0)
 
 #define CHECK_ARG(s, cond, fn, what)                                                   \
@@ -57,8 +75,12 @@ static int keys_ok(const char *const *keys, size_t n) {
   return 1;
 }
 
+static int64_t handle_timeout(const tdist_store_t *s) {
+  return tdist__store_root((tdist_store_t *)s)->timeout_ms;
+}
+
 static int64_t resolve_timeout(const tdist_store_t *s, int64_t t) {
-  return t < 0 ? s->timeout_ms : t;
+  return t < 0 ? handle_timeout(s) : t;
 }
 
 TDIST_EXTERN void tdist_store_destroy(tdist_store_t *s) {
@@ -69,7 +91,7 @@ TDIST_EXTERN void tdist_store_destroy(tdist_store_t *s) {
 
 TDIST_EXTERN const char *tdist_store_last_error(const tdist_store_t *s) {
   if (!s || s->magic != TDIST__STORE_MAGIC) return "invalid store handle";
-  return s->err;
+  return thread_safe(s) ? tdist_last_error() : s->err;
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_set_timeout(tdist_store_t *s, int64_t timeout_ms) {
@@ -78,12 +100,12 @@ TDIST_EXTERN tdist_status_t tdist_store_set_timeout(tdist_store_t *s, int64_t ti
     return tdist__store_fail(s, TDIST_ERR_INVALID_ARGUMENT,
                              "tdist_store_set_timeout: timeout %lld ms must be > 0",
                              (long long)timeout_ms);
-  s->timeout_ms = timeout_ms;
+  tdist__store_root(s)->timeout_ms = timeout_ms; /* PyTorch's PrefixStore forwards it too */
   return TDIST_OK;
 }
 
 TDIST_EXTERN int64_t tdist_store_timeout(const tdist_store_t *s) {
-  return s && s->magic == TDIST__STORE_MAGIC ? s->timeout_ms : -1;
+  return s && s->magic == TDIST__STORE_MAGIC ? handle_timeout(s) : -1;
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_set(tdist_store_t *s, const char *key, const void *value,
@@ -91,7 +113,7 @@ TDIST_EXTERN tdist_status_t tdist_store_set(tdist_store_t *s, const char *key, c
   CHECK_HANDLE(s, "tdist_store_set");
   CHECK_ARG(s, key, "tdist_store_set", "key is NULL");
   CHECK_ARG(s, value || !len, "tdist_store_set", "value is NULL with a non-zero length");
-  return s->vt->set(s, key, value, len, s->timeout_ms);
+  return s->vt->set(s, key, value, len, handle_timeout(s));
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_get(tdist_store_t *s, const char *key, void **value,
@@ -100,7 +122,7 @@ TDIST_EXTERN tdist_status_t tdist_store_get(tdist_store_t *s, const char *key, v
   CHECK_ARG(s, key && value && len, "tdist_store_get", "key, value and len must not be NULL");
   *value = NULL;
   *len = 0;
-  return s->vt->get(s, key, value, len, s->timeout_ms);
+  return s->vt->get(s, key, value, len, handle_timeout(s));
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_add(tdist_store_t *s, const char *key, int64_t delta,
@@ -108,7 +130,7 @@ TDIST_EXTERN tdist_status_t tdist_store_add(tdist_store_t *s, const char *key, i
   CHECK_HANDLE(s, "tdist_store_add");
   CHECK_ARG(s, key, "tdist_store_add", "key is NULL");
   int64_t tmp;
-  return s->vt->add(s, key, delta, result ? result : &tmp, s->timeout_ms);
+  return s->vt->add(s, key, delta, result ? result : &tmp, handle_timeout(s));
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_compare_set(tdist_store_t *s, const char *key,
@@ -123,7 +145,7 @@ TDIST_EXTERN tdist_status_t tdist_store_compare_set(tdist_store_t *s, const char
   *out = NULL;
   *out_len = 0;
   return s->vt->compare_set(s, key, expected, expected_len, desired, desired_len, out, out_len,
-                            s->timeout_ms);
+                            handle_timeout(s));
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_check(tdist_store_t *s, const char *const *keys, size_t n,
@@ -131,7 +153,7 @@ TDIST_EXTERN tdist_status_t tdist_store_check(tdist_store_t *s, const char *cons
   CHECK_HANDLE(s, "tdist_store_check");
   CHECK_ARG(s, keys_ok(keys, n) && ready, "tdist_store_check",
             "keys (or one of them) or ready is NULL");
-  return s->vt->check(s, keys, n, ready, s->timeout_ms);
+  return s->vt->check(s, keys, n, ready, handle_timeout(s));
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_wait(tdist_store_t *s, const char *const *keys, size_t n,
@@ -147,13 +169,13 @@ TDIST_EXTERN tdist_status_t tdist_store_delete_key(tdist_store_t *s, const char 
   CHECK_HANDLE(s, "tdist_store_delete_key");
   CHECK_ARG(s, key, "tdist_store_delete_key", "key is NULL");
   int tmp;
-  return s->vt->delete_key(s, key, deleted ? deleted : &tmp, s->timeout_ms);
+  return s->vt->delete_key(s, key, deleted ? deleted : &tmp, handle_timeout(s));
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_num_keys(tdist_store_t *s, int64_t *n) {
   CHECK_HANDLE(s, "tdist_store_num_keys");
   CHECK_ARG(s, n, "tdist_store_num_keys", "n is NULL");
-  return s->vt->num_keys(s, n, s->timeout_ms);
+  return s->vt->num_keys(s, n, handle_timeout(s));
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_append(tdist_store_t *s, const char *key, const void *data,
@@ -161,7 +183,7 @@ TDIST_EXTERN tdist_status_t tdist_store_append(tdist_store_t *s, const char *key
   CHECK_HANDLE(s, "tdist_store_append");
   CHECK_ARG(s, key && (data || !len), "tdist_store_append",
             "key is NULL, or data is NULL with a non-zero length");
-  return s->vt->append(s, key, data, len, s->timeout_ms);
+  return s->vt->append(s, key, data, len, handle_timeout(s));
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_multi_get(tdist_store_t *s, const char *const *keys,
@@ -174,7 +196,7 @@ TDIST_EXTERN tdist_status_t tdist_store_multi_get(tdist_store_t *s, const char *
     lens[i] = 0;
   }
   if (n == 0) return TDIST_OK;
-  return s->vt->multi_get(s, keys, n, values, lens, s->timeout_ms);
+  return s->vt->multi_get(s, keys, n, values, lens, handle_timeout(s));
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_multi_set(tdist_store_t *s, const char *const *keys,
@@ -187,7 +209,7 @@ TDIST_EXTERN tdist_status_t tdist_store_multi_set(tdist_store_t *s, const char *
     CHECK_ARG(s, values[i] || !lens[i], "tdist_store_multi_set",
               "a value is NULL with a non-zero length");
   if (n == 0) return TDIST_OK;
-  return s->vt->multi_set(s, keys, values, lens, n, s->timeout_ms);
+  return s->vt->multi_set(s, keys, values, lens, n, handle_timeout(s));
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_queue_push(tdist_store_t *s, const char *key,
@@ -195,7 +217,7 @@ TDIST_EXTERN tdist_status_t tdist_store_queue_push(tdist_store_t *s, const char 
   CHECK_HANDLE(s, "tdist_store_queue_push");
   CHECK_ARG(s, key && (value || !len), "tdist_store_queue_push",
             "key is NULL, or value is NULL with a non-zero length");
-  return s->vt->queue_push(s, key, value, len, s->timeout_ms);
+  return s->vt->queue_push(s, key, value, len, handle_timeout(s));
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_queue_pop(tdist_store_t *s, const char *key,
@@ -205,11 +227,12 @@ TDIST_EXTERN tdist_status_t tdist_store_queue_pop(tdist_store_t *s, const char *
   *value = NULL;
   *len = 0;
   int64_t w = resolve_timeout(s, timeout_ms);
-  return s->vt->queue_pop(s, key, w, value, len, w > s->timeout_ms ? w : s->timeout_ms);
+  int64_t to = handle_timeout(s);
+  return s->vt->queue_pop(s, key, w, value, len, w > to ? w : to);
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_queue_len(tdist_store_t *s, const char *key, int64_t *len) {
   CHECK_HANDLE(s, "tdist_store_queue_len");
   CHECK_ARG(s, key && len, "tdist_store_queue_len", "key and len must not be NULL");
-  return s->vt->queue_len(s, key, len, s->timeout_ms);
+  return s->vt->queue_len(s, key, len, handle_timeout(s));
 }

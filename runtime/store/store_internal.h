@@ -38,6 +38,9 @@ typedef struct tdist__store_vtable {
   tdist_status_t (*queue_pop)(tdist_store_t *s, const char *key, int64_t wait_ms, void **v,
                               size_t *n, int64_t to);
   tdist_status_t (*queue_len)(tdist_store_t *s, const char *key, int64_t *n, int64_t to);
+  /* 1 if one handle may be used by several threads at once (memory store): its error text is
+   * then kept per thread (tdist_last_error) instead of in the handle. */
+  int thread_safe;
 } tdist__store_vtable_t;
 
 struct tdist_store_s {
@@ -46,6 +49,10 @@ struct tdist_store_s {
   int64_t timeout_ms;
   char err[TDIST__ERRMSG_MAX];
 };
+
+/* The store at the bottom of a chain of prefix stores (s itself if it is not a prefix store).
+ * Its timeout is the one every wrapper uses, as in PyTorch's PrefixStore. */
+tdist_store_t *tdist__store_root(tdist_store_t *s);
 
 /* Records the handle's error text (and the thread's) and returns st. */
 tdist_status_t tdist__store_fail(tdist_store_t *s, tdist_status_t st, const char *fmt, ...)

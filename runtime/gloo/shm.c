@@ -1,0 +1,118 @@
+/* See shm.h. Never blocks; the caller decides how to wait. */
+#define _GNU_SOURCE
+#include "runtime/gloo/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct tdist__shm_ring {
+  _Alignas(64) _Atomic uint64_t head; /* bytes ever written (producer) */
+  _Alignas(64) _Atomic uint64_t tail; /* bytes ever read (consumer) */
+  _Alignas(64) uint8_t data[TDIST__SHM_RING_BYTES];
+};
+
+int tdist__shm_seg_create(tdist__shm_seg_t *seg, int nslots) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  snprintf(seg->name, sizeof seg->name, "/tdist-%d-%lx-%lx", (int)getpid(), (long)ts.tv_sec,
+           (long)ts.tv_nsec);
+  seg->len = sizeof(struct tdist__shm_ring) * (size_t)nslots;
+  int fd = shm_open(seg->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return -errno;
+  if (ftruncate(fd, (off_t)seg->len) != 0) {
+    int e = errno;
+    close(fd);
+    shm_unlink(seg->name);
+    return -e;
+  }
+  seg->base = mmap(NULL, seg->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd);
+  if (seg->base == MAP_FAILED) {
+    seg->base = NULL;
+    shm_unlink(seg->name);
+    return -e;
+  }
+  return 0; /* a fresh tmpfs file is zero-filled: every ring starts empty */
+}
+
+int tdist__shm_seg_open(tdist__shm_seg_t *seg, const char *name, int nslots) {
+  snprintf(seg->name, sizeof seg->name, "%s", name);
+  seg->len = sizeof(struct tdist__shm_ring) * (size_t)nslots;
+  int fd = shm_open(seg->name, O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return -errno;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || (size_t)st.st_size < seg->len) {
+    close(fd);
+    return -EINVAL;
+  }
+  seg->base = mmap(NULL, seg->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd);
+  if (seg->base == MAP_FAILED) {
+    seg->base = NULL;
+    return -e;
+  }
+  return 0;
+}
+
+void tdist__shm_seg_unlink(tdist__shm_seg_t *seg) {
+  if (seg->name[0]) shm_unlink(seg->name);
+  seg->name[0] = '\0';
+}
+
+void tdist__shm_seg_close(tdist__shm_seg_t *seg) {
+  if (seg->base) munmap(seg->base, seg->len);
+  seg->base = NULL;
+}
+
+tdist__shm_ring_t *tdist__shm_slot(tdist__shm_seg_t *seg, int i) {
+  return (tdist__shm_ring_t *)seg->base + i;
+}
+
+size_t tdist__shm_ring_write(tdist__shm_ring_t *r, const struct iovec *iov, int n) {
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+  size_t space = TDIST__SHM_RING_BYTES - (size_t)(head - tail), total = 0;
+  for (int k = 0; k < n && space > 0; k++) {
+    const uint8_t *src = iov[k].iov_base;
+    size_t len = iov[k].iov_len < space ? iov[k].iov_len : space;
+    size_t off = (size_t)(head % TDIST__SHM_RING_BYTES);
+    size_t first = TDIST__SHM_RING_BYTES - off < len ? TDIST__SHM_RING_BYTES - off : len;
+    memcpy(r->data + off, src, first);
+    if (len > first) memcpy(r->data, src + first, len - first);
+    head += len;
+    space -= len;
+    total += len;
+    if (len < iov[k].iov_len) break;
+  }
+  if (total) atomic_store_explicit(&r->head, head, memory_order_release);
+  return total;
+}
+
+size_t tdist__shm_ring_read(tdist__shm_ring_t *r, const struct iovec *iov, int n) {
+  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+  size_t avail = (size_t)(head - tail), total = 0;
+  for (int k = 0; k < n && avail > 0; k++) {
+    uint8_t *dst = iov[k].iov_base;
+    size_t len = iov[k].iov_len < avail ? iov[k].iov_len : avail;
+    size_t off = (size_t)(tail % TDIST__SHM_RING_BYTES);
+    size_t first = TDIST__SHM_RING_BYTES - off < len ? TDIST__SHM_RING_BYTES - off : len;
+    memcpy(dst, r->data + off, first);
+    if (len > first) memcpy(dst + first, r->data, len - first);
+    tail += len;
+    avail -= len;
+    total += len;
+    if (len < iov[k].iov_len) break;
+  }
+  if (total) atomic_store_explicit(&r->tail, tail, memory_order_release);
+  return total;
+}

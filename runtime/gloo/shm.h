@@ -1,0 +1,38 @@
+/* Shared-memory rings between ranks on one host (used by tcp.c for same-host peers).
+ *
+ * Each rank creates one segment in /dev/shm holding one single-producer/single-consumer byte ring
+ * per possible sender (slot i = bytes from rank i to the owner). Peers map the owner's segment and
+ * write into their slot; the owner reads. Head and tail are monotonically increasing byte counts
+ * on separate cache lines; release/acquire ordering publishes the data. The segment is unlinked
+ * once every peer has mapped it, so nothing is left behind even if a process is killed later. */
+#ifndef TDIST_GLOO_SHM_H
+#define TDIST_GLOO_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define TDIST__SHM_RING_BYTES ((size_t)1 << 20)
+
+typedef struct tdist__shm_ring tdist__shm_ring_t;
+
+typedef struct {
+  void *base;
+  size_t len;
+  char name[96];
+} tdist__shm_seg_t;
+
+/* Creates and maps a segment of `nslots` rings with a unique name. 0 or -errno. */
+int tdist__shm_seg_create(tdist__shm_seg_t *seg, int nslots);
+/* Maps a peer's segment by name. 0 or -errno. */
+int tdist__shm_seg_open(tdist__shm_seg_t *seg, const char *name, int nslots);
+void tdist__shm_seg_unlink(tdist__shm_seg_t *seg);
+void tdist__shm_seg_close(tdist__shm_seg_t *seg);
+tdist__shm_ring_t *tdist__shm_slot(tdist__shm_seg_t *seg, int i);
+
+/* Copies as many bytes from iov as fit; returns the count (0 = ring full). Producer side only. */
+size_t tdist__shm_ring_write(tdist__shm_ring_t *r, const struct iovec *iov, int n);
+/* Copies as many bytes into iov as are available; returns the count (0 = empty). Consumer only. */
+size_t tdist__shm_ring_read(tdist__shm_ring_t *r, const struct iovec *iov, int n);
+
+#endif

@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# End-to-end test of the tdist-store program: `serve` on an ephemeral port with --port-file, a
+# set/get/add/wait/delete/num-keys round trip with random data through the client subcommands,
+# a real PyTorch TCPStore client reading what the CLI wrote (and the reverse), usage errors (exit
+# 2, the bad flag named), timeouts (exit 3), a port already in use, and SIGTERM/SIGINT stopping the
+# server with exit 0 within two seconds. Every wait is bounded; no fixed ports.
+#
+# usage: tdist_store_cli_test.sh TDIST_STORE_BINARY VERSION_H TORCH_PEER_PY
+set -euo pipefail
+
+bin="$1"
+version_h="$2"
+torch_peer="$3"
+case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+torch_python=/usr/bin/python3  # the python3 first on PATH has no torch
+
+servers=()
+cleanup() {
+  local p
+  for p in "${servers[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# run OUTFILE ERRFILE ARGS...: runs the CLI with a hard time bound, sets $rc.
+run() {
+  local out="$1" err="$2"
+  shift 2
+  rc=0
+  timeout --signal=KILL 30 "$bin" "$@" >"$out" 2>"$err" || rc=$?
+}
+
+# start_server NAME ARGS...: starts `serve --port 0 --port-file` in the background; sets
+# $server_pid and $port once the port file exists (at most 5 s).
+start_server() {
+  local name="$1"
+  shift
+  rm -f "$tmp/$name.port"
+  "$bin" serve --port 0 --port-file "$tmp/$name.port" "$@" 2>"$tmp/$name.err" &
+  server_pid=$!
+  servers+=("$server_pid")
+  local i
+  for i in $(seq 100); do
+    [ -s "$tmp/$name.port" ] && break
+    kill -0 "$server_pid" 2>/dev/null || fail "$name: server exited early: $(cat "$tmp/$name.err")"
+    sleep 0.05
+  done
+  [ -s "$tmp/$name.port" ] || fail "$name: no port file after 5 s: $(cat "$tmp/$name.err")"
+  port="$(cat "$tmp/$name.port")"
+}
+
+# stop_server PID SIGNAL ERRFILE: sends SIGNAL and requires exit 0 within 2 s.
+stop_server() {
+  local pid="$1" sig="$2" err="$3" t0 i
+  t0="$(now_ms)"
+  kill -"$sig" "$pid"
+  for i in $(seq 200); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.01
+  done
+  kill -0 "$pid" 2>/dev/null && fail "server still running 2 s after SIG$sig"
+  local src=0
+  wait "$pid" || src=$?
+  local took=$(($(now_ms) - t0))
+  [ "$src" -eq 0 ] || fail "server exited $src after SIG$sig (want 0): $(cat "$err")"
+  grep -q "SIG$sig received" "$err" || fail "no 'SIG$sig received' log line: $(cat "$err")"
+  grep -q "tdist-store: stopped" "$err" || fail "no 'stopped' log line: $(cat "$err")"
+  echo "ok: SIG$sig stopped the server with exit 0 in ${took} ms"
+}
+
+rand_hex() { head -c "$1" /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+
+# ---------------------------------------------------------------------------------------------
+# --version and --help
+want_version="$(sed -n 's/^#define TDIST_VERSION_STRING "\(.*\)"$/\1/p' "$version_h")"
+[ -n "$want_version" ] || fail "cannot read TDIST_VERSION_STRING from $version_h"
+run "$tmp/out" "$tmp/err" --version
+[ "$rc" -eq 0 ] && [ "$(cat "$tmp/out")" = "tdist-store $want_version" ] ||
+  fail "--version: rc $rc, '$(cat "$tmp/out")', want 'tdist-store $want_version'"
+for h in --help help -h "get --help"; do
+  # shellcheck disable=SC2086
+  run "$tmp/out" "$tmp/err" $h
+  [ "$rc" -eq 0 ] || fail "'$h' exited $rc"
+  for word in serve set get add wait delete num-keys --port-file --timeout-ms --max-key-bytes \
+      "Exit status" "3  timed out"; do
+    grep -q -- "$word" "$tmp/out" || fail "'$h' does not mention '$word'"
+  done
+done
+echo "ok: --version and --help"
+
+# ---------------------------------------------------------------------------------------------
+# Usage errors: exit 2, quickly, with a message naming the bad flag or argument.
+usage_case() {
+  local want="$1"
+  shift
+  local t0
+  t0="$(now_ms)"
+  run "$tmp/out" "$tmp/err" "$@"
+  [ "$rc" -eq 2 ] || fail "'$*' exited $rc, want 2 (stderr: $(cat "$tmp/err"))"
+  grep -q -F -- "$want" "$tmp/err" || fail "'$*': stderr does not name '$want': $(cat "$tmp/err")"
+  [ $(($(now_ms) - t0)) -lt 2000 ] || fail "'$*' took over 2 s to reject"
+}
+usage_case "--port: 'abc' is not a port number (0..65535)" serve --port abc
+usage_case "--port" serve --port 65536
+usage_case "--port" serve --port=-1
+usage_case "--max-key-bytes" serve --max-key-bytes 0
+usage_case "--max-value-bytes" serve --max-value-bytes=12Q
+usage_case "--max-multi-keys" serve --max-multi-keys x
+usage_case "--max-connections" serve --max-connections 0
+usage_case "--backlog" serve --backlog
+usage_case "--bogus" serve --bogus
+usage_case "--quiet" serve --quiet=1
+usage_case "extra" serve extra
+usage_case "--port" get k --port abc
+usage_case "--port" get k --port 0
+usage_case "--timeout-ms" get k --timeout-ms 0
+usage_case "--dialect" get k --dialect v3
+usage_case "--timeout-ms" num-keys --timeout-ms=
+usage_case "KEY" get
+usage_case "KEY VALUE" set onlykey
+usage_case "DELTA" add k notanumber
+usage_case "DELTA" add k 99999999999999999999
+usage_case "frobnicate" frobnicate
+run "$tmp/out" "$tmp/err"
+[ "$rc" -eq 2 ] || fail "no arguments: exit $rc, want 2"
+echo "ok: usage errors exit 2 and name the flag"
+
+# ---------------------------------------------------------------------------------------------
+# serve --port 0 --port-file
+start_server main
+s1="$server_pid"
+grep -qE '^[0-9]+$' "$tmp/main.port" || fail "port file content '$(cat "$tmp/main.port")'"
+[ "$(wc -c <"$tmp/main.port")" -eq $((${#port} + 1)) ] || fail "port file is not 'PORT\\n'"
+[ "$port" -gt 0 ] && [ "$port" -le 65535 ] || fail "port $port"
+grep -q "tdist-store: serving on \[::\]:$port (pid $s1)" "$tmp/main.err" ||
+  fail "no 'serving on [::]:$port (pid $s1)' line: $(cat "$tmp/main.err")"
+ls "$tmp"/main.port.tmp.* >/dev/null 2>&1 && fail "temporary port file left behind"
+soft="$(awk '/Max open files/ {print $4}' "/proc/$s1/limits")"
+hard="$(awk '/Max open files/ {print $5}' "/proc/$s1/limits")"
+[ "$soft" = "$hard" ] || fail "open-file soft limit $soft not raised to the hard limit $hard"
+echo "ok: serving on port $port, port file written, open-file limit $soft"
+
+# ---------------------------------------------------------------------------------------------
+# Round trip through the client subcommands, random data, both flag spellings.
+c=(--host 127.0.0.1 --port "$port" --timeout-ms 5000)
+key="k_$(rand_hex 6)"
+val="v_$(rand_hex 20)"
+run "$tmp/out" "$tmp/err" set "$key" "$val" "${c[@]}"
+[ "$rc" -eq 0 ] && [ ! -s "$tmp/out" ] || fail "set: rc $rc: $(cat "$tmp/err")"
+run "$tmp/out" "$tmp/err" get "$key" --port="$port" --timeout-ms=5000
+[ "$rc" -eq 0 ] || fail "get: rc $rc: $(cat "$tmp/err")"
+[ "$(cat "$tmp/out")" = "$val" ] && [ "$(wc -c <"$tmp/out")" -eq ${#val} ] ||
+  fail "get returned '$(cat "$tmp/out")', want '$val' with no newline"
+
+# A binary value (every byte value, NULs included) through stdin, back out byte for byte.
+head -c 3000 /dev/urandom >"$tmp/bin.in"
+printf '\000\n\377' >>"$tmp/bin.in"
+rc=0
+timeout 30 "$bin" set bin_key - "${c[@]}" <"$tmp/bin.in" 2>"$tmp/err" || rc=$?
+[ "$rc" -eq 0 ] || fail "set - <binary: rc $rc: $(cat "$tmp/err")"
+run "$tmp/bin.out" "$tmp/err" get bin_key "${c[@]}"
+cmp -s "$tmp/bin.in" "$tmp/bin.out" || fail "binary value did not round-trip"
+
+# add: a random walk checked against shell arithmetic; negative deltas parse as arguments.
+counter="cnt_$(rand_hex 4)"
+total=0
+for i in 1 2 3 4 5 6; do
+  delta=$((RANDOM - 16384))
+  total=$((total + delta))
+  run "$tmp/out" "$tmp/err" add "$counter" "$delta" "${c[@]}"
+  [ "$rc" -eq 0 ] && [ "$(cat "$tmp/out")" = "$total" ] ||
+    fail "add $delta: rc $rc, printed '$(cat "$tmp/out")', want $total: $(cat "$tmp/err")"
+done
+run "$tmp/out" "$tmp/err" get "$counter" "${c[@]}"
+[ "$(cat "$tmp/out")" = "$total" ] || fail "the counter is stored as '$(cat "$tmp/out")'"
+
+run "$tmp/out" "$tmp/err" num-keys "${c[@]}"
+[ "$rc" -eq 0 ] && [ "$(cat "$tmp/out")" = 3 ] || fail "num-keys '$(cat "$tmp/out")', want 3"
+
+# Both dialects the client can force read the same store.
+for d in v1.13 v2 auto; do
+  run "$tmp/out" "$tmp/err" num-keys "${c[@]}" --dialect "$d"
+  [ "$rc" -eq 0 ] && [ "$(cat "$tmp/out")" = 3 ] || fail "num-keys --dialect $d: rc $rc '$(cat "$tmp/out")'"
+done
+
+# wait: returns at once for existing keys; blocks until a later set.
+run "$tmp/out" "$tmp/err" wait "$key" bin_key "${c[@]}"
+[ "$rc" -eq 0 ] || fail "wait on existing keys: rc $rc: $(cat "$tmp/err")"
+late="late_$(rand_hex 4)"
+"$bin" wait "$key" "$late" --port "$port" --timeout-ms 10000 2>"$tmp/wait.err" &
+waiter=$!
+sleep 0.3
+kill -0 "$waiter" 2>/dev/null || fail "wait returned before '$late' was set"
+run "$tmp/out" "$tmp/err" set "$late" x "${c[@]}"
+wrc=0
+wait "$waiter" || wrc=$?
+[ "$wrc" -eq 0 ] || fail "wait for a key set later: rc $wrc: $(cat "$tmp/wait.err")"
+
+# delete: 1 then 0, and num-keys follows.
+run "$tmp/out" "$tmp/err" delete "$late" "${c[@]}"
+[ "$(cat "$tmp/out")" = 1 ] || fail "delete of an existing key printed '$(cat "$tmp/out")'"
+run "$tmp/out" "$tmp/err" delete "$late" "${c[@]}"
+[ "$rc" -eq 0 ] && [ "$(cat "$tmp/out")" = 0 ] || fail "delete of a missing key: '$(cat "$tmp/out")'"
+run "$tmp/out" "$tmp/err" num-keys "${c[@]}"
+[ "$(cat "$tmp/out")" = 3 ] || fail "num-keys after delete '$(cat "$tmp/out")', want 3"
+
+# Timeouts: exit 3, about on time, and the message names the key.
+t0="$(now_ms)"
+run "$tmp/out" "$tmp/err" get never_set --port "$port" --timeout-ms 300
+took=$(($(now_ms) - t0))
+[ "$rc" -eq 3 ] || fail "get of a missing key: rc $rc, want 3: $(cat "$tmp/err")"
+[ "$took" -ge 250 ] && [ "$took" -lt 5000 ] || fail "get --timeout-ms 300 took $took ms"
+grep -q never_set "$tmp/err" || fail "timeout message does not name the key: $(cat "$tmp/err")"
+run "$tmp/out" "$tmp/err" wait "$key" never_set --port "$port" --timeout-ms 300
+[ "$rc" -eq 3 ] || fail "wait on a missing key: rc $rc, want 3"
+
+# add on a value that is not a number: an error (exit 1) with a message, not a hang.
+run "$tmp/out" "$tmp/err" add "$key" 1 "${c[@]}"
+[ "$rc" -eq 1 ] && [ -s "$tmp/err" ] || fail "add on a non-number: rc $rc, want 1"
+echo "ok: set/get/add/wait/delete/num-keys round trip, timeouts exit 3"
+
+# ---------------------------------------------------------------------------------------------
+# A real PyTorch TCPStore client: reads what the CLI wrote, writes what the CLI reads.
+from_cli="from_cli_$(rand_hex 4)"
+from_cli_val="$(rand_hex 16)"
+for_cli="for_cli_$(rand_hex 4)"
+for_cli_hex="$(rand_hex 24)00ff"
+run "$tmp/out" "$tmp/err" set "$from_cli" "$from_cli_val" "${c[@]}"
+want_hex="$(printf '%s' "$from_cli_val" | od -An -tx1 | tr -d ' \n')"
+prc=0
+timeout --signal=KILL 60 "$torch_python" "$torch_peer" "$port" "$from_cli" "$want_hex" \
+  "$for_cli" "$for_cli_hex" "$counter" >"$tmp/torch.out" 2>"$tmp/torch.err" || prc=$?
+[ "$prc" -eq 0 ] || fail "PyTorch peer exited $prc: $(cat "$tmp/torch.err")"
+[ "$(sed -n 1p "$tmp/torch.out")" = $((total + 1000)) ] ||
+  fail "PyTorch add on the CLI's counter gave '$(sed -n 1p "$tmp/torch.out")', want $((total + 1000))"
+[ "$(sed -n 2p "$tmp/torch.out")" = 5 ] ||
+  fail "PyTorch num_keys '$(sed -n 2p "$tmp/torch.out")', want 5"
+run "$tmp/out" "$tmp/err" get "$for_cli" "${c[@]}"
+[ "$(od -An -tx1 "$tmp/out" | tr -d ' \n')" = "$for_cli_hex" ] ||
+  fail "the CLI read '$(od -An -tx1 "$tmp/out" | tr -d ' \n')' for PyTorch's '$for_cli_hex'"
+run "$tmp/out" "$tmp/err" add "$counter" 0 "${c[@]}"
+[ "$(cat "$tmp/out")" = $((total + 1000)) ] || fail "the CLI does not see PyTorch's add"
+echo "ok: PyTorch 1.13 TCPStore client and the CLI see each other's keys"
+
+# ---------------------------------------------------------------------------------------------
+# Port already in use: a clear error naming the port, exit 1, promptly.
+t0="$(now_ms)"
+run "$tmp/out" "$tmp/err" serve --port "$port"
+[ "$rc" -eq 1 ] || fail "second server on port $port: rc $rc, want 1: $(cat "$tmp/err")"
+grep -q "$port" "$tmp/err" && grep -qi "in use" "$tmp/err" ||
+  fail "port-in-use message does not name the port and the cause: $(cat "$tmp/err")"
+[ $(($(now_ms) - t0)) -lt 5000 ] || fail "port-in-use error took over 5 s"
+echo "ok: port in use: $(head -1 "$tmp/err")"
+
+# ---------------------------------------------------------------------------------------------
+# SIGTERM (with an idle client connection open) and SIGINT: exit 0 within 2 s, port file removed.
+"$bin" wait never_set_either --port "$port" --timeout-ms 20000 2>"$tmp/idle.err" &
+idle=$!
+sleep 0.2
+stop_server "$s1" TERM "$tmp/main.err"
+[ ! -e "$tmp/main.port" ] || fail "port file still there after a clean stop"
+for i in $(seq 500); do kill -0 "$idle" 2>/dev/null || break; sleep 0.01; done
+kill -0 "$idle" 2>/dev/null && fail "a client waiting on the server did not return within 5 s of its stop"
+irc=0
+wait "$idle" || irc=$?
+[ "$irc" -ne 0 ] || fail "a client waiting on a stopped server exited 0"
+
+start_server second --quiet
+[ ! -s "$tmp/second.err" ] || fail "--quiet server logged: $(cat "$tmp/second.err")"
+s2="$server_pid"
+kill -INT "$s2"
+for i in $(seq 200); do kill -0 "$s2" 2>/dev/null || break; sleep 0.01; done
+src=0
+wait "$s2" || src=$?
+[ "$src" -eq 0 ] || fail "SIGINT: server exited $src"
+echo "ok: SIGINT stopped a --quiet server with exit 0"
+
+# A client of a server that is gone: non-zero, naming host:port, within its timeout.
+t0="$(now_ms)"
+run "$tmp/out" "$tmp/err" num-keys --port "$port" --timeout-ms 500
+[ "$rc" -eq 1 ] || [ "$rc" -eq 3 ] || fail "client of a stopped server: rc $rc"
+grep -q "127.0.0.1:$port" "$tmp/err" || fail "connect error does not name the address: $(cat "$tmp/err")"
+[ $(($(now_ms) - t0)) -lt 5000 ] || fail "connect to a stopped server took over 5 s"
+echo "ok: connecting to a stopped server fails in time: $(head -1 "$tmp/err")"
+
+echo "PASS"

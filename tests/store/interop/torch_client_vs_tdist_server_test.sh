@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Acceptance test: real PyTorch 1.13 Python clients drive every TCPStore operation against
+# (a) a PyTorch 1.13 master server and (b) our `tdist-store serve`; the two transcripts must be
+# identical, and each run also checks its answers against the reference on its own.
+#
+# usage: torch_client_vs_tdist_server_test.sh TDIST_STORE_BIN   (bazel passes $(rootpath ...))
+source "$(dirname "${BASH_SOURCE[0]}")/interop_lib.sh"
+
+TDIST_STORE="${1:?usage: $0 path/to/tdist-store}"
+[ -x "$TDIST_STORE" ] || interop_fail "tdist-store binary not found or not executable: '$TDIST_STORE'"
+interop_pick_seed
+
+run_against() {
+  local kind="$1"
+  interop_start_server "$kind" "$kind-server" "$TDIST_STORE"
+  local pid="$SERVER_PID" rc=0
+  timeout -k 5 110 "$PYTHON" "$INTEROP_DIR/torch_client_ops.py" --port "$SERVER_PORT" \
+    --seed "$INTEROP_SEED" --label "$kind" --out "$INTEROP_TMP/transcript.$kind" || rc=$?
+  if [ "$rc" != 0 ]; then
+    # Keep going: the transcript diff below usually says more than the self-checks.
+    interop_dump_logs
+    ERRORS+=("PyTorch clients against the $kind server failed (exit $rc)")
+  fi
+  local src=0
+  interop_stop_server "$pid" "$kind-server" || src=$?
+  if [ "$src" != 0 ]; then
+    interop_fail "$kind server exited with status $src on SIGTERM (want 0)"
+  fi
+}
+
+ERRORS=()
+run_against torch
+run_against tdist
+if [ -s "$INTEROP_TMP/transcript.torch" ] && [ -s "$INTEROP_TMP/transcript.tdist" ]; then
+  (interop_compare "$INTEROP_TMP/transcript.torch" "$INTEROP_TMP/transcript.tdist" \
+    "PyTorch 1.13 clients") || ERRORS+=("transcripts differ")
+else
+  ERRORS+=("a transcript is missing")
+fi
+if [ "${#ERRORS[@]}" != 0 ]; then
+  interop_fail "$(IFS=';'; echo "${ERRORS[*]}")"
+fi
+echo "PASS: torch_client_vs_tdist_server_test (seed $INTEROP_SEED)"
