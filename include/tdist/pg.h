@@ -160,6 +160,30 @@ TDIST_EXTERN tdist_status_t tdist_all_to_all_async(tdist_pg_t *pg, void *out, co
                                                    size_t count, tdist_dtype_t dtype,
                                                    tdist_work_t **work);
 TDIST_EXTERN tdist_status_t tdist_barrier_async(tdist_pg_t *pg, tdist_work_t **work);
+TDIST_EXTERN tdist_status_t tdist_reduce_async(tdist_pg_t *pg, void *buf, size_t count,
+                                               tdist_dtype_t dtype, tdist_reduce_op_t op, int root,
+                                               tdist_work_t **work);
+TDIST_EXTERN tdist_status_t tdist_gather_async(tdist_pg_t *pg, void *out, const void *in,
+                                               size_t count, tdist_dtype_t dtype, int root,
+                                               tdist_work_t **work);
+TDIST_EXTERN tdist_status_t tdist_scatter_async(tdist_pg_t *pg, void *out, const void *in,
+                                                size_t count, tdist_dtype_t dtype, int root,
+                                                tdist_work_t **work);
+/* The counts/displs arrays are copied: they need not outlive the call. */
+TDIST_EXTERN tdist_status_t tdist_all_gather_v_async(tdist_pg_t *pg, void *out,
+                                                     const size_t *counts, const size_t *displs,
+                                                     const void *in, tdist_dtype_t dtype,
+                                                     tdist_work_t **work);
+TDIST_EXTERN tdist_status_t tdist_all_to_all_v_async(
+    tdist_pg_t *pg, void *out, const size_t *out_counts, const size_t *out_displs, const void *in,
+    const size_t *in_counts, const size_t *in_displs, tdist_dtype_t dtype, tdist_work_t **work);
+/* Point-to-point, like torch's isend/irecv. Tags are >= 0 and must match. */
+TDIST_EXTERN tdist_status_t tdist_send_async(tdist_pg_t *pg, const void *buf, size_t count,
+                                             tdist_dtype_t dtype, int dst, int tag,
+                                             tdist_work_t **work);
+TDIST_EXTERN tdist_status_t tdist_recv_async(tdist_pg_t *pg, void *buf, size_t count,
+                                             tdist_dtype_t dtype, int src, int tag,
+                                             tdist_work_t **work);
 
 /* Waits for the work (timeout_ms < 0: the group's timeout) and returns its status. */
 TDIST_EXTERN tdist_status_t tdist_work_wait(tdist_work_t *work, int64_t timeout_ms);

@@ -223,6 +223,7 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   int listen_fd = -1;
   tdist_status_t st = TDIST_OK;
   char **keys = NULL;
+  int *same = NULL;
   void **vals = NULL;
   size_t *lens = NULL;
   if (!t) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
@@ -301,7 +302,7 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
     goto done;
   }
   int remote_host = 0;
-  int *same = calloc((size_t)t->size, sizeof *same);
+  same = calloc((size_t)t->size, sizeof *same);
   if (!same) {
     st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
     goto done;

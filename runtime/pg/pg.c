@@ -689,15 +689,22 @@ TDIST_EXTERN tdist_status_t tdist_broadcast_async(tdist_pg_t *pg, void *buf, siz
   return broadcast(pg, buf, count, dt, root, work);
 }
 
-TDIST_EXTERN tdist_status_t tdist_reduce(tdist_pg_t *pg, void *buf, size_t count, tdist_dtype_t dt,
-                                         tdist_reduce_op_t op, int root) {
-  PG_ENTRY(pg, "tdist_reduce");
+static tdist_status_t reduce_impl(tdist_pg_t *pg, void *buf, size_t count, tdist_dtype_t dt, tdist_reduce_op_t op, int root, tdist_work_t **work) {
   TRY(check_op(pg, "reduce", dt, op));
   TRY(check_root(pg, "reduce", root));
   TRY(check_buf(pg, "reduce", buf, count, "buf"));
   tdist__coll_t c = {.kind = TDIST__COLL_REDUCE, .out = buf, .count = count, .dtype = dt,
                      .op = op, .root = root};
-  return dispatch(pg, &c, NULL);
+  return dispatch(pg, &c, work);
+}
+TDIST_EXTERN tdist_status_t tdist_reduce(tdist_pg_t *pg, void *buf, size_t count, tdist_dtype_t dt, tdist_reduce_op_t op, int root) {
+  PG_ENTRY(pg, "tdist_reduce");
+  return reduce_impl(pg, buf, count, dt, op, root, NULL);
+}
+TDIST_EXTERN tdist_status_t tdist_reduce_async(tdist_pg_t *pg, void *buf, size_t count, tdist_dtype_t dt, tdist_reduce_op_t op, int root, tdist_work_t **work) {
+  PG_ENTRY(pg, "tdist_reduce_async");
+  if (!work) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_reduce_async: work is NULL");
+  return reduce_impl(pg, buf, count, dt, op, root, work);
 }
 
 /* Uniform all_gather as all_gather_v with counts = count, displs = r * count. */
@@ -732,10 +739,17 @@ TDIST_EXTERN tdist_status_t tdist_all_gather_async(tdist_pg_t *pg, void *out, co
   return all_gather(pg, out, in, count, dt, work);
 }
 
-TDIST_EXTERN tdist_status_t tdist_all_gather_v(tdist_pg_t *pg, void *out, const size_t *counts,
-                                               const size_t *displs, const void *in,
-                                               tdist_dtype_t dt) {
-  PG_ENTRY(pg, "tdist_all_gather_v");
+/* Copies n-element arrays into one owned block (async calls must not borrow the caller's). */
+static size_t *copy_arrays(const size_t *const *arrs, int k, size_t n) {
+  size_t *b = malloc((size_t)k * n * sizeof *b);
+  if (b)
+    for (int i = 0; i < k; i++) memcpy(b + (size_t)i * n, arrs[i], n * sizeof *b);
+  return b;
+}
+
+static tdist_status_t all_gather_v_impl(tdist_pg_t *pg, void *out, const size_t *counts,
+                                        const size_t *displs, const void *in, tdist_dtype_t dt,
+                                        tdist_work_t **work) {
   TRY(check_dtype(pg, "all_gather_v", dt));
   if (!counts || !displs)
     TRY(tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "all_gather_v: counts or displs is NULL"));
@@ -744,31 +758,68 @@ TDIST_EXTERN tdist_status_t tdist_all_gather_v(tdist_pg_t *pg, void *out, const 
   tdist__coll_t c = {.kind = TDIST__COLL_ALL_GATHER_V, .out = out, .in = in,
                      .count = counts[pg->rank], .dtype = dt, .counts = (size_t *)counts,
                      .displs = (size_t *)displs};
-  return dispatch(pg, &c, NULL);
+  if (!work) return dispatch(pg, &c, NULL);
+  const size_t *arrs[2] = {counts, displs};
+  if (!(c.counts = copy_arrays(arrs, 2, (size_t)pg->size)))
+    return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "all_gather_v: out of memory");
+  c.displs = c.counts + pg->size;
+  c.owned_arrays = 1;
+  tdist_status_t st = dispatch(pg, &c, work);
+  if (st) free_coll_arrays(&c);
+  return st;
+}
+TDIST_EXTERN tdist_status_t tdist_all_gather_v(tdist_pg_t *pg, void *out, const size_t *counts,
+                                               const size_t *displs, const void *in,
+                                               tdist_dtype_t dt) {
+  PG_ENTRY(pg, "tdist_all_gather_v");
+  return all_gather_v_impl(pg, out, counts, displs, in, dt, NULL);
+}
+TDIST_EXTERN tdist_status_t tdist_all_gather_v_async(tdist_pg_t *pg, void *out,
+                                                     const size_t *counts, const size_t *displs,
+                                                     const void *in, tdist_dtype_t dt,
+                                                     tdist_work_t **work) {
+  PG_ENTRY(pg, "tdist_all_gather_v_async");
+  if (!work)
+    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_all_gather_v_async: work is NULL");
+  return all_gather_v_impl(pg, out, counts, displs, in, dt, work);
 }
 
-TDIST_EXTERN tdist_status_t tdist_gather(tdist_pg_t *pg, void *out, const void *in, size_t count,
-                                         tdist_dtype_t dt, int root) {
-  PG_ENTRY(pg, "tdist_gather");
+static tdist_status_t gather_impl(tdist_pg_t *pg, void *out, const void *in, size_t count, tdist_dtype_t dt, int root, tdist_work_t **work) {
   TRY(check_dtype(pg, "gather", dt));
   TRY(check_root(pg, "gather", root));
   TRY(check_buf(pg, "gather", in, count, "in"));
   if (pg->rank == root) TRY(check_buf(pg, "gather", out, count, "out (on root)"));
   tdist__coll_t c = {.kind = TDIST__COLL_GATHER, .out = out, .in = in, .count = count,
                      .dtype = dt, .root = root};
-  return dispatch(pg, &c, NULL);
+  return dispatch(pg, &c, work);
+}
+TDIST_EXTERN tdist_status_t tdist_gather(tdist_pg_t *pg, void *out, const void *in, size_t count, tdist_dtype_t dt, int root) {
+  PG_ENTRY(pg, "tdist_gather");
+  return gather_impl(pg, out, in, count, dt, root, NULL);
+}
+TDIST_EXTERN tdist_status_t tdist_gather_async(tdist_pg_t *pg, void *out, const void *in, size_t count, tdist_dtype_t dt, int root, tdist_work_t **work) {
+  PG_ENTRY(pg, "tdist_gather_async");
+  if (!work) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_gather_async: work is NULL");
+  return gather_impl(pg, out, in, count, dt, root, work);
 }
 
-TDIST_EXTERN tdist_status_t tdist_scatter(tdist_pg_t *pg, void *out, const void *in, size_t count,
-                                          tdist_dtype_t dt, int root) {
-  PG_ENTRY(pg, "tdist_scatter");
+static tdist_status_t scatter_impl(tdist_pg_t *pg, void *out, const void *in, size_t count, tdist_dtype_t dt, int root, tdist_work_t **work) {
   TRY(check_dtype(pg, "scatter", dt));
   TRY(check_root(pg, "scatter", root));
   TRY(check_buf(pg, "scatter", out, count, "out"));
   if (pg->rank == root) TRY(check_buf(pg, "scatter", in, count, "in (on root)"));
   tdist__coll_t c = {.kind = TDIST__COLL_SCATTER, .out = out, .in = in, .count = count,
                      .dtype = dt, .root = root};
-  return dispatch(pg, &c, NULL);
+  return dispatch(pg, &c, work);
+}
+TDIST_EXTERN tdist_status_t tdist_scatter(tdist_pg_t *pg, void *out, const void *in, size_t count, tdist_dtype_t dt, int root) {
+  PG_ENTRY(pg, "tdist_scatter");
+  return scatter_impl(pg, out, in, count, dt, root, NULL);
+}
+TDIST_EXTERN tdist_status_t tdist_scatter_async(tdist_pg_t *pg, void *out, const void *in, size_t count, tdist_dtype_t dt, int root, tdist_work_t **work) {
+  PG_ENTRY(pg, "tdist_scatter_async");
+  if (!work) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_scatter_async: work is NULL");
+  return scatter_impl(pg, out, in, count, dt, root, work);
 }
 
 static tdist_status_t reduce_scatter(tdist_pg_t *pg, void *out, const void *in, size_t count,
@@ -828,11 +879,10 @@ TDIST_EXTERN tdist_status_t tdist_all_to_all_async(tdist_pg_t *pg, void *out, co
   return all_to_all(pg, out, in, count, dt, work);
 }
 
-TDIST_EXTERN tdist_status_t tdist_all_to_all_v(tdist_pg_t *pg, void *out, const size_t *out_counts,
-                                               const size_t *out_displs, const void *in,
-                                               const size_t *in_counts, const size_t *in_displs,
-                                               tdist_dtype_t dt) {
-  PG_ENTRY(pg, "tdist_all_to_all_v");
+static tdist_status_t all_to_all_v_impl(tdist_pg_t *pg, void *out, const size_t *out_counts,
+                                        const size_t *out_displs, const void *in,
+                                        const size_t *in_counts, const size_t *in_displs,
+                                        tdist_dtype_t dt, tdist_work_t **work) {
   TRY(check_dtype(pg, "all_to_all_v", dt));
   if (!out_counts || !out_displs || !in_counts || !in_displs)
     TRY(tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "all_to_all_v: a counts/displs array is NULL"));
@@ -843,7 +893,33 @@ TDIST_EXTERN tdist_status_t tdist_all_to_all_v(tdist_pg_t *pg, void *out, const 
   tdist__coll_t c = {.kind = TDIST__COLL_ALL_TO_ALL_V, .out = out, .in = in, .dtype = dt,
                      .counts = (size_t *)out_counts, .displs = (size_t *)out_displs,
                      .in_counts = (size_t *)in_counts, .in_displs = (size_t *)in_displs};
-  return dispatch(pg, &c, NULL);
+  if (!work) return dispatch(pg, &c, NULL);
+  const size_t *arrs[4] = {out_counts, out_displs, in_counts, in_displs};
+  size_t n = (size_t)pg->size;
+  if (!(c.counts = copy_arrays(arrs, 4, n)))
+    return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "all_to_all_v: out of memory");
+  c.displs = c.counts + n;
+  c.in_counts = c.counts + 2 * n;
+  c.in_displs = c.counts + 3 * n;
+  c.owned_arrays = 1;
+  tdist_status_t st = dispatch(pg, &c, work);
+  if (st) free_coll_arrays(&c);
+  return st;
+}
+TDIST_EXTERN tdist_status_t tdist_all_to_all_v(tdist_pg_t *pg, void *out, const size_t *out_counts,
+                                               const size_t *out_displs, const void *in,
+                                               const size_t *in_counts, const size_t *in_displs,
+                                               tdist_dtype_t dt) {
+  PG_ENTRY(pg, "tdist_all_to_all_v");
+  return all_to_all_v_impl(pg, out, out_counts, out_displs, in, in_counts, in_displs, dt, NULL);
+}
+TDIST_EXTERN tdist_status_t tdist_all_to_all_v_async(
+    tdist_pg_t *pg, void *out, const size_t *out_counts, const size_t *out_displs, const void *in,
+    const size_t *in_counts, const size_t *in_displs, tdist_dtype_t dt, tdist_work_t **work) {
+  PG_ENTRY(pg, "tdist_all_to_all_v_async");
+  if (!work)
+    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_all_to_all_v_async: work is NULL");
+  return all_to_all_v_impl(pg, out, out_counts, out_displs, in, in_counts, in_displs, dt, work);
 }
 
 TDIST_EXTERN tdist_status_t tdist_barrier(tdist_pg_t *pg) {
@@ -866,24 +942,40 @@ TDIST_EXTERN tdist_status_t tdist_monitored_barrier(tdist_pg_t *pg, int64_t time
 }
 
 static tdist_status_t p2p(tdist_pg_t *pg, tdist__coll_kind_t kind, void *buf, size_t count,
-                          tdist_dtype_t dt, int peer, int tag) {
+                          tdist_dtype_t dt, int peer, int tag, tdist_work_t **work) {
   const char *fn = tdist__coll_name(kind);
   TRY(check_dtype(pg, fn, dt));
   TRY(check_buf(pg, fn, buf, count, "buf"));
   if (peer < 0 || peer >= pg->size || peer == pg->rank)
     TRY(tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s: peer %d is not another rank of this "
                        "group (0..%d, this is %d)", fn, peer, pg->size - 1, pg->rank));
+  if (tag < 0)
+    TRY(tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s: tag %d must be >= 0", fn, tag));
   tdist__coll_t c = {.kind = kind, .out = buf, .in = buf, .count = count, .dtype = dt,
                      .peer = peer, .tag = tag};
-  return dispatch(pg, &c, NULL);
+  return dispatch(pg, &c, work);
 }
 TDIST_EXTERN tdist_status_t tdist_send(tdist_pg_t *pg, const void *buf, size_t count,
                                        tdist_dtype_t dt, int dst, int tag) {
   PG_ENTRY(pg, "tdist_send");
-  return p2p(pg, TDIST__COLL_SEND, (void *)buf, count, dt, dst, tag);
+  return p2p(pg, TDIST__COLL_SEND, (void *)buf, count, dt, dst, tag, NULL);
+}
+TDIST_EXTERN tdist_status_t tdist_send_async(tdist_pg_t *pg, const void *buf, size_t count,
+                                             tdist_dtype_t dt, int dst, int tag,
+                                             tdist_work_t **work) {
+  PG_ENTRY(pg, "tdist_send_async");
+  if (!work) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_send_async: work is NULL");
+  return p2p(pg, TDIST__COLL_SEND, (void *)buf, count, dt, dst, tag, work);
 }
 TDIST_EXTERN tdist_status_t tdist_recv(tdist_pg_t *pg, void *buf, size_t count, tdist_dtype_t dt,
                                        int src, int tag) {
   PG_ENTRY(pg, "tdist_recv");
-  return p2p(pg, TDIST__COLL_RECV, buf, count, dt, src, tag);
+  return p2p(pg, TDIST__COLL_RECV, buf, count, dt, src, tag, NULL);
+}
+TDIST_EXTERN tdist_status_t tdist_recv_async(tdist_pg_t *pg, void *buf, size_t count,
+                                             tdist_dtype_t dt, int src, int tag,
+                                             tdist_work_t **work) {
+  PG_ENTRY(pg, "tdist_recv_async");
+  if (!work) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_recv_async: work is NULL");
+  return p2p(pg, TDIST__COLL_RECV, buf, count, dt, src, tag, work);
 }

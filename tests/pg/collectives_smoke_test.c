@@ -1,4 +1,4 @@
-/* Smoke test of every collective on real processes over TCP: world sizes 1..5, int64 data (exact
+/* Smoke test of every collective on real processes, over shared memory and over TCP: world sizes 1..5, int64 data (exact
  * reference), each result checked against a reference computed independently from the same
  * deterministic inputs. The full dtype/op/algorithm sweep lives in collectives_sweep_test. */
 #include <stdio.h>
@@ -135,9 +135,14 @@ static int body(int rank, int world, int port, void *arg) {
 
 int main(void) {
   int worlds[] = {1, 2, 3, 4, 5};
-  for (size_t k = 0; k < sizeof worlds / sizeof worlds[0]; k++) {
-    TEST_LOG("world %d", worlds[k]);
-    CHECK(tdist_test_run_ranks(worlds[k], 60000, body, NULL) == 0);
+  /* Same-host ranks use shared memory by default; TDIST_SHM=0 forces TCP between them. */
+  const char *modes[] = {"1", "0"};
+  for (int m = 0; m < 2; m++) {
+    setenv("TDIST_SHM", modes[m], 1);
+    for (size_t k = 0; k < sizeof worlds / sizeof worlds[0]; k++) {
+      TEST_LOG("world %d, TDIST_SHM=%s", worlds[k], modes[m]);
+      CHECK(tdist_test_run_ranks(worlds[k], 60000, body, NULL) == 0);
+    }
   }
   TEST_LOG("ok");
   return 0;
