@@ -108,6 +108,12 @@ TDIST_EXTERN tdist_store_dialect_t tdist_tcp_store_dialect(const tdist_store_t *
 /* A thread-safe store in this process's memory, with the same semantics as the server. */
 TDIST_EXTERN tdist_status_t tdist_memory_store_create(tdist_store_t **out);
 
+/* A store in a file that every process opens (file:// init): an append-only log under flock,
+ * polled by waits. For bootstrap on one host or a shared filesystem; no queues (NOT_AVAILABLE).
+ * The file is not removed on destroy. timeout_ms <= 0: 300000. */
+TDIST_EXTERN tdist_status_t tdist_file_store_create(const char *path, int64_t timeout_ms,
+                                                    tdist_store_t **out);
+
 /* PyTorch's PrefixStore: every key becomes prefix + "/" + key before reaching `inner`.
  * `inner` is borrowed and must outlive the prefix store. */
 TDIST_EXTERN tdist_status_t tdist_prefix_store_create(tdist_store_t *inner, const char *prefix,

@@ -80,6 +80,7 @@ typedef struct {
   char host[256];
   int port;
   int agent_store; /* TORCHELASTIC_USE_AGENT_STORE=True: client only, per-attempt prefix */
+  int file;        /* file://: host holds the path */
   char prefix[64];
 } rdzv_t;
 
@@ -194,10 +195,18 @@ static tdist_status_t parse_init_method(const tdist_pg_options_t *o, rdzv_t *r) 
     snprintf(r->host, sizeof r->host, "%s", h);
     return resolve_rank_world("tcp://", q ? q + 1 : NULL, o, r);
   }
-  if (strncmp(im, "file://", 7) == 0)
-    return tdist__fail(TDIST_ERR_NOT_AVAILABLE,
-                       "init_method '%s': file:// rendezvous is not implemented yet; use env:// "
-                       "or tcp://", im);
+  if (strncmp(im, "file://", 7) == 0) {
+    const char *path = im + 7;
+    const char *q = strchr(path, '?');
+    size_t pl = q ? (size_t)(q - path) : strlen(path);
+    if (pl == 0 || pl >= sizeof r->host)
+      return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "file:// init: missing or too long path in "
+                         "'%s'", im);
+    memcpy(r->host, path, pl); /* the path, for file:// */
+    r->host[pl] = '\0';
+    r->file = 1;
+    return resolve_rank_world("file://", q ? q + 1 : NULL, o, r);
+  }
   return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
                      "init_method '%s' is not supported; use env://, tcp://HOST:PORT or pass a "
                      "store", im);
@@ -205,6 +214,11 @@ static tdist_status_t parse_init_method(const tdist_pg_options_t *o, rdzv_t *r) 
 
 /* Creates (rank 0, outside an agent) or joins the TCP store of env:// / tcp://. */
 static tdist_status_t open_rdzv_store(tdist_pg_t *pg, const rdzv_t *r, int64_t timeout_ms) {
+  if (r->file) {
+    tdist_status_t st = tdist_file_store_create(r->host, timeout_ms, &pg->owned_store);
+    pg->base_store = pg->owned_store;
+    return st;
+  }
   if (r->rank == 0 && !r->agent_store) {
     tdist_store_server_options_t so = TDIST_STORE_SERVER_OPTIONS_INIT;
     so.port = r->port;

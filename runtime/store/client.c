@@ -561,7 +561,7 @@ static const tdist__store_vtable_t k_tcp_vt = {
     "tcp",          tcp_destroy,   tcp_set,       tcp_get,        tcp_add,
     tcp_compare_set, tcp_check,    tcp_wait,      tcp_delete,     tcp_num_keys,
     tcp_append,     tcp_multi_get, tcp_multi_set, tcp_queue_push, tcp_queue_pop,
-    tcp_queue_len,
+    tcp_queue_len,  0 /* thread_safe */
 };
 
 TDIST_EXTERN tdist_status_t tdist_tcp_store_connect(const tdist_tcp_store_options_t *opts,

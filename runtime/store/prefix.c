@@ -125,7 +125,7 @@ static const tdist__store_vtable_t k_prefix_vt = {
     "prefix",      px_destroy,   px_set,       px_get,        px_add,
     px_compare_set, px_check,    px_wait,      px_delete,     px_num_keys,
     px_append,     px_multi_get, px_multi_set, px_queue_push, px_queue_pop,
-    px_queue_len,
+    px_queue_len,  0 /* thread_safe */
 };
 
 TDIST_EXTERN tdist_status_t tdist_prefix_store_create(tdist_store_t *inner, const char *prefix,

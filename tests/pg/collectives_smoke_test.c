@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "ranks.h"
@@ -133,7 +134,37 @@ static int body(int rank, int world, int port, void *arg) {
   return 0;
 }
 
+/* file:// init: every rank opens the same file store; all_reduce must agree. */
+static int file_body(int rank, int world, int port, void *arg) {
+  (void)port;
+  char im[600];
+  snprintf(im, sizeof im, "file://%s?rank=%d&world_size=%d", (const char *)arg, rank, world);
+  tdist_pg_options_t po = TDIST_PG_OPTIONS_INIT;
+  po.init_method = im;
+  po.timeout_ms = 20000;
+  tdist_pg_t *pg = NULL;
+  CHECK_OK(tdist_init_process_group(&po, &pg));
+  int64_t v[5];
+  for (int i = 0; i < 5; i++) v[i] = val(rank, (size_t)i);
+  CHECK_OK_MSG(tdist_all_reduce(pg, v, 5, TDIST_INT64, TDIST_SUM), tdist_pg_last_error(pg));
+  for (int i = 0; i < 5; i++) {
+    int64_t want = 0;
+    for (int r = 0; r < world; r++) want += val(r, (size_t)i);
+    CHECK_EQ_INT(v[i], want);
+  }
+  tdist_pg_destroy(pg);
+  return 0;
+}
+
 int main(void) {
+  const char *tmp = getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp";
+  char path[512];
+  snprintf(path, sizeof path, "%s/filestore.%d", tmp, (int)getpid());
+  unlink(path);
+  TEST_LOG("file:// init, world 3");
+  CHECK(tdist_test_run_ranks(3, 60000, file_body, path) == 0);
+  unlink(path);
+
   int worlds[] = {1, 2, 3, 4, 5};
   /* Same-host ranks use shared memory by default; TDIST_SHM=0 forces TCP between them. */
   const char *modes[] = {"1", "0"};
