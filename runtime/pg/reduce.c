@@ -24,7 +24,7 @@
 #include <string.h>
 
 #if defined(__FAST_MATH__)
-#error "reduce.c needs IEEE semantics (NaN propagation, exact f16 rounding): build without -ffast-math"
+#error "reduce.c needs IEEE semantics (NaN propagation, f16 rounding): no -ffast-math"
 #endif
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
