@@ -52,6 +52,7 @@ typedef struct {
   char (*addr)[80];
   int spin_us;
   int oversubscribed; /* more ranks in the group than online CPUs */
+  int yield;          /* sched_yield while spinning on rings (TDIST_SHM_YIELD, default 1) */
   struct pollfd *pfds;
   int *pidx;
   /* Same-host peers talk through shared-memory rings; their TCP socket stays open only to notice
@@ -60,6 +61,7 @@ typedef struct {
   tdist__shm_seg_t own;
   tdist__shm_seg_t *peer_seg;
   int shm_peers;
+  uint8_t *gone; /* scratch for tcp_exchange */
 } tcp_t;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -137,6 +139,7 @@ static void tcp_destroy(tdist__transport_t *base) {
   free(t->peer_seg);
   free(t->out_ring);
   free(t->in_ring);
+  free(t->gone);
   if (t->fds)
     for (int i = 0; i < t->size; i++)
       if (t->fds[i] >= 0) close(t->fds[i]);
@@ -239,11 +242,12 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   t->out_ring = calloc((size_t)t->size, sizeof *t->out_ring);
   t->in_ring = calloc((size_t)t->size, sizeof *t->in_ring);
   t->peer_seg = calloc((size_t)t->size, sizeof *t->peer_seg);
+  t->gone = calloc((size_t)t->size, 1);
   keys = calloc((size_t)t->size, sizeof *keys);
   vals = calloc((size_t)t->size, sizeof *vals);
   lens = calloc((size_t)t->size, sizeof *lens);
   if (!t->fds || !t->addr || !t->pfds || !t->pidx || !keys || !vals || !lens || !t->out_ring ||
-      !t->in_ring || !t->peer_seg) {
+      !t->in_ring || !t->peer_seg || !t->gone) {
     st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
     goto done;
   }
@@ -253,6 +257,8 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   /* Spinning only pays when every rank has a core to spin on. */
   t->spin_us = spin && *spin ? atoi(spin) : (t->size <= ncpu ? 50 : 0);
   t->oversubscribed = t->size > ncpu;
+  const char *y = getenv("TDIST_SHM_YIELD");
+  t->yield = y && *y ? atoi(y) : 1;
   if (t->size == 1) {
     *out = &t->base;
     t = NULL;
@@ -516,6 +522,8 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
   tdist_pg_t *pg = t->pg;
   int64_t spin_until = t->spin_us > 0 ? tdist__now_ns() + (int64_t)t->spin_us * 1000 : 0;
   int64_t shm_spin_until = 0;
+  uint8_t *gone_seen = t->gone; /* peers whose death was seen once; failing on the second look */
+  memset(gone_seen, 0, (size_t)t->size);
   char why[400];
   for (;;) {
     int pending = 0, progressed = 0;
@@ -559,7 +567,7 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
        * fall through to a 1 ms poll that also watches for the peer's death. */
       if (!shm_spin_until) shm_spin_until = now + SHM_SPIN_NS;
       if (now < shm_spin_until) {
-        if (t->oversubscribed) sched_yield();
+        if (t->yield) sched_yield();
         else cpu_relax();
         continue;
       }
@@ -583,13 +591,18 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
     if (on_shm && timeout > 1) timeout = 1;
     int r = poll(t->pfds, (nfds_t)np + 1, timeout);
     if (on_shm && r > 0) {
+      /* A same-host peer closed its socket: it exited. Its last messages may still sit in the
+       * ring, so only fail once a full pass over the rings makes no progress. */
       for (int k = 0; k < np; k++) {
         tdist__xfer_t *xk = &x[t->pidx[k]];
         int shm = xk->is_send ? t->out_ring[xk->peer] != NULL : t->in_ring[xk->peer] != NULL;
-        if (shm && (t->pfds[k].revents & (POLLRDHUP | POLLHUP | POLLERR)))
-          return tdist__pg_fail(pg, TDIST_ERR_REMOTE,
-                                "%s: rank %d (%s, same host) closed its connection (did that "
-                                "process exit or crash?)", what, xk->peer, t->addr[xk->peer]);
+        if (shm && (t->pfds[k].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+          if (gone_seen[xk->peer])
+            return tdist__pg_fail(pg, TDIST_ERR_REMOTE,
+                                  "%s: rank %d (%s, same host) closed its connection (did that "
+                                  "process exit or crash?)", what, xk->peer, t->addr[xk->peer]);
+          gone_seen[xk->peer] = 1;
+        }
       }
     }
     if (r < 0 && errno != EINTR)
