@@ -189,7 +189,8 @@ TDIST_EXTERN tdist_status_t tdist_recv_async(tdist_pg_t *pg, void *buf, size_t c
 TDIST_EXTERN tdist_status_t tdist_work_wait(tdist_work_t *work, int64_t timeout_ms);
 /* *done = 1 when finished (then tdist_work_wait returns at once). */
 TDIST_EXTERN tdist_status_t tdist_work_test(tdist_work_t *work, int *done);
-/* Waits for the work if still running, then frees it. NULL is a no-op. */
+/* Frees the handle. Work still running completes in the background and is freed then (its
+ * buffers must stay valid until it does: wait first when that matters). NULL is a no-op. */
 TDIST_EXTERN void tdist_work_destroy(tdist_work_t *work);
 
 #ifdef __cplusplus

@@ -462,7 +462,7 @@ TDIST_EXTERN void tdist_pg_destroy(tdist_pg_t *pg) {
   if (pg->worker_started) {
     /* Queued work must not wait for peers that may be gone: abort, then drain. */
     pthread_mutex_lock(&pg->mu);
-    int busy = pg->qhead != NULL;
+    int busy = pg->qhead != NULL || pg->running;
     pthread_mutex_unlock(&pg->mu);
     if (busy) tdist_pg_abort(pg);
   }
@@ -501,9 +501,11 @@ static void *worker_main(void *arg) {
     tdist_work_t *w = pg->qhead;
     pg->qhead = w->next;
     if (!pg->qhead) pg->qtail = NULL;
+    pg->running = 1; /* drain_async and destroy must see work that left the queue */
     pthread_mutex_unlock(&pg->mu);
     tdist_status_t st = run_coll(pg, &w->coll);
     pthread_mutex_lock(&pg->mu);
+    pg->running = 0;
     w->status = st;
     w->done = 1;
     if (w->abandoned) {
@@ -544,7 +546,7 @@ static tdist_status_t submit(tdist_pg_t *pg, const tdist__coll_t *c, tdist_work_
 static void drain_async(tdist_pg_t *pg) {
   if (!pg->worker_started) return;
   pthread_mutex_lock(&pg->mu);
-  while (pg->qhead) pthread_cond_wait(&pg->cv, &pg->mu);
+  while (pg->qhead || pg->running) pthread_cond_wait(&pg->cv, &pg->mu);
   pthread_mutex_unlock(&pg->mu);
 }
 

@@ -92,6 +92,7 @@ struct tdist_pg_s {
   pthread_cond_t cv;
   pthread_t worker;
   int worker_started, stopping;
+  int running; /* the worker is executing an op it took off the queue */
   tdist_work_t *qhead, *qtail;
 };
 

@@ -18,31 +18,50 @@ static int64_t now_ms(void) {
 }
 
 int tdist_test_run_ranks(int world, int64_t timeout_ms, tdist_test_rank_fn fn, void *arg) {
-  tdist_store_server_options_t so = TDIST_STORE_SERVER_OPTIONS_INIT;
-  so.host = "127.0.0.1";
-  so.quiet = 1;
-  tdist_store_server_t *srv = NULL;
-  if (tdist_store_server_create(&so, &srv) != TDIST_OK) {
-    fprintf(stderr, "ranks: cannot start store: %s\n", tdist_last_error());
-    return 1;
-  }
-  int port = tdist_store_server_port(srv);
+  /* Fork every rank before the parent starts any thread (the store server): a child forked while
+   * another thread holds an allocator lock (ASan's, glibc's) can deadlock. The port reaches the
+   * children through a pipe once the server listens. */
   pid_t *pids = calloc((size_t)world, sizeof *pids);
   int *status = calloc((size_t)world, sizeof *status);
   int *done = calloc((size_t)world, sizeof *done);
+  int (*pipes)[2] = calloc((size_t)world, sizeof *pipes);
   fflush(stdout);
   fflush(stderr);
   for (int r = 0; r < world; r++) {
+    if (pipe(pipes[r]) != 0) {
+      perror("ranks: pipe");
+      return 1;
+    }
     pid_t pid = fork();
     if (pid == 0) {
       alarm((unsigned)(timeout_ms / 1000 + 5)); /* belt and braces if the parent dies */
+      close(pipes[r][1]);
+      int port = 0;
+      if (read(pipes[r][0], &port, sizeof port) != (ssize_t)sizeof port || port <= 0) _exit(5);
+      close(pipes[r][0]);
       int rc = fn(r, world, port, arg);
       fflush(stdout);
       fflush(stderr);
       _exit(rc);
     }
+    close(pipes[r][0]);
     pids[r] = pid;
   }
+  tdist_store_server_options_t so = TDIST_STORE_SERVER_OPTIONS_INIT;
+  so.host = "127.0.0.1";
+  so.quiet = 1;
+  tdist_store_server_t *srv = NULL;
+  int port = -1;
+  if (tdist_store_server_create(&so, &srv) != TDIST_OK)
+    fprintf(stderr, "ranks: cannot start store: %s\n", tdist_last_error());
+  else
+    port = tdist_store_server_port(srv);
+  for (int r = 0; r < world; r++) {
+    ssize_t w = write(pipes[r][1], &port, sizeof port); /* -1 makes the child exit 5 */
+    (void)w;
+    close(pipes[r][1]);
+  }
+  free(pipes);
   int64_t deadline = now_ms() + timeout_ms;
   int left = world, failed = 0;
   while (left > 0) {
