@@ -144,6 +144,13 @@ int tdist__sock_send_all(int fd, const void *buf, size_t len, int64_t deadline_m
   return 0;
 }
 
+int tdist__sock_recv_reply(int fd, void *buf, size_t len, int64_t deadline_ms) {
+  /* A reply to a request just sent is almost never there yet: wait first and save the recv
+   * that would only say EAGAIN. */
+  int r = wait_fd(fd, POLLIN, deadline_ms);
+  return r < 0 ? r : tdist__sock_recv_all(fd, buf, len, deadline_ms);
+}
+
 int tdist__sock_recv_all(int fd, void *buf, size_t len, int64_t deadline_ms) {
   char *p = buf;
   while (len > 0) {

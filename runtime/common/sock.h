@@ -26,6 +26,8 @@ int tdist__sock_connect(const char *host, int port, int64_t deadline_ms, int *ga
  * -ETIMEDOUT at the deadline, -TDIST__ECLOSED if the peer closed, else -errno. */
 int tdist__sock_send_all(int fd, const void *buf, size_t len, int64_t deadline_ms);
 int tdist__sock_recv_all(int fd, void *buf, size_t len, int64_t deadline_ms);
+/* Like recv_all, but polls before the first read: for the first bytes of a reply. */
+int tdist__sock_recv_reply(int fd, void *buf, size_t len, int64_t deadline_ms);
 
 /* Text for a negative return of the functions above ("connection closed by peer", strerror). */
 const char *tdist__sock_strerror(int neg_err);

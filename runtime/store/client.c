@@ -128,9 +128,16 @@ static tdist_status_t recv_n(tcp_store_t *t, const char *op, void *p, size_t n, 
   return r ? io_fail(t, op, r) : TDIST_OK;
 }
 
+/* The first bytes of a reply: poll, then read (see tdist__sock_recv_reply). */
+static tdist_status_t recv_first(tcp_store_t *t, const char *op, void *p, size_t n,
+                                 int64_t deadline) {
+  int r = tdist__sock_recv_reply(t->fd, p, n, deadline);
+  return r ? io_fail(t, op, r) : TDIST_OK;
+}
+
 static tdist_status_t recv_i64(tcp_store_t *t, const char *op, int64_t *v, int64_t deadline) {
   uint8_t b[8];
-  tdist_status_t st = recv_n(t, op, b, 8, deadline);
+  tdist_status_t st = recv_first(t, op, b, 8, deadline);
   if (st == TDIST_OK) *v = (int64_t)tdist__get_u64(b);
   return st;
 }
@@ -138,7 +145,7 @@ static tdist_status_t recv_i64(tcp_store_t *t, const char *op, int64_t *v, int64
 static tdist_status_t recv_bytes(tcp_store_t *t, const char *op, void **out, size_t *n,
                                  int64_t deadline) {
   uint8_t b[8];
-  tdist_status_t st = recv_n(t, op, b, 8, deadline);
+  tdist_status_t st = recv_first(t, op, b, 8, deadline);
   if (st) return st;
   uint64_t len = tdist__get_u64(b);
   if (len > MAX_REPLY_BYTES) {
@@ -164,7 +171,7 @@ static tdist_status_t recv_bytes(tcp_store_t *t, const char *op, void **out, siz
 }
 
 static tdist_status_t recv_u8(tcp_store_t *t, const char *op, uint8_t *v, int64_t deadline) {
-  return recv_n(t, op, v, 1, deadline);
+  return recv_first(t, op, v, 1, deadline);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -278,7 +285,7 @@ static tdist_status_t wait_keys(tcp_store_t *t, const char *op, const char *cons
   tdist_status_t st = req_send(t, op, deadline);
   if (st) return st;
   uint8_t b;
-  int r = tdist__sock_recv_all(t->fd, &b, 1, deadline);
+  int r = tdist__sock_recv_reply(t->fd, &b, 1, deadline);
   if (r == 0) {
     if (b == TDIST__WAIT_STOP_WAITING) return TDIST_OK;
     drop(t);
@@ -356,7 +363,7 @@ static tdist_status_t tcp_add(tdist_store_t *s, const char *key, int64_t delta, 
   req_u64(t, (uint64_t)delta);
   if ((st = req_send(t, "add", dl))) return st;
   uint8_t b[8];
-  int r = tdist__sock_recv_all(t->fd, b, 8, dl);
+  int r = tdist__sock_recv_reply(t->fd, b, 8, dl);
   if (r == 0) {
     *res = (int64_t)tdist__get_u64(b);
     return TDIST_OK;
