@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Starts N ranks of examples/train on this machine, the way torchrun would set them up, and waits
+# for all of them:
+#
+#   bash examples/train/run_local.sh N [train options...]      (e.g. 2 --steps 300 --lr 0.05)
+#
+# Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a
+# free MASTER_PORT; rank 0 hosts the store there (env://). MASTER_ADDR / MASTER_PORT already set
+# in the environment are used as given (e.g. a store an agent hosts, with
+# TORCHELASTIC_USE_AGENT_STORE=True, which reaches the ranks like any other variable). Output
+# lines are prefixed with the rank. If a rank fails, the others are stopped at once; if the run
+# takes longer than TRAIN_TIMEOUT_S seconds (default 300) all are stopped. The exit status is the
+# first failing rank's (0 when every rank succeeded). A port taken between choosing it and rank 0
+# binding it is retried once with another port.
+#
+# TRAIN_BIN: the train binary to run; unset, it is built with `bazel build //examples/train:train`.
+# Nothing is left running when this script returns.
+set -euo pipefail
+
+if [[ $# -lt 1 || ! "$1" =~ ^[1-9][0-9]*$ ]]; then
+  echo "usage: run_local.sh N [train options...]   (N ranks; train --help lists the options)" >&2
+  exit 2
+fi
+nranks=$1
+shift
+
+bin="${TRAIN_BIN:-}"
+if [[ -z "$bin" ]]; then
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+  (cd "$root" && bazel build --color=no --curses=no //examples/train:train </dev/null >&2)
+  bin="$(cd "$root" && bazel info bazel-bin 2>/dev/null)/examples/train/train"
+fi
+[[ -x "$bin" ]] || { echo "run_local.sh: $bin is not an executable" >&2; exit 2; }
+
+master_addr="${MASTER_ADDR:-127.0.0.1}"
+tmp="$(mktemp -d "${TEST_TMPDIR:-/tmp}/train_run.XXXXXX")"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A port nobody listens on now: let the kernel pick one (bind to 0), else a random one that
+# `ss` does not list.
+free_port() {
+  local py
+  for py in python3 /usr/bin/python3; do
+    if command -v "$py" >/dev/null 2>&1; then
+      "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
+        && return 0
+    fi
+  done
+  local p
+  for _ in $(seq 50); do
+    p=$((20000 + RANDOM % 40000))
+    if ! ss -Htln 2>/dev/null | awk '{print $4}' | grep -q ":$p\$"; then echo "$p"; return 0; fi
+  done
+  echo 29500
+}
+
+# One attempt: starts the ranks, waits; sets `status`.
+run_once() {
+  local port=$1 r deadline
+  shift
+  pids=()
+  : >"$tmp/out"
+  for ((r = 0; r < nranks; r++)); do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$nranks LOCAL_WORLD_SIZE=$nranks \
+      MASTER_ADDR=$master_addr MASTER_PORT=$port \
+      "$bin" "$@" > >(sed -u "s/^/[rank $r] /" | tee -a "$tmp/out") 2>&1 &
+    pids+=($!)
+  done
+  deadline=$((SECONDS + ${TRAIN_TIMEOUT_S:-300}))
+  status=0
+  local left=$nranks
+  local -A done=()
+  while ((left > 0)); do
+    for ((r = 0; r < nranks; r++)); do
+      [[ -n "${done[$r]:-}" ]] && continue
+      if ! kill -0 "${pids[$r]}" 2>/dev/null; then
+        local rc=0
+        wait "${pids[$r]}" || rc=$?
+        done[$r]=1
+        left=$((left - 1))
+        if ((rc != 0 && status == 0)); then
+          status=$rc
+          echo "run_local.sh: rank $r exited with status $rc; stopping the other ranks" >&2
+          for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+        fi
+      fi
+    done
+    if ((left > 0 && SECONDS > deadline)); then
+      echo "run_local.sh: timed out after ${TRAIN_TIMEOUT_S:-300} s; stopping all ranks" >&2
+      for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+      ((status == 0)) && status=124
+    fi
+    ((left > 0)) && sleep 0.05
+  done
+  wait 2>/dev/null || true # the output filters
+}
+
+if [[ -n "${MASTER_PORT:-}" ]]; then
+  # A store that someone else hosts (an agent: TORCHELASTIC_USE_AGENT_STORE=True) or a port
+  # chosen by the caller: use it as given, no retry.
+  echo "run_local.sh: $nranks ranks, MASTER_ADDR=$master_addr MASTER_PORT=$MASTER_PORT (given)" >&2
+  run_once "$MASTER_PORT" "$@"
+  exit "$status"
+fi
+port="$(free_port)"
+echo "run_local.sh: $nranks ranks, MASTER_ADDR=$master_addr MASTER_PORT=$port" >&2
+run_once "$port" "$@"
+if ((status != 0)) && grep -q "could not host the store" "$tmp/out"; then
+  port="$(free_port)"
+  echo "run_local.sh: port taken; retrying with MASTER_PORT=$port" >&2
+  run_once "$port" "$@"
+fi
+exit "$status"

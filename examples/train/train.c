@@ -1,0 +1,338 @@
+/* train: a small data-parallel training program written against libtdist, the C counterpart of a
+ * PyTorch DistributedDataParallel script.
+ *
+ * Every rank generates its own shard of a synthetic regression problem from (seed, rank): the
+ * true model comes from the seed alone, so all ranks learn the same thing from different data.
+ * The group is created with init_method "env://", so the program runs under torchrun-style
+ * environments (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK; rank 0 hosts the store,
+ * or with TORCHELASTIC_USE_AGENT_STORE=True the agent does). Rank 0's initial parameters are
+ * broadcast (as DDP does), each step's gradient is averaged over ranks with all_reduce(AVG), and
+ * rank 0 prints the global loss every few steps. At the end every rank all_gathers the parameter
+ * vector and checks that it is bitwise identical on all ranks, and that the loss went down; the
+ * exit status is 0 only if both hold.
+ *
+ * Exit status: 0 success, 1 a check failed, 2 bad usage, 3 the process group or a collective
+ * failed (the message says which rank and why). */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tdist/tdist.h"
+
+typedef enum { MODEL_LINEAR, MODEL_LOGISTIC } model_t;
+
+typedef struct {
+  int steps;
+  double lr;
+  int features;
+  int samples; /* per rank */
+  int batch;   /* per rank and step */
+  uint64_t seed;
+  int print_every;
+  model_t model;
+  int64_t timeout_ms;
+} opts_t;
+
+static void usage(FILE *f) {
+  fprintf(f,
+    "usage: train [options]\n"
+    "Data-parallel linear or logistic regression on synthetic data, one process per rank.\n"
+    "Joins its process group with env:// and needs RANK, WORLD_SIZE, MASTER_ADDR and\n"
+    "MASTER_PORT (LOCAL_RANK is reported; TORCHELASTIC_USE_AGENT_STORE=True joins an agent's\n"
+    "store instead of hosting one on rank 0). examples/train/run_local.sh N starts N ranks.\n"
+    "\n"
+    "  --steps N          optimisation steps (default 200)\n"
+    "  --lr X             learning rate of plain SGD (default 0.1)\n"
+    "  --features N       input features (default 16)\n"
+    "  --samples N        training samples generated per rank (default 1024)\n"
+    "  --batch N          samples per rank and step (default 64); the global batch is\n"
+    "                     N x WORLD_SIZE\n"
+    "  --seed N           seed of the true model and, with the rank, of each rank's data\n"
+    "                     (default 1)\n"
+    "  --model M          linear (mean squared error, default) or logistic (cross-entropy)\n"
+    "  --print-every N    rank 0 prints the loss every N steps (default 20; 0: only first/last)\n"
+    "  --timeout-ms N     deadline of joining and of every collective (default 120000)\n"
+    "  --help             this text\n"
+    "\n"
+    "At the end every rank checks that the parameters are bitwise identical on all ranks\n"
+    "(all_gather) and that the loss decreased; the exit status is 0 only if both hold\n"
+    "(1: a check failed, 2: bad usage, 3: the process group failed).\n");
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (!*s || *end || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_opts(int argc, char **argv, opts_t *o) {
+  *o = (opts_t){200, 0.1, 16, 1024, 64, 1, 20, MODEL_LINEAR, 120000};
+  for (int i = 1; i < argc; i++) {
+    const char *k = argv[i];
+    if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
+      usage(stdout);
+      exit(0);
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "train: %s needs a value (see --help)\n", k);
+      return -1;
+    }
+    const char *v = argv[++i];
+    long n;
+    if (!strcmp(k, "--steps")) {
+      if (parse_int(v, 1, 100000000, &n)) goto bad;
+      o->steps = (int)n;
+    } else if (!strcmp(k, "--lr")) {
+      char *end;
+      o->lr = strtod(v, &end);
+      if (!*v || *end || !isfinite(o->lr) || o->lr < 0) goto bad;
+    } else if (!strcmp(k, "--features")) {
+      if (parse_int(v, 1, 1 << 20, &n)) goto bad;
+      o->features = (int)n;
+    } else if (!strcmp(k, "--samples")) {
+      if (parse_int(v, 1, 1 << 24, &n)) goto bad;
+      o->samples = (int)n;
+    } else if (!strcmp(k, "--batch")) {
+      if (parse_int(v, 1, 1 << 24, &n)) goto bad;
+      o->batch = (int)n;
+    } else if (!strcmp(k, "--seed")) {
+      if (parse_int(v, 0, INT64_MAX > 0x7fffffffL ? 0x7fffffffL : 0x7fffffffL, &n)) goto bad;
+      o->seed = (uint64_t)n;
+    } else if (!strcmp(k, "--print-every")) {
+      if (parse_int(v, 0, 100000000, &n)) goto bad;
+      o->print_every = (int)n;
+    } else if (!strcmp(k, "--model")) {
+      if (!strcmp(v, "linear")) o->model = MODEL_LINEAR;
+      else if (!strcmp(v, "logistic")) o->model = MODEL_LOGISTIC;
+      else goto bad;
+    } else if (!strcmp(k, "--timeout-ms")) {
+      if (parse_int(v, 1, 86400000L, &n)) goto bad;
+      o->timeout_ms = n;
+    } else {
+      fprintf(stderr, "train: unknown option %s (see --help)\n", k);
+      return -1;
+    }
+    continue;
+  bad:
+    fprintf(stderr, "train: bad value '%s' for %s (see --help)\n", v, k);
+    return -1;
+  }
+  if (o->batch > o->samples) o->batch = o->samples;
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Synthetic data                                                                            */
+
+/* splitmix64: small, seedable, and the same on every platform. */
+static uint64_t next_u64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static double uniform(uint64_t *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
+
+static double gaussian(uint64_t *s) {
+  double u = uniform(s), v = uniform(s);
+  return sqrt(-2.0 * log(u > 0 ? u : 0x1.0p-53)) * cos(2.0 * M_PI * v);
+}
+
+typedef struct {
+  int n, d;
+  float *x; /* n x d, row major */
+  float *y; /* n */
+} shard_t;
+
+/* The true model depends on the seed only; inputs and noise on (seed, rank). */
+static int make_shard(const opts_t *o, int rank, shard_t *sh) {
+  int d = o->features, n = o->samples;
+  double *w = malloc(sizeof(double) * (size_t)(d + 1));
+  sh->n = n, sh->d = d;
+  sh->x = malloc(sizeof(float) * (size_t)n * (size_t)d);
+  sh->y = malloc(sizeof(float) * (size_t)n);
+  if (!w || !sh->x || !sh->y) {
+    free(w);
+    return -1;
+  }
+  uint64_t s = o->seed * 0x2545F4914F6CDD1Dull + 7;
+  for (int j = 0; j <= d; j++) w[j] = gaussian(&s); /* w[d] is the bias */
+  s = o->seed * 0x2545F4914F6CDD1Dull ^ ((uint64_t)rank + 1) * 0x9E3779B97F4A7C15ull;
+  for (int i = 0; i < n; i++) {
+    double z = w[d];
+    for (int j = 0; j < d; j++) {
+      float xv = (float)gaussian(&s);
+      sh->x[(size_t)i * (size_t)d + (size_t)j] = xv;
+      z += w[j] * xv;
+    }
+    z += 0.1 * gaussian(&s);
+    sh->y[i] = o->model == MODEL_LINEAR ? (float)z : (float)(z > 0);
+  }
+  free(w);
+  return 0;
+}
+
+/* Loss and (when grad != NULL) its gradient over samples [first, first + count) (wrapping), as
+ * means over those samples. Parameters: p[0..d-1] weights, p[d] bias. */
+static double loss_grad(const opts_t *o, const shard_t *sh, const float *p, int first, int count,
+                        double *grad) {
+  int d = sh->d;
+  double loss = 0;
+  if (grad) memset(grad, 0, sizeof(double) * (size_t)(d + 1));
+  for (int k = 0; k < count; k++) {
+    int i = (first + k) % sh->n;
+    const float *xi = sh->x + (size_t)i * (size_t)d;
+    double z = p[d];
+    for (int j = 0; j < d; j++) z += (double)p[j] * xi[j];
+    double dz;
+    if (o->model == MODEL_LINEAR) {
+      double e = z - sh->y[i];
+      loss += e * e;
+      dz = 2 * e;
+    } else {
+      /* log(1 + e^z) - y z, computed without overflow */
+      loss += (z > 0 ? z + log1p(exp(-z)) : log1p(exp(z))) - sh->y[i] * z;
+      dz = 1 / (1 + exp(-z)) - sh->y[i];
+    }
+    if (grad) {
+      for (int j = 0; j < d; j++) grad[j] += dz * xi[j];
+      grad[d] += dz;
+    }
+  }
+  if (grad)
+    for (int j = 0; j <= d; j++) grad[j] /= count;
+  return loss / count;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static int pg_failed(tdist_pg_t *pg, int rank, const char *what, tdist_status_t st) {
+  fprintf(stderr, "train: rank %d: %s failed: %s: %s\n", rank, what, tdist_strerror(st),
+          tdist_pg_last_error(pg));
+  tdist_pg_destroy(pg);
+  return 3;
+}
+
+/* Global mean loss over every rank's full shard. */
+static tdist_status_t global_loss(tdist_pg_t *pg, const opts_t *o, const shard_t *sh,
+                                  const float *p, double *out) {
+  *out = loss_grad(o, sh, p, 0, sh->n, NULL);
+  return tdist_all_reduce(pg, out, 1, TDIST_FLOAT64, TDIST_AVG);
+}
+
+int main(int argc, char **argv) {
+  opts_t o;
+  setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines in order with stderr when piped */
+  if (parse_opts(argc, argv, &o)) return 2;
+
+  tdist_pg_options_t po = TDIST_PG_OPTIONS_INIT;
+  po.init_method = "env://";
+  po.timeout_ms = o.timeout_ms;
+  tdist_pg_t *pg = NULL;
+  tdist_status_t st = tdist_init_process_group(&po, &pg);
+  if (st) {
+    fprintf(stderr, "train: init_process_group(env://) failed: %s: %s\n", tdist_strerror(st),
+            tdist_last_error());
+    return 3;
+  }
+  int rank = tdist_pg_rank(pg), world = tdist_pg_size(pg);
+  const char *local_rank = getenv("LOCAL_RANK");
+  if (rank == 0)
+    printf("train: %d ranks (%s backend), %s regression, %d features, %d samples and batch %d "
+           "per rank, lr %g, %d steps, seed %llu\n",
+           world, tdist_pg_backend(pg), o.model == MODEL_LINEAR ? "linear" : "logistic",
+           o.features, o.samples, o.batch, o.lr, o.steps, (unsigned long long)o.seed);
+  fprintf(stderr, "train: rank %d of %d joined (LOCAL_RANK %s, pid %d)\n", rank, world,
+          local_rank && *local_rank ? local_rank : "unset", (int)getpid());
+
+  int d = o.features, np = d + 1;
+  shard_t sh;
+  float *p = calloc((size_t)np, sizeof *p), *g = calloc((size_t)np, sizeof *g);
+  float *all = calloc((size_t)np * (size_t)world, sizeof *all);
+  double *gd = calloc((size_t)np, sizeof *gd);
+  if (!p || !g || !all || !gd || make_shard(&o, rank, &sh)) {
+    fprintf(stderr, "train: rank %d: out of memory\n", rank);
+    tdist_pg_destroy(pg);
+    return 3;
+  }
+  /* Each rank starts from its own random parameters; the broadcast makes rank 0's everyone's,
+   * as DDP does at construction. */
+  uint64_t s = o.seed ^ (0xD1B54A32D192ED03ull * ((uint64_t)rank + 1));
+  for (int j = 0; j < np; j++) p[j] = (float)(0.1 * gaussian(&s));
+  if ((st = tdist_broadcast(pg, p, (size_t)np, TDIST_FLOAT32, 0)))
+    return pg_failed(pg, rank, "broadcast of the initial parameters", st);
+
+  double loss0;
+  if ((st = global_loss(pg, &o, &sh, p, &loss0))) return pg_failed(pg, rank, "all_reduce", st);
+  if (rank == 0) printf("step %6d  loss %.6f\n", 0, loss0);
+
+  for (int step = 1; step <= o.steps; step++) {
+    double batch_loss = loss_grad(&o, &sh, p, (int)(((long long)(step - 1) * o.batch) % sh.n),
+                                  o.batch, gd);
+    for (int j = 0; j < np; j++) g[j] = (float)gd[j];
+    /* Every rank holds the same averaged gradient afterwards (bitwise: the library reduces
+     * each element in one order), so the updates below keep the replicas identical. */
+    if ((st = tdist_all_reduce(pg, g, (size_t)np, TDIST_FLOAT32, TDIST_AVG)))
+      return pg_failed(pg, rank, "all_reduce of the gradients", st);
+    for (int j = 0; j < np; j++) p[j] -= (float)o.lr * g[j];
+    int show = step == o.steps || (o.print_every > 0 && step % o.print_every == 0);
+    if (show) {
+      if ((st = tdist_all_reduce(pg, &batch_loss, 1, TDIST_FLOAT64, TDIST_AVG)))
+        return pg_failed(pg, rank, "all_reduce of the loss", st);
+      if (rank == 0) printf("step %6d  loss %.6f (global batch of %d)\n", step, batch_loss,
+                            o.batch * world);
+      fflush(stdout);
+    }
+  }
+
+  double loss1;
+  if ((st = global_loss(pg, &o, &sh, p, &loss1))) return pg_failed(pg, rank, "all_reduce", st);
+  if ((st = tdist_all_gather(pg, all, p, (size_t)np, TDIST_FLOAT32)))
+    return pg_failed(pg, rank, "all_gather of the parameters", st);
+  int rc = 0;
+  for (int r = 0; r < world; r++) {
+    if (memcmp(all + (size_t)r * (size_t)np, p, sizeof(float) * (size_t)np) != 0) {
+      int j = 0;
+      while (all[(size_t)r * (size_t)np + (size_t)j] == p[j]) j++;
+      fprintf(stderr, "train: rank %d: parameters differ from rank %d's (first at index %d: "
+              "%.9g here, %.9g there)\n", rank, r, j, (double)p[j],
+              (double)all[(size_t)r * (size_t)np + (size_t)j]);
+      rc = 1;
+    }
+  }
+  if (!(loss1 < loss0)) {
+    fprintf(stderr, "train: rank %d: the loss did not decrease (%.6f -> %.6f); try a smaller "
+            "--lr or more --steps\n", rank, loss0, loss1);
+    rc = 1;
+  }
+  /* Agree on the outcome so every rank exits the same way, then leave together. */
+  int64_t bad = rc;
+  if ((st = tdist_all_reduce(pg, &bad, 1, TDIST_INT64, TDIST_MAX)))
+    return pg_failed(pg, rank, "all_reduce of the result", st);
+  if (bad && !rc)
+    fprintf(stderr, "train: rank %d: another rank's check failed\n", rank);
+  if (bad) rc = 1;
+  if (rank == 0 && !rc)
+    printf("train: OK: loss %.6f -> %.6f; parameters bitwise identical on all %d ranks\n",
+           loss0, loss1, world);
+  if ((st = tdist_barrier(pg))) return pg_failed(pg, rank, "final barrier", st);
+  if ((st = tdist_pg_finalize(pg)) && !rc) {
+    fprintf(stderr, "train: rank %d: finalize: %s\n", rank, tdist_pg_last_error(pg));
+    rc = 3;
+  }
+  tdist_pg_destroy(pg);
+  free(sh.x);
+  free(sh.y);
+  free(p);
+  free(g);
+  free(all);
+  free(gd);
+  return rc;
+}
