@@ -181,7 +181,11 @@ static tdist_status_t recv_u8(tcp_store_t *t, const char *op, uint8_t *v, int64_
  * server closes the connection: -TDIST__ECLOSED or -ECONNRESET), or -EPROTO for a wrong echo. */
 static int handshake_v2(int fd, int64_t deadline) {
   uint8_t b[10];
-  uint32_t nonce = (uint32_t)getpid();
+  /* A 1.13 server reads these 10 bytes as a SET whose u64 key length is bytes 1..8: ce f7 85 3c
+   * 0d and the nonce's low three bytes. Byte 2 of the nonce = 0xff makes that length > 2^56, an
+   * allocation that fails on any machine, so the 1.13 server drops us at once instead of trying
+   * to read ~56 GB (which a pid-valued nonce could ask for on a big host). */
+  uint32_t nonce = 0x00ff0000u | ((uint32_t)getpid() & 0xff00ffffu);
   b[0] = 0x00;
   tdist__put_u32(b + 1, TDIST__VALIDATE_MAGIC);
   b[5] = 0x0d;
