@@ -98,6 +98,7 @@ echo "== bad option"
 rc=0
 "$train" --steps x >/dev/null 2>&1 || rc=$?
 [[ $rc == 2 ]] || fail "expected exit status 2 for a bad option, got $rc"
-"$train" --help | grep -q -- '--steps N' || fail "--help lacks --steps"
+"$train" --help >"$tmp/help.out" || fail "--help exited non-zero"
+grep -q -- '--steps N' "$tmp/help.out" || fail "--help lacks --steps"
 
 echo "PASS"
