@@ -33,7 +33,8 @@
 #include "runtime/store/store_internal.h"
 
 #define MSG_MAGIC 0x7d15c0deu
-#define SHM_SPIN_NS 2000000 /* spin on rings this long before sleeping 1 ms at a time */
+#define SHM_SPIN_NS 2000000    /* wait on rings this long before sleeping 1 ms at a time */
+#define SHM_PURE_SPIN_NS 20000 /* of which the first part spins without yielding */
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -51,6 +52,8 @@ typedef struct {
   int *fds;
   char (*addr)[80];
   int spin_us;
+  int64_t spin_max_ns, spin_ns; /* adaptive TCP spin budget (see tcp_exchange) */
+  int calls_without_spin;
   int oversubscribed; /* more ranks in the group than online CPUs */
   int yield;          /* sched_yield while spinning on rings (TDIST_SHM_YIELD, default 1) */
   struct pollfd *pfds;
@@ -257,6 +260,7 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   /* Spinning only pays when every rank has a core to spin on. */
   t->spin_us = spin && *spin ? atoi(spin) : (t->size <= ncpu ? 50 : 0);
   t->oversubscribed = t->size > ncpu;
+  t->spin_max_ns = t->spin_ns = (int64_t)t->spin_us * 1000;
   const char *y = getenv("TDIST_SHM_YIELD");
   t->yield = y && *y ? atoi(y) : 1;
   if (t->size == 1) {
@@ -520,8 +524,16 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
                                    int64_t deadline, const char *what) {
   tcp_t *t = (tcp_t *)base;
   tdist_pg_t *pg = t->pg;
-  int64_t spin_until = t->spin_us > 0 ? tdist__now_ns() + (int64_t)t->spin_us * 1000 : 0;
-  int64_t shm_spin_until = 0;
+  /* Adaptive spinning (TCP): spin_ns grows while peers answer within the spin and halves when
+   * we end up sleeping in poll anyway (a busy machine, or a slow peer), down to 0; at 0 it is
+   * probed again every 128 calls. Spinning on a core the peer needs only delays it. */
+  if (t->spin_ns == 0 && t->spin_max_ns > 0 && ++t->calls_without_spin >= 128) {
+    t->spin_ns = t->spin_max_ns / 4;
+    t->calls_without_spin = 0;
+  }
+  int64_t spin_until = t->spin_ns > 0 ? tdist__now_ns() + t->spin_ns : 0;
+  int slept = 0;
+  int64_t shm_spin_until = 0, shm_spin_start = 0;
   uint8_t *gone_seen = t->gone; /* peers whose death was seen once; failing on the second look */
   memset(gone_seen, 0, (size_t)t->size);
   char why[400];
@@ -550,11 +562,19 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
       if (!x[i].complete) pending++;
       else progressed = 1;
     }
-    if (!pending) return TDIST_OK;
+    if (!pending) {
+      if (t->spin_max_ns > 0) {
+        if (slept) t->spin_ns = t->spin_ns / 2 < t->spin_max_ns / 16 ? 0 : t->spin_ns / 2;
+        else if (t->spin_ns > 0) t->spin_ns = t->spin_ns + t->spin_max_ns / 4 > t->spin_max_ns
+                                                  ? t->spin_max_ns
+                                                  : t->spin_ns + t->spin_max_ns / 4;
+      }
+      return TDIST_OK;
+    }
     if (atomic_load_explicit(&pg->aborted, memory_order_relaxed))
       return tdist__pg_fail(pg, TDIST_ERR_ABORTED, "%s: aborted", what);
     if (progressed) {
-      if (spin_until) spin_until = tdist__now_ns() + (int64_t)t->spin_us * 1000;
+      if (spin_until) spin_until = tdist__now_ns() + t->spin_ns;
       shm_spin_until = 0;
       continue;
     }
@@ -565,15 +585,21 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
     if (on_shm) {
       /* Rings have no fd to sleep on: spin a while (yielding when ranks outnumber cores), then
        * fall through to a 1 ms poll that also watches for the peer's death. */
-      if (!shm_spin_until) shm_spin_until = now + SHM_SPIN_NS;
+      if (!shm_spin_until) {
+        shm_spin_start = now;
+        shm_spin_until = now + SHM_SPIN_NS;
+      }
       if (now < shm_spin_until) {
-        if (t->yield) sched_yield();
+        /* A few microseconds of pure spinning catch a peer that is running; after that, yield
+         * so a peer waiting for this core gets it. */
+        if (t->yield && now - shm_spin_start > SHM_PURE_SPIN_NS) sched_yield();
         else cpu_relax();
         continue;
       }
     } else if (spin_until && now < spin_until) {
       continue;
     }
+    slept = 1;
     /* Block in poll on every transfer that can move, plus the abort eventfd. Shared-memory peers
      * have no fd to wake us: poll their TCP socket (which only ever reports the peer's death)
      * with a short timeout and look at the rings again. */
