@@ -36,7 +36,7 @@ master_addr="${MASTER_ADDR:-127.0.0.1}"
 tmp="$(mktemp -d "${TEST_TMPDIR:-/tmp}/train_run.XXXXXX")"
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for f in "$tmp"/pid.*; do [[ -e "$f" ]] && kill -KILL "$(cat "$f")" 2>/dev/null || true; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -66,12 +66,27 @@ run_once() {
   shift
   pids=()
   : >"$tmp/out"
+  # Each rank runs in a pipeline whose last process (tee) exits only after the rank's output is
+  # all written: waiting for it means no line arrives after this script returns. The rank's own
+  # pid and exit status travel through files.
+  rm -f "$tmp"/pid.* "$tmp"/rc.*
   for ((r = 0; r < nranks; r++)); do
-    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$nranks LOCAL_WORLD_SIZE=$nranks \
-      MASTER_ADDR=$master_addr MASTER_PORT=$port \
-      "$bin" "$@" > >(sed -u "s/^/[rank $r] /" | tee -a "$tmp/out") 2>&1 &
+    (
+      RANK=$r LOCAL_RANK=$r WORLD_SIZE=$nranks LOCAL_WORLD_SIZE=$nranks \
+        MASTER_ADDR=$master_addr MASTER_PORT=$port "$bin" "$@" 2>&1 &
+      echo $! >"$tmp/pid.$r"
+      rc=0
+      wait $! || rc=$?
+      echo "$rc" >"$tmp/rc.$r"
+    ) | sed -u "s/^/[rank $r] /" | tee -a "$tmp/out" &
     pids+=($!)
   done
+  # kill_ranks SIGNAL: signals every rank process that is still there.
+  kill_ranks() {
+    local f
+    for f in "$tmp"/pid.*; do [[ -e "$f" ]] && kill "-$1" "$(cat "$f")" 2>/dev/null || true; done
+    return 0
+  }
   deadline=$((SECONDS + ${TRAIN_TIMEOUT_S:-300}))
   status=0
   local left=$nranks
@@ -81,24 +96,25 @@ run_once() {
       [[ -n "${done[$r]:-}" ]] && continue
       if ! kill -0 "${pids[$r]}" 2>/dev/null; then
         local rc=0
-        wait "${pids[$r]}" || rc=$?
+        wait "${pids[$r]}" 2>/dev/null || true
+        rc="$(cat "$tmp/rc.$r" 2>/dev/null || echo 1)"
         done[$r]=1
         left=$((left - 1))
         if ((rc != 0 && status == 0)); then
           status=$rc
           echo "run_local.sh: rank $r exited with status $rc; stopping the other ranks" >&2
-          for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+          kill_ranks TERM
         fi
       fi
     done
     if ((left > 0 && SECONDS > deadline)); then
       echo "run_local.sh: timed out after ${TRAIN_TIMEOUT_S:-300} s; stopping all ranks" >&2
-      for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+      kill_ranks KILL
       ((status == 0)) && status=124
     fi
     ((left > 0)) && sleep 0.05
   done
-  wait 2>/dev/null || true # the output filters
+  return 0
 }
 
 if [[ -n "${MASTER_PORT:-}" ]]; then
