@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "wire_enc.h"
 #include "runtime/store/proto.h"
 
 /* ---------------------------------------------------------------------------------------- */
@@ -357,39 +358,7 @@ static int wire_of(tdist__dialect_t d, tdist__op_t op) {
   return -1;
 }
 
-/* ---- an encoder written for this test ---- */
-typedef struct {
-  uint8_t *p;
-  size_t len, cap;
-} enc_t;
-
-static void enc_bytes(enc_t *e, const void *data, size_t n) {
-  if (e->len + n > e->cap) {
-    size_t cap = e->cap ? e->cap : 256;
-    while (cap < e->len + n) cap *= 2;
-    e->p = realloc(e->p, cap);
-    CHECK(e->p != NULL);
-    e->cap = cap;
-  }
-  if (n) memcpy(e->p + e->len, data, n);
-  e->len += n;
-}
-static void enc_u8(enc_t *e, uint8_t v) { enc_bytes(e, &v, 1); }
-static void enc_u64(enc_t *e, uint64_t v) {
-  uint8_t b[8];
-  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-  enc_bytes(e, b, 8);
-}
-static void enc_u32(enc_t *e, uint32_t v) {
-  uint8_t b[4];
-  for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i));
-  enc_bytes(e, b, 4);
-}
-static void enc_str(enc_t *e, const void *s, size_t n) {
-  enc_u64(e, n);
-  enc_bytes(e, s, n);
-}
-static void enc_cstr(enc_t *e, const char *s) { enc_str(e, s, strlen(s)); }
+/* ---- the encoder: tests/testlib/wire_enc.h ---- */
 
 /* A minimal valid request of `op` (keys "k", values "v"). */
 static void enc_minimal(enc_t *e, tdist__dialect_t d, tdist__op_t op) {

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "wire_enc.h"
 #include "tdist/tdist.h"
 
 /* ---------------------------------------------------------------------------------------- */
@@ -227,45 +228,13 @@ static void expect_closed(conn_t *c, const char *why) {
   conn_close(c);
 }
 
-/* ---- request encoder ---- */
-typedef struct {
-  uint8_t *p;
-  size_t len, cap;
-} msg_t;
-
-static void m_bytes(msg_t *m, const void *d, size_t n) {
-  if (m->len + n > m->cap) {
-    size_t cap = m->cap ? m->cap : 128;
-    while (cap < m->len + n) cap *= 2;
-    m->p = realloc(m->p, cap);
-    CHECK(m->p != NULL);
-    m->cap = cap;
-  }
-  if (n) memcpy(m->p + m->len, d, n);
-  m->len += n;
-}
-static void m_u8(msg_t *m, uint8_t v) { m_bytes(m, &v, 1); }
-static void m_u64(msg_t *m, uint64_t v) {
-  uint8_t b[8];
-  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-  m_bytes(m, b, 8);
-}
-static void m_u32(msg_t *m, uint32_t v) {
-  uint8_t b[4];
-  for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i));
-  m_bytes(m, b, 4);
-}
-static void m_str(msg_t *m, const void *s, size_t n) {
-  m_u64(m, n);
-  m_bytes(m, s, n);
-}
-static void m_cstr(msg_t *m, const char *s) { m_str(m, s, strlen(s)); }
-static void m_op(msg_t *m, const conn_t *c, int op) {
+/* ---- request encoder: tests/testlib/wire_enc.h ---- */
+static void m_op(enc_t *m, const conn_t *c, int op) {
   int w = c->v2 ? v2_wire[op] : v113_wire[op];
   if (w < 0) fail("%s: op %d does not exist in this dialect (test bug)", c->name, op);
-  m_u8(m, (uint8_t)w);
+  enc_u8(m, (uint8_t)w);
 }
-static void m_send(conn_t *c, msg_t *m) {
+static void m_send(conn_t *c, enc_t *m) {
   send_raw(c, m->p, m->len);
   free(m->p);
   memset(m, 0, sizeof(*m));
@@ -273,18 +242,18 @@ static void m_send(conn_t *c, msg_t *m) {
 
 /* ---- one call per op ---- */
 static void r_set(conn_t *c, const char *key, const void *v, size_t n) {
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, c, OP_SET);
-  m_cstr(&m, key);
-  m_str(&m, v, n);
+  enc_cstr(&m, key);
+  enc_str(&m, v, n);
   m_send(c, &m);
 }
 static void r_sets(conn_t *c, const char *key, const char *v) { r_set(c, key, v, strlen(v)); }
 
 static uint8_t *r_get(conn_t *c, const char *key, size_t *len) {
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, c, OP_GET);
-  m_cstr(&m, key);
+  enc_cstr(&m, key);
   m_send(c, &m);
   return rd_bytes(c, len, "GET reply");
 }
@@ -301,21 +270,21 @@ static void expect_gets(conn_t *c, const char *key, const char *v) {
 }
 
 static int64_t r_add(conn_t *c, const char *key, int64_t delta) {
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, c, OP_ADD);
-  m_cstr(&m, key);
-  m_u64(&m, (uint64_t)delta);
+  enc_cstr(&m, key);
+  enc_u64(&m, (uint64_t)delta);
   m_send(c, &m);
   return (int64_t)rd_u64(c, "ADD reply");
 }
 
 static void expect_cas(conn_t *c, const char *key, const char *exp, const char *des,
                        const char *want) {
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, c, OP_CAS);
-  m_cstr(&m, key);
-  m_cstr(&m, exp);
-  m_cstr(&m, des);
+  enc_cstr(&m, key);
+  enc_cstr(&m, exp);
+  enc_cstr(&m, des);
   m_send(c, &m);
   size_t len;
   uint8_t *got = rd_bytes(c, &len, "COMPARE_SET reply");
@@ -324,13 +293,13 @@ static void expect_cas(conn_t *c, const char *key, const char *exp, const char *
   free(got);
 }
 
-static void m_keys(msg_t *m, const char *const *keys, size_t n) {
-  m_u64(m, n);
-  for (size_t i = 0; i < n; i++) m_cstr(m, keys[i]);
+static void m_keys(enc_t *m, const char *const *keys, size_t n) {
+  enc_u64(m, n);
+  for (size_t i = 0; i < n; i++) enc_cstr(m, keys[i]);
 }
 
 static uint8_t r_check(conn_t *c, const char *const *keys, size_t n) {
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, c, OP_CHECK);
   m_keys(&m, keys, n);
   m_send(c, &m);
@@ -338,7 +307,7 @@ static uint8_t r_check(conn_t *c, const char *const *keys, size_t n) {
 }
 
 static void send_wait(conn_t *c, const char *const *keys, size_t n) {
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, c, OP_WAIT);
   m_keys(&m, keys, n);
   m_send(c, &m);
@@ -350,41 +319,41 @@ static void expect_byte(conn_t *c, uint8_t want, const char *what) {
 }
 
 static int64_t r_numkeys(conn_t *c) {
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, c, OP_NUMKEYS);
   m_send(c, &m);
   return (int64_t)rd_u64(c, "GETNUMKEYS reply");
 }
 
 static int64_t r_delete(conn_t *c, const char *key) {
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, c, OP_DELETE);
-  m_cstr(&m, key);
+  enc_cstr(&m, key);
   m_send(c, &m);
   return (int64_t)rd_u64(c, "DELETE_KEY reply");
 }
 
 static void r_append(conn_t *c, const char *key, const char *v) {
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, c, OP_APPEND);
-  m_cstr(&m, key);
-  m_cstr(&m, v);
+  enc_cstr(&m, key);
+  enc_cstr(&m, v);
   m_send(c, &m);
 }
 
 static void r_mset(conn_t *c, const char *const *keys, const char *const *vals, size_t n) {
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, c, OP_MSET);
-  m_u64(&m, n);
+  enc_u64(&m, n);
   for (size_t i = 0; i < n; i++) {
-    m_cstr(&m, keys[i]);
-    m_cstr(&m, vals[i]);
+    enc_cstr(&m, keys[i]);
+    enc_cstr(&m, vals[i]);
   }
   m_send(c, &m);
 }
 
 static void expect_mget(conn_t *c, const char *const *keys, const char *const *vals, size_t n) {
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, c, OP_MGET);
   m_keys(&m, keys, n);
   m_send(c, &m);
@@ -398,9 +367,9 @@ static void expect_mget(conn_t *c, const char *const *keys, const char *const *v
 }
 
 static void expect_ping(conn_t *c, uint32_t nonce) {
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, c, OP_PING);
-  m_u32(&m, nonce);
+  enc_u32(&m, nonce);
   m_send(c, &m);
   uint8_t b[4];
   rd(c, b, 4, "PING echo");
@@ -418,24 +387,24 @@ static void sync_conn(conn_t *c) {
 }
 
 static void r_qpush(conn_t *c, const char *key, const char *v) {
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, c, OP_QPUSH);
-  m_cstr(&m, key);
-  m_cstr(&m, v);
+  enc_cstr(&m, key);
+  enc_cstr(&m, v);
   m_send(c, &m);
 }
 static int64_t r_qlen(conn_t *c, const char *key) {
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, c, OP_QLEN);
-  m_cstr(&m, key);
+  enc_cstr(&m, key);
   m_send(c, &m);
   return (int64_t)rd_u64(c, "QUEUE_LEN reply");
 }
 /* Pops; want == NULL means the queue must be empty. */
 static void expect_qpop(conn_t *c, const char *key, int64_t want_len, const char *want) {
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, c, OP_QPOP);
-  m_cstr(&m, key);
+  enc_cstr(&m, key);
   m_send(c, &m);
   int64_t len = (int64_t)rd_u64(c, "QUEUE_POP length");
   if (len != want_len)
@@ -676,9 +645,9 @@ static void op_suite(tdist_store_server_t *s, conn_t *c, conn_t *v2aux, conn_t *
     sync_conn(c);
   } else {
     conn_t t = conn_open(port, 0, "get-missing(1.13)");
-    msg_t m = {0};
+    enc_t m = {0};
     m_op(&m, &t, OP_GET);
-    m_cstr(&m, K("nope"));
+    enc_cstr(&m, K("nope"));
     m_send(&t, &m);
     expect_closed(&t, "1.13 GET of a missing key");
   }
@@ -705,10 +674,10 @@ static void op_suite(tdist_store_server_t *s, conn_t *c, conn_t *v2aux, conn_t *
   sync_conn(c);
   {
     conn_t t = conn_open(port, c->v2, "add-on-text");
-    msg_t m = {0};
+    enc_t m = {0};
     m_op(&m, &t, OP_ADD);
-    m_cstr(&m, K("text"));
-    m_u64(&m, 1);
+    enc_cstr(&m, K("text"));
+    enc_u64(&m, 1);
     m_send(&t, &m);
     expect_closed(&t, "ADD on the value \"hello\"");
   }
@@ -758,9 +727,9 @@ static void op_suite(tdist_store_server_t *s, conn_t *c, conn_t *v2aux, conn_t *
   if (!c->v2) {
     /* WATCH_KEY: KEY_CALLBACK_REGISTERED (on its own connection, like 1.13's callback socket) */
     conn_t t = conn_open(port, 0, "watch(1.13)");
-    msg_t m = {0};
+    enc_t m = {0};
     m_op(&m, &t, OP_WATCH);
-    m_cstr(&m, K("watched"));
+    enc_cstr(&m, K("watched"));
     m_send(&t, &m);
     expect_byte(&t, 0x03, "WATCH_KEY reply");
     conn_close(&t);
@@ -812,7 +781,7 @@ static void op_suite(tdist_store_server_t *s, conn_t *c, conn_t *v2aux, conn_t *
 
   /* CANCEL_WAIT with nothing pending: 01 anyway */
   {
-    msg_t m = {0};
+    enc_t m = {0};
     m_op(&m, c, OP_CANCEL);
     m_send(c, &m);
     expect_byte(c, 0x01, "CANCEL_WAIT with nothing pending");
@@ -823,7 +792,7 @@ static void op_suite(tdist_store_server_t *s, conn_t *c, conn_t *v2aux, conn_t *
     uint64_t base = stats(s).waits_pending;
     send_wait(c, &k, 1);
     WAIT_STAT(s, waits_pending, base + 1);
-    msg_t m = {0};
+    enc_t m = {0};
     m_op(&m, c, OP_CANCEL);
     m_send(c, &m);
     expect_byte(c, 0x01, "CANCEL_WAIT of a pending wait");
@@ -843,10 +812,10 @@ static void op_suite(tdist_store_server_t *s, conn_t *c, conn_t *v2aux, conn_t *
       uint64_t base = stats(s).waits_pending;
       send_wait(c, &k, 1);
       WAIT_STAT(s, waits_pending, base + 1);
-      msg_t set = {0}, cancel = {0};
+      enc_t set = {0}, cancel = {0};
       m_op(&set, v2aux, OP_SET);
-      m_cstr(&set, k);
-      m_cstr(&set, "v");
+      enc_cstr(&set, k);
+      enc_cstr(&set, "v");
       m_op(&cancel, c, OP_CANCEL);
       if (i % 2) {
         m_send(v2aux, &set);
@@ -993,15 +962,15 @@ static void test_split(tdist_store_server_t *s) {
    * 5 bytes), then GET the same way. */
   {
     conn_t c = conn_open(port, 0, "bytewise(1.13)");
-    msg_t m = {0};
+    enc_t m = {0};
     m_op(&m, &c, OP_SET);
-    m_cstr(&m, K("bw13"));
-    m_cstr(&m, "value13");
+    enc_cstr(&m, K("bw13"));
+    enc_cstr(&m, "value13");
     send_bytewise(&c, m.p, m.len);
     free(m.p);
     memset(&m, 0, sizeof(m));
     m_op(&m, &c, OP_GET);
-    m_cstr(&m, K("bw13"));
+    enc_cstr(&m, K("bw13"));
     send_bytewise(&c, m.p, m.len);
     free(m.p);
     size_t len;
@@ -1017,11 +986,11 @@ static void test_split(tdist_store_server_t *s) {
     c = conn_open_family(AF_INET, port, 0, "bytewise(2.x)", &err);
     CHECK(c.fd >= 0);
     c.v2 = 1;
-    msg_t m = {0};
+    enc_t m = {0};
     m_op(&m, &c, OP_VALIDATE);
-    m_u32(&m, 0x3C85F7CEu);
+    enc_u32(&m, 0x3C85F7CEu);
     m_op(&m, &c, OP_PING);
-    m_u32(&m, 0xabcdef01u);
+    enc_u32(&m, 0xabcdef01u);
     send_bytewise(&c, m.p, m.len);
     free(m.p);
     uint8_t echo[4];
@@ -1031,10 +1000,10 @@ static void test_split(tdist_store_server_t *s) {
     const char *ks[2] = {K("bwa"), K("bwb")};
     const char *vs[2] = {"A", "BB"};
     m_op(&m, &c, OP_MSET);
-    m_u64(&m, 2);
+    enc_u64(&m, 2);
     for (int i = 0; i < 2; i++) {
-      m_cstr(&m, ks[i]);
-      m_cstr(&m, vs[i]);
+      enc_cstr(&m, ks[i]);
+      enc_cstr(&m, vs[i]);
     }
     m_op(&m, &c, OP_MGET);
     m_keys(&m, ks, 2);
@@ -1050,11 +1019,11 @@ static void test_split(tdist_store_server_t *s) {
   }
   /* Every split point of the first message, on fresh connections: 1.13 SET, 2.x VALIDATE+PING */
   {
-    msg_t m = {0};
+    enc_t m = {0};
     conn_t proto13 = {.fd = -1, .v2 = 0};
     m_op(&m, &proto13, OP_SET);
-    m_cstr(&m, K("first"));
-    m_cstr(&m, "v");
+    enc_cstr(&m, K("first"));
+    enc_cstr(&m, "v");
     for (size_t k = 1; k < m.len; k++) {
       conn_t c = conn_open(port, 0, "split-first(1.13)");
       send_split(&c, m.p, m.len, k);
@@ -1080,10 +1049,10 @@ static void test_split(tdist_store_server_t *s) {
     conn_t c = conn_open(port, v2, v2 ? "split(2.x)" : "split(1.13)");
     char name[32];
     snprintf(name, sizeof(name), "split-add%d", v2);
-    msg_t m = {0};
+    enc_t m = {0};
     m_op(&m, &c, OP_ADD);
-    m_cstr(&m, K(name));
-    m_u64(&m, 1);
+    enc_cstr(&m, K(name));
+    enc_u64(&m, 1);
     for (size_t k = 1; k < m.len; k++) {
       send_split(&c, m.p, m.len, k);
       CHECK_EQ_INT((int64_t)rd_u64(&c, "split ADD"), (int64_t)k);
@@ -1093,9 +1062,9 @@ static void test_split(tdist_store_server_t *s) {
     snprintf(name, sizeof(name), "split-cas%d", v2);
     r_sets(&c, K(name), "x");
     m_op(&m, &c, OP_CAS);
-    m_cstr(&m, K(name));
-    m_cstr(&m, "x");
-    m_cstr(&m, "x");
+    enc_cstr(&m, K(name));
+    enc_cstr(&m, "x");
+    enc_cstr(&m, "x");
     for (size_t k = 1; k < m.len; k++) {
       send_split(&c, m.p, m.len, k);
       size_t len;
@@ -1124,15 +1093,15 @@ static void test_pipelined(tdist_store_server_t *s) {
   /* §1.12: SET, ADD, GET in one segment, answered in order */
   {
     conn_t c = conn_open(port, 0, "pipe(1.13)");
-    msg_t m = {0};
+    enc_t m = {0};
     m_op(&m, &c, OP_SET);
-    m_cstr(&m, K("p"));
-    m_cstr(&m, "pv");
+    enc_cstr(&m, K("p"));
+    enc_cstr(&m, "pv");
     m_op(&m, &c, OP_ADD);
-    m_cstr(&m, K("pc"));
-    m_u64(&m, 7);
+    enc_cstr(&m, K("pc"));
+    enc_u64(&m, 7);
     m_op(&m, &c, OP_GET);
-    m_cstr(&m, K("p"));
+    enc_cstr(&m, K("p"));
     m_send(&c, &m);
     CHECK_EQ_INT((int64_t)rd_u64(&c, "pipelined ADD"), 7);
     size_t len;
@@ -1142,8 +1111,8 @@ static void test_pipelined(tdist_store_server_t *s) {
     /* 200 ADDs in one write */
     for (int i = 0; i < 200; i++) {
       m_op(&m, &c, OP_ADD);
-      m_cstr(&m, K("pipe200"));
-      m_u64(&m, 1);
+      enc_cstr(&m, K("pipe200"));
+      enc_u64(&m, 1);
     }
     m_send(&c, &m);
     for (int i = 1; i <= 200; i++) CHECK_EQ_INT((int64_t)rd_u64(&c, "pipelined ADD x200"), i);
@@ -1155,16 +1124,16 @@ static void test_pipelined(tdist_store_server_t *s) {
     conn_t c = conn_open_family(AF_INET, port, 0, "pipe(2.x)", &err);
     CHECK(c.fd >= 0);
     c.v2 = 1;
-    msg_t m = {0};
+    enc_t m = {0};
     m_op(&m, &c, OP_VALIDATE);
-    m_u32(&m, 0x3C85F7CEu);
+    enc_u32(&m, 0x3C85F7CEu);
     m_op(&m, &c, OP_PING);
-    m_u32(&m, 42);
+    enc_u32(&m, 42);
     m_op(&m, &c, OP_SET);
-    m_cstr(&m, K("p2"));
-    m_cstr(&m, "v2");
+    enc_cstr(&m, K("p2"));
+    enc_cstr(&m, "v2");
     m_op(&m, &c, OP_GET);
-    m_cstr(&m, K("p2"));
+    enc_cstr(&m, K("p2"));
     m_op(&m, &c, OP_MGET);
     const char *ks[2] = {K("p2"), K("p")};
     m_keys(&m, ks, 2);
@@ -1172,9 +1141,9 @@ static void test_pipelined(tdist_store_server_t *s) {
     m_keys(&m, ks, 2);
     m_op(&m, &c, OP_CANCEL);
     m_op(&m, &c, OP_DELETE);
-    m_cstr(&m, K("p2"));
+    enc_cstr(&m, K("p2"));
     m_op(&m, &c, OP_QLEN);
-    m_cstr(&m, K("noq"));
+    enc_cstr(&m, K("noq"));
     m_send(&c, &m);
     uint8_t echo[4];
     rd(&c, echo, 4, "pipelined PING");
@@ -1232,10 +1201,10 @@ static void test_vanishing(tdist_store_server_t *s) {
   /* half a request, then gone: nothing is applied */
   {
     conn_t h = conn_open(port, 1, "half");
-    msg_t m = {0};
+    enc_t m = {0};
     m_op(&m, &h, OP_SET);
-    m_cstr(&m, K("half"));
-    m_cstr(&m, "value");
+    enc_cstr(&m, K("half"));
+    enc_cstr(&m, "value");
     send_raw(&h, m.p, m.len - 3);
     free(m.p);
     sleep_ms(20);
@@ -1256,10 +1225,10 @@ static void test_vanishing(tdist_store_server_t *s) {
     free(v);
     for (int round = 0; round < 3; round++) {
       conn_t g = conn_open(port, round % 2, "leaver");
-      msg_t m = {0};
+      enc_t m = {0};
       for (int i = 0; i < 16; i++) {
         m_op(&m, &g, OP_GET);
-        m_cstr(&m, K("bigv"));
+        enc_cstr(&m, K("bigv"));
       }
       m_send(&g, &m);
       sleep_ms(5);
@@ -1313,39 +1282,39 @@ static void test_limits(void) {
 
     for (int kind = 0; kind < (v2 ? 12 : 8); kind++) {
       conn_t t = conn_open(port, v2, "over-limit");
-      msg_t m = {0};
+      enc_t m = {0};
       const char *what = "";
       switch (kind) {
-        case 0: what = "SET key of 17"; m_op(&m, &t, OP_SET); m_cstr(&m, k17); m_cstr(&m, "v"); break;
-        case 1: what = "key length 17 announced"; m_op(&m, &t, OP_GET); m_u64(&m, 17); break;
-        case 2: what = "SET value of 65"; m_op(&m, &t, OP_SET); m_cstr(&m, k16); m_cstr(&m, v65); break;
+        case 0: what = "SET key of 17"; m_op(&m, &t, OP_SET); enc_cstr(&m, k17); enc_cstr(&m, "v"); break;
+        case 1: what = "key length 17 announced"; m_op(&m, &t, OP_GET); enc_u64(&m, 17); break;
+        case 2: what = "SET value of 65"; m_op(&m, &t, OP_SET); enc_cstr(&m, k16); enc_cstr(&m, v65); break;
         case 3:
           what = "1 TB value announced";
           m_op(&m, &t, OP_SET);
-          m_cstr(&m, k16);
-          m_u64(&m, (uint64_t)1 << 40);
+          enc_cstr(&m, k16);
+          enc_u64(&m, (uint64_t)1 << 40);
           break;
-        case 4: what = "WAIT of 5 keys"; m_op(&m, &t, OP_WAIT); m_u64(&m, 5); break;
-        case 5: what = "CHECK of 5 keys"; m_op(&m, &t, OP_CHECK); m_u64(&m, 5); break;
-        case 6: what = "ADD key of 17"; m_op(&m, &t, OP_ADD); m_cstr(&m, k17); m_u64(&m, 1); break;
+        case 4: what = "WAIT of 5 keys"; m_op(&m, &t, OP_WAIT); enc_u64(&m, 5); break;
+        case 5: what = "CHECK of 5 keys"; m_op(&m, &t, OP_CHECK); enc_u64(&m, 5); break;
+        case 6: what = "ADD key of 17"; m_op(&m, &t, OP_ADD); enc_cstr(&m, k17); enc_u64(&m, 1); break;
         case 7:
           what = "CAS desired of 65";
           m_op(&m, &t, OP_CAS);
-          m_cstr(&m, k16);
-          m_cstr(&m, "");
-          m_cstr(&m, v65);
+          enc_cstr(&m, k16);
+          enc_cstr(&m, "");
+          enc_cstr(&m, v65);
           break;
-        case 8: what = "MULTI_SET of 5 pairs"; m_op(&m, &t, OP_MSET); m_u64(&m, 5); break;
-        case 9: what = "MULTI_GET of 5 keys"; m_op(&m, &t, OP_MGET); m_u64(&m, 5); break;
-        case 10: what = "APPEND of 65"; m_op(&m, &t, OP_APPEND); m_cstr(&m, k16); m_cstr(&m, v65); break;
+        case 8: what = "MULTI_SET of 5 pairs"; m_op(&m, &t, OP_MSET); enc_u64(&m, 5); break;
+        case 9: what = "MULTI_GET of 5 keys"; m_op(&m, &t, OP_MGET); enc_u64(&m, 5); break;
+        case 10: what = "APPEND of 65"; m_op(&m, &t, OP_APPEND); enc_cstr(&m, k16); enc_cstr(&m, v65); break;
         case 11:
           what = "MULTI_SET value of 65";
           m_op(&m, &t, OP_MSET);
-          m_u64(&m, 2);
-          m_cstr(&m, k16);
-          m_cstr(&m, "ok");
-          m_cstr(&m, k16);
-          m_cstr(&m, v65);
+          enc_u64(&m, 2);
+          enc_cstr(&m, k16);
+          enc_cstr(&m, "ok");
+          enc_cstr(&m, k16);
+          enc_cstr(&m, v65);
           break;
       }
       m_send(&t, &m);
@@ -1366,10 +1335,10 @@ static void test_limits(void) {
 /* The default server refuses a 1 TB value as soon as its length arrives. */
 static void test_default_value_limit(tdist_store_server_t *s) {
   conn_t t = conn_open(tdist_store_server_port(s), 1, "1TB");
-  msg_t m = {0};
+  enc_t m = {0};
   m_op(&m, &t, OP_SET);
-  m_cstr(&m, K("tb"));
-  m_u64(&m, (uint64_t)1 << 40);
+  enc_cstr(&m, K("tb"));
+  enc_u64(&m, (uint64_t)1 << 40);
   m_send(&t, &m);
   expect_closed(&t, "1 TB value announced to the default server");
 }
