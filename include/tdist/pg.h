@@ -69,10 +69,13 @@ typedef struct {
   int world_size;          /* -1: from init_method / WORLD_SIZE */
   int64_t timeout_ms;      /* every collective's deadline; 0 = 30 min (PyTorch's default) */
   const char *group_name;  /* store prefix of this group; NULL = "default_pg" */
+  /* Network interface whose IPv4 address peers connect to (gloo). NULL: TDIST_SOCKET_IFNAME,
+   * else the interface that reaches the store. */
+  const char *socket_ifname;
 } tdist_pg_options_t;
 
 #define TDIST_PG_OPTIONS_INIT \
-  { sizeof(tdist_pg_options_t), 1, NULL, NULL, NULL, -1, -1, 0, NULL }
+  { sizeof(tdist_pg_options_t), 1, NULL, NULL, NULL, -1, -1, 0, NULL, NULL }
 
 /* Creates this rank's process group; blocks until every rank has joined (or the timeout).
  * On failure tdist_last_error() says what was missing or wrong, with PyTorch's wording for

@@ -90,7 +90,8 @@ static void read_boot_id(char *buf, size_t cap) {
 /* The IPv4 address to listen on: TDIST_SOCKET_IFNAME's, else the address of the interface that
  * reaches the store (NCCL's approach), else the host name's, else loopback. */
 static tdist_status_t choose_ip(tdist_pg_t *pg, char *ip, size_t cap) {
-  const char *ifname = getenv("TDIST_SOCKET_IFNAME");
+  const char *ifname = pg->socket_ifname ? pg->socket_ifname : getenv("TDIST_SOCKET_IFNAME");
+  const char *from = pg->socket_ifname ? "socket_ifname option" : "TDIST_SOCKET_IFNAME";
   if (ifname && *ifname) {
     struct ifaddrs *ifa = NULL;
     if (getifaddrs(&ifa) == 0) {
@@ -104,8 +105,8 @@ static tdist_status_t choose_ip(tdist_pg_t *pg, char *ip, size_t cap) {
       freeifaddrs(ifa);
     }
     return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
-                          "TDIST_SOCKET_IFNAME=%s: no interface of that name with an IPv4 "
-                          "address (see `ip -4 addr`)", ifname);
+                          "%s '%s': no interface of that name with an IPv4 address (see "
+                          "`ip -4 addr`)", from, ifname);
   }
   if (tdist__store_local_ip(pg->base_store, ip, cap) == 0) return TDIST_OK;
   char host[256];

@@ -282,6 +282,7 @@ static void pg_free(tdist_pg_t *pg) {
   pthread_mutex_destroy(&pg->mu);
   pthread_cond_destroy(&pg->cv);
   free(pg->name);
+  free(pg->socket_ifname);
   free(pg->parent_ranks);
   pg->magic = 0;
   free(pg);
@@ -356,9 +357,11 @@ TDIST_EXTERN tdist_status_t tdist_init_process_group(const tdist_pg_options_t *o
   pg->timeout_ms = timeout;
   pg->be = be;
   tdist_status_t st = TDIST_OK;
-  if (opts->store) {
+  if (opts->socket_ifname && !(pg->socket_ifname = strdup(opts->socket_ifname)))
+    st = tdist__fail(TDIST_ERR_NO_MEMORY, "tdist_init_process_group: out of memory");
+  if (st == TDIST_OK && opts->store) {
     pg->base_store = opts->store;
-  } else {
+  } else if (st == TDIST_OK) {
     st = open_rdzv_store(pg, &r, timeout);
   }
   if (st == TDIST_OK) st = pg_connect(pg, opts->group_name ? opts->group_name : "default_pg");
@@ -402,6 +405,7 @@ TDIST_EXTERN tdist_status_t tdist_new_group(tdist_pg_t *parent, const int *ranks
   pg->timeout_ms = parent->timeout_ms;
   pg->be = parent->be;
   pg->base_store = parent->base_store;
+  if (parent->socket_ifname) pg->socket_ifname = strdup(parent->socket_ifname);
   pg->parent_ranks = malloc(sizeof(int) * (size_t)nranks);
   if (pg->parent_ranks) memcpy(pg->parent_ranks, ranks, sizeof(int) * (size_t)nranks);
   char name[512];

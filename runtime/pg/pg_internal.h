@@ -74,6 +74,7 @@ struct tdist_pg_s {
   const tdist__backend_t *be;
   void *be_state;
   char *name;                   /* store prefix of this group */
+  char *socket_ifname;          /* from the options; NULL: TDIST_SOCKET_IFNAME or automatic */
   tdist_store_t *store;         /* prefix store: name/... over base_store */
   tdist_store_t *base_store;    /* the user's store, or owned_store */
   tdist_store_t *owned_store;   /* a TCP client we created (env://, tcp://) */

@@ -156,7 +156,39 @@ static int file_body(int rank, int world, int port, void *arg) {
   return 0;
 }
 
+/* The socket_ifname option: "lo" works; an interface that does not exist is a clear error. */
+static int ifname_body(int rank, int world, int port, void *arg) {
+  tdist_store_t *store;
+  tdist_tcp_store_options_t co = TDIST_TCP_STORE_OPTIONS_INIT;
+  co.host = "127.0.0.1";
+  co.port = port;
+  CHECK_OK(tdist_tcp_store_connect(&co, &store));
+  tdist_pg_options_t po = TDIST_PG_OPTIONS_INIT;
+  po.store = store;
+  po.rank = rank;
+  po.world_size = world;
+  po.timeout_ms = 20000;
+  po.socket_ifname = (const char *)arg;
+  tdist_pg_t *pg = NULL;
+  tdist_status_t st = tdist_init_process_group(&po, &pg);
+  if (strcmp((const char *)arg, "lo") == 0) {
+    CHECK_OK(st);
+    int64_t v = rank + 1;
+    CHECK_OK_MSG(tdist_all_reduce(pg, &v, 1, TDIST_INT64, TDIST_SUM), tdist_pg_last_error(pg));
+    CHECK_EQ_INT(v, world * (world + 1) / 2);
+  } else {
+    CHECK_EQ_INT(st, TDIST_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(tdist_last_error(), "socket_ifname option 'tdist-no-such0'") != NULL);
+  }
+  tdist_pg_destroy(pg);
+  tdist_store_destroy(store);
+  return 0;
+}
+
 int main(void) {
+  TEST_LOG("socket_ifname lo / missing interface, world 2");
+  CHECK(tdist_test_run_ranks(2, 60000, ifname_body, "lo") == 0);
+  CHECK(tdist_test_run_ranks(2, 60000, ifname_body, "tdist-no-such0") == 0);
   const char *tmp = getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp";
   char path[512];
   snprintf(path, sizeof path, "%s/filestore.%d", tmp, (int)getpid());
