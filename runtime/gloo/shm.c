@@ -8,9 +8,19 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/futex.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+/* The segment starts with the owner's doorbell: a futex word that every writer into the owner's
+ * rings (and every reader that frees space in a ring the owner writes) bumps when the owner
+ * says it is sleeping. One cache line, before the rings. */
+typedef struct {
+  _Alignas(64) _Atomic uint32_t doorbell;
+  _Atomic uint32_t sleeping;
+} seg_hdr_t;
 
 struct tdist__shm_ring {
   _Alignas(64) _Atomic uint64_t head; /* bytes ever written (producer) */
@@ -23,7 +33,7 @@ int tdist__shm_seg_create(tdist__shm_seg_t *seg, int nslots) {
   clock_gettime(CLOCK_REALTIME, &ts);
   snprintf(seg->name, sizeof seg->name, "/tdist-%d-%lx-%lx", (int)getpid(), (long)ts.tv_sec,
            (long)ts.tv_nsec);
-  seg->len = sizeof(struct tdist__shm_ring) * (size_t)nslots;
+  seg->len = sizeof(seg_hdr_t) + sizeof(struct tdist__shm_ring) * (size_t)nslots;
   int fd = shm_open(seg->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return -errno;
   if (ftruncate(fd, (off_t)seg->len) != 0) {
@@ -45,7 +55,7 @@ int tdist__shm_seg_create(tdist__shm_seg_t *seg, int nslots) {
 
 int tdist__shm_seg_open(tdist__shm_seg_t *seg, const char *name, int nslots) {
   snprintf(seg->name, sizeof seg->name, "%s", name);
-  seg->len = sizeof(struct tdist__shm_ring) * (size_t)nslots;
+  seg->len = sizeof(seg_hdr_t) + sizeof(struct tdist__shm_ring) * (size_t)nslots;
   int fd = shm_open(seg->name, O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) return -errno;
   struct stat st;
@@ -74,7 +84,41 @@ void tdist__shm_seg_close(tdist__shm_seg_t *seg) {
 }
 
 tdist__shm_ring_t *tdist__shm_slot(tdist__shm_seg_t *seg, int i) {
-  return (tdist__shm_ring_t *)seg->base + i;
+  return (tdist__shm_ring_t *)((seg_hdr_t *)seg->base + 1) + i;
+}
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
+  return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+void tdist__shm_ring_doorbell(tdist__shm_seg_t *seg) {
+  seg_hdr_t *h = seg->base;
+  /* Pairs with the fence in tdist__shm_sleep: either the sleeper sees our ring update on its
+   * re-check, or we see it sleeping here. */
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&h->sleeping, memory_order_relaxed)) {
+    atomic_fetch_add_explicit(&h->doorbell, 1, memory_order_release);
+    futex(&h->doorbell, FUTEX_WAKE, 1, NULL);
+  }
+}
+
+uint32_t tdist__shm_sleep_prepare(tdist__shm_seg_t *own) {
+  seg_hdr_t *h = own->base;
+  uint32_t seen = atomic_load_explicit(&h->doorbell, memory_order_acquire);
+  atomic_store_explicit(&h->sleeping, 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_seq_cst);
+  return seen;
+}
+
+void tdist__shm_sleep(tdist__shm_seg_t *own, uint32_t seen, int timeout_us) {
+  seg_hdr_t *h = own->base;
+  struct timespec ts = {timeout_us / 1000000, (long)(timeout_us % 1000000) * 1000};
+  futex(&h->doorbell, FUTEX_WAIT, seen, &ts);
+  atomic_store_explicit(&h->sleeping, 0, memory_order_relaxed);
+}
+
+void tdist__shm_sleep_cancel(tdist__shm_seg_t *own) {
+  atomic_store_explicit(&((seg_hdr_t *)own->base)->sleeping, 0, memory_order_relaxed);
 }
 
 size_t tdist__shm_ring_write(tdist__shm_ring_t *r, const struct iovec *iov, int n) {

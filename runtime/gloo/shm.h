@@ -35,4 +35,12 @@ size_t tdist__shm_ring_write(tdist__shm_ring_t *r, const struct iovec *iov, int 
 /* Copies as many bytes into iov as are available; returns the count (0 = empty). Consumer only. */
 size_t tdist__shm_ring_read(tdist__shm_ring_t *r, const struct iovec *iov, int n);
 
+/* Sleeping on rings without polling: the owner of `own` calls sleep_prepare, re-checks its rings,
+ * then either sleep_cancel (work appeared) or sleep (up to timeout_us, or until a doorbell).
+ * Writers and readers ring the peer's doorbell (the peer's segment) after moving bytes. */
+uint32_t tdist__shm_sleep_prepare(tdist__shm_seg_t *own);
+void tdist__shm_sleep(tdist__shm_seg_t *own, uint32_t seen, int timeout_us);
+void tdist__shm_sleep_cancel(tdist__shm_seg_t *own);
+void tdist__shm_ring_doorbell(tdist__shm_seg_t *seg);
+
 #endif

@@ -33,7 +33,7 @@
 #include "runtime/store/store_internal.h"
 
 #define MSG_MAGIC 0x7d15c0deu
-#define SHM_SPIN_NS 2000000    /* wait on rings this long before sleeping 1 ms at a time */
+#define SHM_SPIN_NS 2000000    /* wait on rings this long before sleeping on the doorbell */
 #define SHM_PURE_SPIN_NS 20000 /* of which the first part spins without yielding */
 
 static inline void cpu_relax(void) {
@@ -465,6 +465,7 @@ static int step(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
     if (t->out_ring[x->peer]) {
       w = (ssize_t)tdist__shm_ring_write(t->out_ring[x->peer], iov, n);
       if (w == 0) return 0;
+      tdist__shm_ring_doorbell(&t->peer_seg[x->peer]); /* the owner may sleep on its rings */
     } else {
       struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
       w = sendmsg(fd, &mh, MSG_NOSIGNAL);
@@ -486,6 +487,7 @@ static int step(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
     if (t->in_ring[x->peer]) {
       r = (ssize_t)tdist__shm_ring_read(t->in_ring[x->peer], iov, n);
       if (r == 0) return 0;
+      tdist__shm_ring_doorbell(&t->peer_seg[x->peer]); /* its writer may wait for space */
     } else {
       r = readv(fd, iov, n);
       if (r == 0) return -TDIST__ECLOSED;
@@ -535,6 +537,8 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
   int64_t spin_until = t->spin_ns > 0 ? tdist__now_ns() + t->spin_ns : 0;
   int slept = 0;
   int64_t shm_spin_until = 0, shm_spin_start = 0;
+  int armed = 0;              /* our doorbell says we are about to sleep */
+  uint32_t doorbell_seen = 0;
   uint8_t *gone_seen = t->gone; /* peers whose death was seen once; failing on the second look */
   memset(gone_seen, 0, (size_t)t->size);
   char why[400];
@@ -564,6 +568,7 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
       else progressed = 1;
     }
     if (!pending) {
+      if (armed) tdist__shm_sleep_cancel(&t->own);
       if (t->spin_max_ns > 0) {
         if (slept) t->spin_ns = t->spin_ns / 2 < t->spin_max_ns / 16 ? 0 : t->spin_ns / 2;
         else if (t->spin_ns > 0) t->spin_ns = t->spin_ns + t->spin_max_ns / 4 > t->spin_max_ns
@@ -577,11 +582,16 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
     if (progressed) {
       if (spin_until) spin_until = tdist__now_ns() + t->spin_ns;
       shm_spin_until = 0;
+      if (armed) tdist__shm_sleep_cancel(&t->own);
+      armed = 0;
       continue;
     }
-    int on_shm = 0;
-    for (int i = 0; i < n && !on_shm; i++)
-      on_shm = !x[i].complete && (x[i].is_send ? t->out_ring[x[i].peer] : t->in_ring[x[i].peer]);
+    int on_shm = 0, on_tcp = 0;
+    for (int i = 0; i < n; i++) {
+      if (x[i].complete) continue;
+      if (x[i].is_send ? t->out_ring[x[i].peer] : t->in_ring[x[i].peer]) on_shm = 1;
+      else on_tcp = 1;
+    }
     int64_t now = tdist__now_ns();
     if (on_shm) {
       /* Rings have no fd to sleep on: spin a while (yielding when ranks outnumber cores), then
@@ -596,6 +606,19 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
         if (t->yield && now - shm_spin_start > SHM_PURE_SPIN_NS) sched_yield();
         else cpu_relax();
         continue;
+      }
+      if (!on_tcp) {
+        /* Only rings pending: sleep on our doorbell. Arm first, make one more pass over the
+         * rings (a peer that moved bytes before seeing us armed is caught there), then sleep;
+         * a peer that moves bytes afterwards wakes us. The 1 ms cap bounds any lost wake-up
+         * and lets the poll below (timeout 0) notice dead peers and aborts. */
+        if (!armed) {
+          doorbell_seen = tdist__shm_sleep_prepare(&t->own);
+          armed = 1;
+          continue;
+        }
+        tdist__shm_sleep(&t->own, doorbell_seen, 1000);
+        armed = 0;
       }
     } else if (spin_until && now < spin_until) {
       continue;
@@ -615,7 +638,7 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
     }
     t->pfds[np] = (struct pollfd){.fd = pg->abort_fd, .events = POLLIN};
     int timeout = tdist__poll_timeout(deadline);
-    if (on_shm && timeout > 1) timeout = 1;
+    if (on_shm && timeout > 1) timeout = on_tcp ? 1 : 0; /* ring-only waits slept above */
     int r = poll(t->pfds, (nfds_t)np + 1, timeout);
     if (on_shm && r > 0) {
       /* A same-host peer closed its socket: it exited. Its last messages may still sit in the
