@@ -53,6 +53,7 @@ typedef struct {
   char (*addr)[80];
   int spin_us;
   int64_t spin_max_ns, spin_ns; /* adaptive TCP spin budget (see tcp_exchange) */
+  int64_t shm_spin_ns;          /* ring wait before sleeping (TDIST_SHM_SPIN_US) */
   int calls_without_spin;
   int oversubscribed; /* more ranks in the group than online CPUs */
   int yield;          /* sched_yield while spinning on rings (TDIST_SHM_YIELD, default 1) */
@@ -262,6 +263,8 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   t->spin_us = spin && *spin ? atoi(spin) : (t->size <= ncpu ? 50 : 0);
   t->oversubscribed = t->size > ncpu;
   t->spin_max_ns = t->spin_ns = (int64_t)t->spin_us * 1000;
+  const char *ss = getenv("TDIST_SHM_SPIN_US");
+  t->shm_spin_ns = ss && *ss ? (int64_t)atoi(ss) * 1000 : SHM_SPIN_NS;
   const char *y = getenv("TDIST_SHM_YIELD");
   t->yield = y && *y ? atoi(y) : 1;
   if (t->size == 1) {
@@ -598,7 +601,7 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
        * fall through to a 1 ms poll that also watches for the peer's death. */
       if (!shm_spin_until) {
         shm_spin_start = now;
-        shm_spin_until = now + SHM_SPIN_NS;
+        shm_spin_until = now + t->shm_spin_ns;
       }
       if (now < shm_spin_until) {
         /* A few microseconds of pure spinning catch a peer that is running; after that, yield
