@@ -269,6 +269,13 @@ static tdist_status_t begin(tcp_store_t *t, const char *op, int64_t to, int64_t 
   return do_connect(t, *deadline, op);
 }
 
+/* The deadline for the reply that follows a successful WAIT: the call's, but at least
+ * REPLY_GRACE_MS from now, so a wait that ended near the deadline still gets its value. */
+static int64_t reply_deadline(int64_t dl) {
+  int64_t soonest = tdist__now_ms() + REPLY_GRACE_MS;
+  return soonest > dl ? soonest : dl;
+}
+
 static tdist_status_t need_v2(tcp_store_t *t, const char *op) {
   if (t->dialect == TDIST__DIALECT_V2) return TDIST_OK;
   return tdist__store_fail(&t->base, TDIST_ERR_NOT_AVAILABLE,
@@ -349,7 +356,7 @@ static tdist_status_t tcp_get(tdist_store_t *s, const char *key, void **v, size_
   int64_t dl;
   tdist_status_t st = begin(t, "get", to, &dl);
   if (st || (st = wait_keys(t, "get", &key, 1, to))) return st;
-  dl = tdist__now_ms() + REPLY_GRACE_MS > dl ? tdist__now_ms() + REPLY_GRACE_MS : dl;
+  dl = reply_deadline(dl);
   req_op(t, TDIST__OP_GET);
   req_key(t, key);
   if ((st = req_send(t, "get", dl))) return st;
@@ -462,7 +469,7 @@ static tdist_status_t tcp_multi_get(tdist_store_t *s, const char *const *keys, s
   int64_t dl;
   tdist_status_t st = begin(t, "multi_get", to, &dl);
   if (st || (st = wait_keys(t, "multi_get", keys, n, to))) return st;
-  dl = tdist__now_ms() + REPLY_GRACE_MS > dl ? tdist__now_ms() + REPLY_GRACE_MS : dl;
+  dl = reply_deadline(dl);
   if (t->dialect == TDIST__DIALECT_V2) {
     req_op(t, TDIST__OP_MULTI_GET);
     req_u64(t, n);
@@ -535,7 +542,7 @@ static tdist_status_t tcp_queue_pop(tdist_store_t *s, const char *key, int64_t w
       int64_t left = wait_deadline - tdist__now_ms();
       if ((st = wait_keys(t, "queue_pop", &key, 1, left > 0 ? left : 1))) return st;
     }
-    int64_t rdl = tdist__now_ms() + REPLY_GRACE_MS > dl ? tdist__now_ms() + REPLY_GRACE_MS : dl;
+    int64_t rdl = reply_deadline(dl);
     int64_t len;
     req_op(t, TDIST__OP_QUEUE_POP);
     req_key(t, key);

@@ -89,24 +89,12 @@ static tdist_status_t lock(file_store_t *f) {
 }
 static void unlock(file_store_t *f) { flock(f->fd, LOCK_UN); }
 
-static void *dup_bytes(const void *p, size_t n) {
-  void *d = malloc(n ? n : 1);
-  if (d && n) memcpy(d, p, n);
-  return d;
-}
-
-static int all_exist(file_store_t *f, const char *const *keys, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (!tdist__kv_exists(tdist__kv_find(f->kv, keys[i], strlen(keys[i])))) return 0;
-  return 1;
-}
-
 static tdist_status_t fs_wait(tdist_store_t *s, const char *const *keys, size_t n, int64_t to) {
   file_store_t *f = F(s);
   int64_t deadline = tdist__now_ms() + to;
   for (;;) {
     tdist_status_t st = lock(f);
-    int ok = st == TDIST_OK && all_exist(f, keys, n);
+    int ok = st == TDIST_OK && tdist__kv_all_exist(f->kv, keys, n);
     unlock(f);
     if (st || ok) return st;
     if (tdist__now_ms() >= deadline) {
@@ -136,7 +124,7 @@ static tdist_status_t fs_get(tdist_store_t *s, const char *key, void **v, size_t
   if (st || (st = lock(f))) return st;
   tdist__kv_entry_t *e = tdist__kv_find(f->kv, key, strlen(key));
   *n = e && e->has_value ? e->vlen : 0;
-  *v = dup_bytes(e && e->has_value ? e->val : NULL, *n);
+  *v = tdist__kv_dup(e && e->has_value ? e->val : NULL, *n);
   unlock(f);
   return *v ? TDIST_OK : tdist__store_fail(s, TDIST_ERR_NO_MEMORY, "file store: out of memory");
 }
@@ -181,7 +169,7 @@ static tdist_status_t fs_compare_set(tdist_store_t *s, const char *key, const vo
     rlen = cur->vlen;
   }
   if (!st) {
-    *out = dup_bytes(reply, rlen);
+    *out = tdist__kv_dup(reply, rlen);
     *outn = rlen;
     if (!*out) st = tdist__store_fail(s, TDIST_ERR_NO_MEMORY, "file store: out of memory");
   }
@@ -193,7 +181,7 @@ static tdist_status_t fs_check(tdist_store_t *s, const char *const *keys, size_t
                                int64_t to) {
   file_store_t *f = F(s);
   tdist_status_t st = lock(f);
-  if (!st) *ready = all_exist(f, keys, n);
+  if (!st) *ready = tdist__kv_all_exist(f->kv, keys, n);
   unlock(f);
   return st;
 }

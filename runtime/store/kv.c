@@ -290,3 +290,15 @@ size_t tdist__kv_queue_len(tdist__kv_t *kv, const void *key, size_t klen) {
   tdist__kv_entry_t *e = tdist__kv_find(kv, key, klen);
   return e ? e->qlen : 0;
 }
+
+int tdist__kv_all_exist(tdist__kv_t *kv, const char *const *keys, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!tdist__kv_exists(tdist__kv_find(kv, keys[i], strlen(keys[i])))) return 0;
+  return 1;
+}
+
+void *tdist__kv_dup(const void *p, size_t n) {
+  void *d = malloc(n ? n : 1);
+  if (d && n) memcpy(d, p, n);
+  return d;
+}

@@ -70,6 +70,12 @@ int tdist__kv_queue_push(tdist__kv_t *kv, const void *key, size_t klen, const vo
 tdist__kv_qitem_t *tdist__kv_queue_pop(tdist__kv_t *kv, const void *key, size_t klen);
 size_t tdist__kv_queue_len(tdist__kv_t *kv, const void *key, size_t klen);
 
+/* 1 if every NUL-terminated key exists (a value or a non-empty queue). */
+int tdist__kv_all_exist(tdist__kv_t *kv, const char *const *keys, size_t n);
+
+/* A malloc'd copy of n bytes (never NULL for n == 0 unless out of memory); free() it. */
+void *tdist__kv_dup(const void *p, size_t n);
+
 /* std::stoll semantics on a byte string: leading whitespace, optional sign, decimal digits, stops
  * at the first other byte. 0 on success, -EINVAL if no digits or out of int64 range. */
 int tdist__kv_parse_int(const uint8_t *p, size_t n, int64_t *out);

@@ -20,27 +20,15 @@ typedef struct {
 
 static mem_store_t *M(tdist_store_t *s) { return (mem_store_t *)s; }
 
-static void *dup_bytes(const void *p, size_t n) {
-  void *d = malloc(n ? n : 1);
-  if (d && n) memcpy(d, p, n);
-  return d;
-}
-
 static tdist_status_t nomem(tdist_store_t *s, const char *op) {
   return tdist__store_fail(s, TDIST_ERR_NO_MEMORY, "memory store: %s: out of memory", op);
-}
-
-static int all_exist(mem_store_t *m, const char *const *keys, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (!tdist__kv_exists(tdist__kv_find(m->kv, keys[i], strlen(keys[i])))) return 0;
-  return 1;
 }
 
 /* Waits (mutex held) until all keys exist or the deadline passes. */
 static tdist_status_t wait_locked(mem_store_t *m, const char *const *keys, size_t n,
                                   int64_t timeout_ms) {
   int64_t deadline_ns = tdist__now_ns() + timeout_ms * 1000000;
-  while (!all_exist(m, keys, n)) {
+  while (!tdist__kv_all_exist(m->kv, keys, n)) {
     int64_t left = deadline_ns - tdist__now_ns();
     if (left <= 0) {
       char ks[256];
@@ -89,7 +77,7 @@ static tdist_status_t mem_get(tdist_store_t *s, const char *key, void **v, size_
     tdist__kv_entry_t *e = tdist__kv_find(m->kv, key, strlen(key));
     /* A key that exists only as a queue has no value: reply empty, like the server. */
     size_t len = e && e->has_value ? e->vlen : 0;
-    *v = dup_bytes(e && e->has_value ? e->val : NULL, len);
+    *v = tdist__kv_dup(e && e->has_value ? e->val : NULL, len);
     *n = len;
     if (!*v) st = nomem(s, "get");
   }
@@ -122,7 +110,7 @@ static tdist_status_t mem_compare_set(tdist_store_t *s, const char *key, const v
                                 NULL);
   if (r == 0) {
     if (stored) CHANGED(m);
-    *out = dup_bytes(cur, cur_len);
+    *out = tdist__kv_dup(cur, cur_len);
     *outn = cur_len;
     if (!*out) r = -ENOMEM;
   }
@@ -134,7 +122,7 @@ static tdist_status_t mem_check(tdist_store_t *s, const char *const *keys, size_
                                 int64_t to) {
   mem_store_t *m = M(s);
   LOCK(m);
-  *ready = all_exist(m, keys, n);
+  *ready = tdist__kv_all_exist(m->kv, keys, n);
   UNLOCK(m);
   return TDIST_OK;
 }
@@ -181,7 +169,7 @@ static tdist_status_t mem_multi_get(tdist_store_t *s, const char *const *keys, s
   for (size_t i = 0; st == TDIST_OK && i < n; i++) {
     tdist__kv_entry_t *e = tdist__kv_find(m->kv, keys[i], strlen(keys[i]));
     lens[i] = e && e->has_value ? e->vlen : 0;
-    vals[i] = dup_bytes(e && e->has_value ? e->val : NULL, lens[i]);
+    vals[i] = tdist__kv_dup(e && e->has_value ? e->val : NULL, lens[i]);
     if (!vals[i]) st = nomem(s, "multi_get");
   }
   UNLOCK(m);
@@ -230,7 +218,7 @@ static tdist_status_t mem_queue_pop(tdist_store_t *s, const char *key, int64_t w
       st = tdist__store_fail(s, TDIST_ERR_NOT_FOUND, "memory store: queue '%s' is empty", key);
     } else {
       *n = q->len;
-      *v = dup_bytes(q->data, q->len);
+      *v = tdist__kv_dup(q->data, q->len);
       free(q);
       if (!*v) st = nomem(s, "queue_pop");
     }
