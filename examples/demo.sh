@@ -1,15 +1,49 @@
 #!/usr/bin/env bash
 # The README's main demo: `bash examples/demo.sh` from the root of a fresh clone (Debian 12, as
-# root). Installs the packages of .ci/packages.txt that are missing, builds the C data-parallel
-# training example, and trains it with 2 ranks on this machine (env://: rank 0 hosts the store;
-# gradients averaged with all_reduce over shared memory). Until tdist-agent exists the ranks are
-# started by examples/train/run_local.sh, torchrun-style. Exit status 0 = the job succeeded (loss
-# went down and every rank ended with bitwise identical parameters).
+# root). Installs the packages of .ci/packages.txt that are missing, builds tdist-agent and the C
+# data-parallel training example, and runs
+#
+#   tdist-agent --standalone --nproc-per-node 2 --http-port 29600 -- train ...
+#
+# on this machine: the agent hosts the store, starts 2 workers with torchrun's environment, and
+# serves /metrics while they train; the demo scrapes it once mid-run. Exit status 0 = the job
+# succeeded (loss went down and every rank ended with bitwise identical parameters).
+#   DEMO_RANKS (default 2), DEMO_STEPS (default 20000), DEMO_HTTP_PORT (default 29600; 0 = any)
+#   DEMO_TORCH=1 also runs the PyTorch DDP script examples/torch/ddp_train.py the same way.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash .ci/setup </dev/null
-echo "== building //examples/train:train"
-bazel build --color=no --curses=no //examples/train:train </dev/null 2>&1 | tail -2
-TRAIN_BIN="$(bazel info bazel-bin 2>/dev/null </dev/null)/examples/train/train" \
-  exec bash examples/train/run_local.sh "${DEMO_RANKS:-2}" "$@"
+echo "== building //operator-agent:tdist-agent //examples/train:train"
+bazel build --color=no --curses=no -c opt //operator-agent:tdist-agent //examples/train:train \
+  </dev/null 2>&1 | tail -2
+bin="$root/bazel-out/k8-opt/bin"
+tmp="$(mktemp -d)"
+trap 'kill "$agent" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+
+echo "== tdist-agent --standalone --nproc-per-node ${DEMO_RANKS:-2} -- train"
+"$bin/operator-agent/tdist-agent" --standalone --nproc-per-node "${DEMO_RANKS:-2}" \
+  --http-port "${DEMO_HTTP_PORT:-29600}" --http-port-file "$tmp/port" \
+  -- "$bin/examples/train/train" --steps "${DEMO_STEPS:-20000}" --print-every 5000 "$@" &
+agent=$!
+for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
+port="$(cat "$tmp/port" 2>/dev/null || true)"
+for _ in $(seq 100); do
+  if curl -sf "http://127.0.0.1:$port/metrics" >"$tmp/metrics" 2>/dev/null &&
+     grep -q '^tdist_workers{state="running"} [1-9]' "$tmp/metrics"; then
+    echo "== while it trains, http://127.0.0.1:$port/metrics says:"
+    grep -E '^tdist_(agent_state|workers|world_size|rendezvous_round|restart_count|store_keys|store_clients)' \
+      "$tmp/metrics" | grep -v ' 0$' || true
+    break
+  fi
+  kill -0 "$agent" 2>/dev/null || break
+  sleep 0.1
+done
+wait "$agent"
+agent=
+echo "== the C job succeeded under tdist-agent"
+if [ "${DEMO_TORCH:-0}" = 1 ]; then
+  echo "== tdist-agent --standalone --nproc-per-node 2 -- examples/torch/ddp_train.py (PyTorch DDP, gloo)"
+  TDIST_PYTHON=/usr/bin/python3 "$bin/operator-agent/tdist-agent" --standalone --nproc-per-node 2 \
+    --http-port -1 -- examples/torch/ddp_train.py
+fi

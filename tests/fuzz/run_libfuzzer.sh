@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing of the TCPStore codec with libFuzzer, outside Bazel.
+# Coverage-guided fuzzing with libFuzzer, outside Bazel, of two targets:
+#   proto_fuzz   the TCPStore codec (runtime/store/proto.c + tests/fuzz/proto_fuzz.c)
+#   config_fuzz  the agent's YAML configuration reader (operator-agent/config/*.c +
+#                tests/fuzz/config_fuzz.c, linked with the system libyaml)
 #
-#   tests/fuzz/run_libfuzzer.sh [SECONDS]      (default 60; CI runs ~60)
+#   tests/fuzz/run_libfuzzer.sh [SECONDS]      (default 60, split between the two; CI runs ~60)
 #
-# Compiles runtime/store/proto.c + tests/fuzz/proto_fuzz.c with
-# `clang -fsanitize=fuzzer,address,undefined` and runs for SECONDS, starting from the checked-in
-# seed corpus (tests/fuzz/corpus, read only) plus a scratch corpus in a temporary directory.
-# Exit status 0 when no invariant failed and no sanitizer fired; otherwise non-zero, and the
-# crashing input is kept (its path is printed) so that it can be replayed:
-#   <work>/proto_fuzz <crash-file>     or copied into tests/fuzz/corpus/ as a regression seed.
-# Needs clang and libclang-rt-14-dev (listed in .ci/packages.txt). TDIST_FUZZ_WORK=DIR keeps the
-# build and scratch corpus in DIR instead of a fresh temporary directory.
+# Each target is compiled with `clang -fsanitize=fuzzer,address,undefined` and runs for its share
+# of SECONDS (proto gets the odd second), starting from its checked-in seed corpus (read only:
+# tests/fuzz/corpus, tests/fuzz/corpus_config) plus a scratch corpus in a temporary directory.
+# Both always run. Exit status 0 when no invariant failed and no sanitizer fired in either;
+# otherwise non-zero, and each crashing input is kept (its path is printed) so that it can be
+# replayed:  <work>/<target> <crash-file>   or copied into the seed corpus as a regression seed.
+# Needs clang, libclang-rt-14-dev and libyaml-dev (listed in .ci/packages.txt).
+# TDIST_FUZZ_WORK=DIR keeps the builds and scratch corpora in DIR instead of a fresh temporary
+# directory.
 set -euo pipefail
 
 seconds="${1:-60}"
 case "$seconds" in
   ''|*[!0-9]*) echo "run_libfuzzer.sh: SECONDS must be a whole number, got '$seconds'" >&2; exit 2 ;;
 esac
+if [ "$seconds" -lt 2 ]; then
+  echo "run_libfuzzer.sh: SECONDS must be at least 2 (one per target), got $seconds" >&2
+  exit 2
+fi
+config_seconds=$((seconds / 2))
+proto_seconds=$((seconds - config_seconds))
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cc="${CC_FUZZ:-clang}"
 if ! command -v "$cc" >/dev/null; then
@@ -24,34 +34,54 @@ if ! command -v "$cc" >/dev/null; then
   exit 1
 fi
 work="${TDIST_FUZZ_WORK:-$(mktemp -d /tmp/tdist-fuzz.XXXXXX)}"
-mkdir -p "$work/corpus" "$work/artifacts"
+mkdir -p "$work"
+flags=(-std=gnu11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
+       -fno-sanitize-recover=all -I"$root" -I"$root/include")
 
-echo "run_libfuzzer.sh: building $work/proto_fuzz with $($cc --version | head -1)"
-"$cc" -std=gnu11 -g -O1 -fno-omit-frame-pointer \
-  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-  -I"$root" \
+echo "run_libfuzzer.sh: building in $work with $($cc --version | head -1)"
+"$cc" "${flags[@]}" \
   "$root/runtime/store/proto.c" "$root/tests/fuzz/proto_fuzz.c" \
   -o "$work/proto_fuzz"
+"$cc" "${flags[@]}" \
+  "$root/operator-agent/config/config.c" "$root/operator-agent/config/config_opts.c" \
+  "$root/operator-agent/config/config_usage.c" "$root/operator-agent/config/config_yaml.c" \
+  "$root/tests/fuzz/config_fuzz.c" -lyaml -lpthread \
+  -o "$work/config_fuzz"
 
-echo "run_libfuzzer.sh: fuzzing for ${seconds}s (seeds: $(ls "$root/tests/fuzz/corpus" | wc -l) files)"
-rc=0
-# -max_len bounds an input (and the work of the prefix checks); -timeout/-rss_limit_mb turn a hang
-# or a runaway allocation into a reported failure instead of a stuck CI job. The run is bounded
-# by `timeout` too, in case libFuzzer itself cannot stop.
-timeout --signal=KILL "$((seconds + 120))" \
-  "$work/proto_fuzz" \
-    -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
-    -dict="$root/tests/fuzz/proto.dict" \
-    -artifact_prefix="$work/artifacts/" \
-    -print_final_stats=1 \
-    "$work/corpus" "$root/tests/fuzz/corpus" >"$work/fuzz.log" 2>&1 || rc=$?
-grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::new_units_added|Done [0-9]+ runs)' \
-  "$work/fuzz.log" || true
-if [ "$rc" -ne 0 ]; then
-  echo "run_libfuzzer.sh: FAILED (exit $rc). Last lines of $work/fuzz.log:" >&2
-  grep -E -A3 'invariant failed|ERROR: |SUMMARY: ' "$work/fuzz.log" | head -40 >&2 || true
-  ls -1 "$work/artifacts/" | sed "s|^|run_libfuzzer.sh: crashing input: $work/artifacts/|" >&2 || true
+failed=0
+# run_target NAME SECONDS SEED_DIR DICT MAX_LEN
+# -max_len bounds an input (and the work per input); -timeout/-rss_limit_mb turn a hang or a
+# runaway allocation into a reported failure instead of a stuck CI job. The run is bounded by
+# `timeout` too, in case libFuzzer itself cannot stop.
+run_target() {
+  local name="$1" secs="$2" seeds="$3" dict="$4" max_len="$5" rc=0
+  mkdir -p "$work/$name.corpus" "$work/$name.artifacts"
+  echo "run_libfuzzer.sh: fuzzing $name for ${secs}s (seeds: $(ls "$seeds" | wc -l) files)"
+  TDIST_FUZZ_TMPDIR="$work" timeout --signal=KILL "$((secs + 120))" \
+    "$work/$name" \
+      -max_total_time="$secs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
+      -dict="$dict" \
+      -artifact_prefix="$work/$name.artifacts/" \
+      -print_final_stats=1 \
+      "$work/$name.corpus" "$seeds" >"$work/$name.log" 2>&1 || rc=$?
+  grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::new_units_added|Done [0-9]+ runs)' \
+    "$work/$name.log" | sed "s/^/  $name: /" || true
+  if [ "$rc" -ne 0 ]; then
+    echo "run_libfuzzer.sh: $name FAILED (exit $rc). Last lines of $work/$name.log:" >&2
+    grep -E -A3 'invariant failed|ERROR: |SUMMARY: ' "$work/$name.log" | head -40 >&2 || true
+    ls -1 "$work/$name.artifacts/" |
+      sed "s|^|run_libfuzzer.sh: crashing input: $work/$name.artifacts/|" >&2 || true
+    failed=1
+  fi
+}
+
+run_target proto_fuzz "$proto_seconds" "$root/tests/fuzz/corpus" "$root/tests/fuzz/proto.dict" 4096
+run_target config_fuzz "$config_seconds" "$root/tests/fuzz/corpus_config" \
+  "$root/tests/fuzz/config.dict" 8192
+
+if [ "$failed" -ne 0 ]; then
+  echo "run_libfuzzer.sh: FAILED (work directory kept: $work)" >&2
   exit 1
 fi
-echo "run_libfuzzer.sh: PASSED (${seconds}s, no invariant failed)"
+echo "run_libfuzzer.sh: PASSED (${proto_seconds}s proto_fuzz, ${config_seconds}s config_fuzz, no invariant failed)"
 if [ -z "${TDIST_FUZZ_WORK:-}" ]; then rm -rf "$work"; fi

@@ -1,0 +1,662 @@
+/* tdist-agent: the in-pod launcher. One thread runs everything below as a polling loop over a
+ * signalfd (SIGCHLD and the forwarded signals) with the store calls bounded by short timeouts;
+ * libmicrohttpd serves /healthz, /readyz, /metrics and /status from its own thread, reading
+ * agent_state_t under its lock; node rank 0 also runs the store server thread.
+ *
+ * Life of an agent: config -> node rank -> HTTP -> (node 0) store server -> reach the store ->
+ * rendezvous round r -> start workers -> watch them, the round and the peers -> on success the
+ * exit barrier and exit 0; on a failure anywhere stop the workers, count the restart and join
+ * round r+1, or give up with the exit code --help documents. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <tdist/status.h>
+#include <tdist/store.h>
+#include <tdist/version.h>
+
+#include "operator-agent/common/log.h"
+#include "operator-agent/config/config.h"
+#include "operator-agent/discovery/discovery.h"
+#include "operator-agent/http/http.h"
+#include "operator-agent/rendezvous/rdzv.h"
+#include "operator-agent/state/state.h"
+#include "operator-agent/supervisor/errorfile.h"
+#include "operator-agent/supervisor/workers.h"
+
+/* Exit codes (also in --help). */
+enum {
+  EXIT_USAGE = 64,       /* bad flags, env or YAML */
+  EXIT_UNAVAILABLE = 69, /* rendezvous / master not reachable within --rdzv-timeout */
+  EXIT_PEER_FAILED = 70, /* the job failed on another node; restarts exhausted */
+  EXIT_INTERNAL = 71
+};
+
+#define STORE_OP_TIMEOUT_MS 5000 /* below /healthz's 10 s staleness limit */
+
+typedef struct {
+  agent_cfg_t cfg;
+  agent_state_t st;
+  agent_http_t *http;
+  tdist_store_server_t *server;
+  tdist_store_t *client, *store; /* TCP client and its "tdist/<run_id>" prefix view */
+  agent_rdzv_t rd;
+  agent_workers_t ws;
+  int sfd;
+  int node_rank;
+  char master_name[256]; /* what we resolve (DNS name or address); node 0: unused */
+  char master_ip[64];    /* the store host as workers reach it */
+  int master_port;
+  char run_dir[400];
+  int stop_sig;          /* a terminating signal arrived */
+  int exec_failed;       /* the worker command could not be started (exit 127 if final) */
+  int64_t next_round;
+  int attempt, failures;
+  char last_error[512];
+} agent_t;
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void set_state(agent_t *a, agent_run_state_t s) {
+  agent_state_lock(&a->st);
+  a->st.state = s;
+  agent_state_unlock(&a->st);
+}
+
+/* Copies src into dst (cap bytes), truncating; always NUL-terminated. */
+static void copy_str(char *dst, size_t cap, const char *src) {
+  size_t n = strlen(src);
+  if (n >= cap) n = cap - 1;
+  memcpy(dst, src, n);
+  dst[n] = 0;
+}
+
+static void set_error(agent_t *a, const char *msg) {
+  copy_str(a->last_error, sizeof a->last_error, msg);
+  agent_state_lock(&a->st);
+  copy_str(a->st.last_error, sizeof a->st.last_error, msg);
+  agent_state_unlock(&a->st);
+}
+
+/* Waits up to timeout_ms for a signal. Reaps children on SIGCHLD; forwards HUP/USR1/USR2 to the
+ * workers; records TERM/INT/QUIT in a->stop_sig (and forwards them too). Stamps the liveness
+ * tick read by /healthz. */
+static void wait_events(agent_t *a, int timeout_ms) {
+  struct pollfd pfd = {a->sfd, POLLIN, 0};
+  int r = poll(&pfd, 1, timeout_ms < 0 ? 0 : timeout_ms);
+  if (r > 0) {
+    struct signalfd_siginfo si;
+    while (read(a->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+      int sig = (int)si.ssi_signo;
+      if (sig == SIGCHLD) continue;
+      if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) {
+        if (!a->stop_sig) {
+          AGENT_WARN("received %s: stopping the workers and exiting with %d", strsignal(sig),
+                     128 + sig);
+          a->stop_sig = sig;
+        }
+      } else {
+        AGENT_INFO("forwarding %s to the workers", strsignal(sig));
+      }
+      agent_workers_signal(&a->ws, sig);
+    }
+  }
+  if (agent_workers_reap(&a->ws) > 0) agent_workers_publish(&a->ws, &a->st);
+  agent_state_lock(&a->st);
+  a->st.loop_tick_ns = now_ns();
+  agent_state_unlock(&a->st);
+}
+
+/* "3" or "2:4". */
+static const char *nnodes_str(const agent_cfg_t *c, char *buf, size_t cap) {
+  if (c->nnodes_min == c->nnodes_max) snprintf(buf, cap, "%d", c->nnodes_min);
+  else snprintf(buf, cap, "%d:%d", c->nnodes_min, c->nnodes_max);
+  return buf;
+}
+
+static int poll_ms(const agent_t *a) {
+  int ms = (int)(a->cfg.monitor_interval_s * 1000);
+  return ms < 1 ? 1 : ms;
+}
+
+/* Stops the workers: sig to every process group (unless wait_events already forwarded it),
+ * SIGKILL after the grace period. */
+static void stop_workers(agent_t *a, int sig, int already_sent) {
+  if (!agent_workers_running(&a->ws)) return;
+  set_state(a, AGENT_STATE_STOPPING);
+  agent_workers_mark_stopping(&a->ws);
+  if (!already_sent) agent_workers_signal(&a->ws, sig);
+  int64_t deadline = now_ns() + (int64_t)(a->cfg.stop_grace_s * 1e9);
+  while (agent_workers_running(&a->ws) && now_ns() < deadline) wait_events(a, 50);
+  if (agent_workers_running(&a->ws)) {
+    AGENT_WARN("%d worker(s) still running %.1f s after %s: sending SIGKILL",
+               agent_workers_running(&a->ws), a->cfg.stop_grace_s, strsignal(sig));
+    agent_workers_signal(&a->ws, SIGKILL);
+    deadline = now_ns() + 10000000000LL;
+    while (agent_workers_running(&a->ws) && now_ns() < deadline) wait_events(a, 50);
+  }
+  agent_workers_publish(&a->ws, &a->st);
+}
+
+static void drop_store(agent_t *a) {
+  tdist_store_destroy(a->store);
+  tdist_store_destroy(a->client);
+  a->store = a->client = NULL;
+  a->rd.store = NULL;
+}
+
+static int cancel_cb(void *arg) {
+  agent_t *a = arg;
+  wait_events(a, 0);
+  return a->stop_sig != 0;
+}
+
+/* Reaches the store: node 0 its own server over loopback, the others the master by name with
+ * retries until the deadline. 0 ok, -1 timed out (message logged), -2 stopped by a signal. */
+static int connect_store(agent_t *a, int64_t deadline_ns) {
+  char err[512];
+  const char *host;
+  if (a->node_rank == 0) {
+    host = "127.0.0.1";
+  } else {
+    agent_resolve_stats_t rs = {0, 0};
+    int r = agent_resolve(a->master_name, a->master_port, 1, deadline_ns / 1000000, cancel_cb, a,
+                          a->master_ip, sizeof a->master_ip, &rs, err, sizeof err);
+    agent_state_lock(&a->st);
+    a->st.dns_resolve_failures_total += rs.failures;
+    agent_state_unlock(&a->st);
+    if (r == -2) return -2;
+    if (r) {
+      AGENT_ERROR("cannot reach the store host: %s", err);
+      set_error(a, err);
+      return -1;
+    }
+    host = a->master_ip;
+  }
+  for (;;) {
+    tdist_tcp_store_options_t o = TDIST_TCP_STORE_OPTIONS_INIT;
+    o.host = host;
+    o.port = a->master_port;
+    o.connect_timeout_ms = 2000;
+    o.timeout_ms = STORE_OP_TIMEOUT_MS;
+    o.dialect = TDIST_STORE_DIALECT_V2;
+    tdist_status_t st = tdist_tcp_store_connect(&o, &a->client);
+    if (st == TDIST_OK) break;
+    if (now_ns() >= deadline_ns) {
+      snprintf(err, sizeof err, "cannot connect to the store at %s:%d: %s", host, a->master_port,
+               tdist_last_error());
+      AGENT_ERROR("%s", err);
+      set_error(a, err);
+      return -1;
+    }
+    if (cancel_cb(a)) return -2;
+  }
+  char prefix[300];
+  snprintf(prefix, sizeof prefix, "tdist/%s", a->cfg.run_id);
+  if (tdist_prefix_store_create(a->client, prefix, &a->store) != TDIST_OK) {
+    drop_store(a);
+    return -1;
+  }
+  a->rd.store = a->store;
+  if (a->node_rank != 0) {
+    agent_local_ip(a->master_ip, a->rd.addr, sizeof a->rd.addr);
+  } else {
+    /* Node 0's workers reach the store the way the user named it (torchrun passes
+     * --master-addr through), else by this pod's address: never by loopback in a multi-node
+     * job, since a backend may advertise the address it used to reach the store. */
+    if (a->cfg.standalone) snprintf(a->rd.addr, sizeof a->rd.addr, "127.0.0.1");
+    else agent_local_ip(NULL, a->rd.addr, sizeof a->rd.addr);
+    copy_str(a->master_ip, sizeof a->master_ip, a->cfg.master_addr ? a->cfg.master_addr : a->rd.addr);
+  }
+  agent_state_lock(&a->st);
+  snprintf(a->st.master_addr, sizeof a->st.master_addr, "%s", a->master_ip);
+  a->st.master_port = a->master_port;
+  agent_state_unlock(&a->st);
+  return 0;
+}
+
+static void publish_round(agent_t *a) {
+  agent_state_lock(&a->st);
+  a->st.round = a->rd.round;
+  a->st.group_rank = a->rd.group_rank;
+  a->st.group_world_size = (int)a->rd.nmembers;
+  a->st.world_size = a->rd.world_size;
+  a->st.restart_count = a->rd.attempt;
+  agent_member_info_t *m = calloc((size_t)(a->rd.nmembers ? a->rd.nmembers : 1), sizeof *m);
+  if (m) {
+    for (int64_t i = 0; i < a->rd.nmembers; i++) {
+      m[i].node_rank = a->rd.members[i].node_rank;
+      m[i].group_rank = (int)i;
+      snprintf(m[i].addr, sizeof m[i].addr, "%s", a->rd.members[i].addr);
+      snprintf(m[i].host, sizeof m[i].host, "%s", a->rd.members[i].host);
+    }
+    free(a->st.members);
+    a->st.members = m;
+    a->st.nmembers = (int)a->rd.nmembers;
+  }
+  agent_state_unlock(&a->st);
+}
+
+typedef enum { RDZV_OK, RDZV_STORE_LOST, RDZV_TIMEOUT, RDZV_STOPPED } rdzv_outcome_t;
+
+/* Joins rounds until this agent is a member of one. */
+static rdzv_outcome_t rendezvous(agent_t *a, int64_t deadline_ns) {
+  set_state(a, AGENT_STATE_RENDEZVOUS);
+  int64_t t0 = now_ns();
+  agent_rdzv_result_t res = agent_rdzv_join(&a->rd, a->next_round, a->attempt, a->failures);
+  if (res < 0) return RDZV_STORE_LOST;
+  char nn[32];
+  AGENT_INFO("joined rendezvous round %" PRId64 " (run id '%s'), waiting for %s node(s)",
+             a->rd.round, a->cfg.run_id, nnodes_str(&a->cfg, nn, sizeof nn));
+  int waiter_logged = 0;
+  for (;;) {
+    res = agent_rdzv_join_poll(&a->rd, now_ns());
+    if (res < 0) return RDZV_STORE_LOST;
+    if (res == AGENT_RDZV_MEMBER) break;
+    if (res == AGENT_RDZV_ROUND_MOVED) {
+      a->next_round = a->rd.round + 1;
+      res = agent_rdzv_join(&a->rd, a->next_round, a->attempt, a->failures);
+      if (res < 0) return RDZV_STORE_LOST;
+      continue;
+    }
+    if (res == AGENT_RDZV_WAITER && !waiter_logged) {
+      AGENT_INFO("round %" PRId64 " closed without this node; waiting for the next round",
+                 a->rd.round);
+      waiter_logged = 1;
+    }
+    if (now_ns() >= deadline_ns) {
+      char msg[300];
+      snprintf(msg, sizeof msg,
+               "rendezvous timed out after %.0f s in round %" PRId64
+               " (need %d node(s); raise --rdzv-timeout or check that every pod started)",
+               a->cfg.rdzv_timeout_s, a->rd.round, a->cfg.nnodes_min);
+      AGENT_ERROR("%s", msg);
+      set_error(a, msg);
+      agent_state_lock(&a->st);
+      a->st.rendezvous_failures_total++;
+      agent_state_unlock(&a->st);
+      return RDZV_TIMEOUT;
+    }
+    wait_events(a, poll_ms(a) < 100 ? poll_ms(a) : 100);
+    if (a->stop_sig) return RDZV_STOPPED;
+  }
+  double secs = (double)(now_ns() - t0) / 1e9;
+  agent_state_lock(&a->st);
+  agent_state_observe_rdzv(&a->st, secs);
+  a->st.last_rendezvous_unix = (double)time(NULL);
+  agent_state_unlock(&a->st);
+  publish_round(a);
+  AGENT_INFO("round %" PRId64 " complete in %.2f s: %" PRId64
+             " node(s), group rank %d, world size %d, attempt %d",
+             a->rd.round, secs, a->rd.nmembers, a->rd.group_rank, a->rd.world_size,
+             a->rd.attempt);
+  return RDZV_OK;
+}
+
+/* Logs the root cause of a local worker failure and returns a one-line summary. */
+static void describe_failure(agent_t *a, char *out, size_t cap) {
+  agent_worker_t *w = &a->ws.w[a->ws.first_failed];
+  char how[64];
+  if (w->exit_code < 0)
+    snprintf(how, sizeof how, "was killed by signal %d (%s)", -w->exit_code,
+             strsignal(-w->exit_code));
+  else
+    snprintf(how, sizeof how, "exited with code %d", w->exit_code);
+  agent_error_info_t info;
+  char perr[256];
+  int r = agent_errorfile_read(w->error_file, &info, perr, sizeof perr);
+  AGENT_ERROR("worker failed (root cause): rank %d (local_rank %d) %s; error_file: %s",
+              w->global_rank, w->local_rank, how, r == -2 ? "<N/A>" : w->error_file);
+  if (r == 0) {
+    if (info.message[0]) AGENT_ERROR("  message: %s", info.message);
+    if (info.traceback[0]) AGENT_ERROR("  traceback:\n%s", info.traceback);
+  } else if (r == -1) {
+    AGENT_WARN("  could not read the error file: %s", perr);
+  }
+  snprintf(out, cap, "node %d rank %d (local_rank %d) %s", a->node_rank, w->global_rank,
+           w->local_rank, how);
+  if (r == 0 && info.message[0]) {
+    size_t l = strlen(out);
+    if (l + 3 < cap) {
+      memcpy(out + l, ": ", 3);
+      copy_str(out + l + 2, cap - l - 2, info.message);
+    }
+  }
+}
+
+typedef enum {
+  ROUND_SUCCEEDED,    /* every member done: exit 0 */
+  ROUND_RESTART,      /* round ended: restart (rd.end_reason) */
+  ROUND_STORE_LOST,   /* store gone: reconnect, restart */
+  ROUND_STOPPED       /* a terminating signal */
+} round_outcome_t;
+
+/* Runs the workers of one round until it ends. */
+static round_outcome_t run_round(agent_t *a, int *local_failed) {
+  *local_failed = 0;
+  char err[512];
+  agent_worker_spec_t spec = {&a->cfg,        a->rd.rank_base, a->rd.world_size,
+                              a->rd.group_rank, (int)a->rd.nmembers, a->rd.attempt,
+                              a->master_ip,   a->master_port,  a->run_dir};
+  if (agent_workers_start(&a->ws, &spec, err, sizeof err)) {
+    AGENT_ERROR("%s", err);
+    set_error(a, err);
+    *local_failed = 1;
+    a->exec_failed = 1;
+    agent_workers_reap(&a->ws);
+    if (agent_rdzv_end(&a->rd, AGENT_RESTART_WORKER_FAILED, err) < 0) return ROUND_STORE_LOST;
+    return ROUND_RESTART;
+  }
+  agent_workers_publish(&a->ws, &a->st);
+  set_state(a, AGENT_STATE_RUNNING);
+  AGENT_INFO("started %d worker(s): global ranks %d..%d of %d, MASTER_ADDR=%s MASTER_PORT=%d",
+             a->ws.n, a->rd.rank_base, a->rd.rank_base + a->ws.n - 1, a->rd.world_size,
+             a->master_ip, a->master_port);
+  int marked_done = 0;
+  for (;;) {
+    wait_events(a, poll_ms(a));
+    if (a->stop_sig) return ROUND_STOPPED;
+    if (a->ws.first_failed >= 0) {
+      char what[400];
+      describe_failure(a, what, sizeof what);
+      set_error(a, what);
+      *local_failed = 1;
+      if (agent_rdzv_end(&a->rd, AGENT_RESTART_WORKER_FAILED, what) < 0) return ROUND_STORE_LOST;
+      return ROUND_RESTART;
+    }
+    agent_rdzv_result_t res;
+    if (agent_workers_all_succeeded(&a->ws)) {
+      if (!marked_done) AGENT_INFO("all %d local worker(s) succeeded; waiting for the other nodes",
+                                   a->ws.n);
+      res = agent_rdzv_done_poll(&a->rd, now_ns(), &marked_done);
+      if (res == AGENT_RDZV_ALL_DONE) return ROUND_SUCCEEDED;
+    } else {
+      res = agent_rdzv_monitor(&a->rd, now_ns());
+    }
+    if (res < 0) {
+      AGENT_WARN("lost the store: %s", a->rd.err);
+      set_error(a, a->rd.err);
+      return ROUND_STORE_LOST;
+    }
+    if (res == AGENT_RDZV_ENDED) return ROUND_RESTART;
+  }
+}
+
+/* Node 0 hosts the store: before leaving, give the others a moment to read the outcome. */
+static void linger_for_peers(agent_t *a) {
+  if (!a->store) return;
+  int64_t exited = 0;
+  if (agent_rdzv_mark_exited(&a->rd, &exited) < 0 || a->node_rank != 0) return;
+  int64_t deadline = now_ns() + 10000000000LL;
+  while (exited < a->rd.nmembers && now_ns() < deadline && !a->stop_sig) {
+    wait_events(a, 20);
+    if (agent_rdzv_exited_count(&a->rd, &exited) < 0) break;
+  }
+}
+
+static int exit_code_of_local_failure(const agent_t *a) {
+  if (a->exec_failed) return 127; /* like a shell's "command not found" */
+  if (a->ws.first_failed < 0) return EXIT_PEER_FAILED;
+  int c = a->ws.w[a->ws.first_failed].exit_code;
+  return c < 0 ? 128 - c : (c > 0 && c < 256 ? c : 1);
+}
+
+static int run(agent_t *a) {
+  int64_t deadline = now_ns() + (int64_t)(a->cfg.rdzv_timeout_s * 1e9);
+  for (;;) {
+    if (!a->store) {
+      set_state(a, AGENT_STATE_RENDEZVOUS);
+      int r = connect_store(a, deadline);
+      if (r == -2) return 128 + a->stop_sig;
+      if (r) return EXIT_UNAVAILABLE;
+    }
+    rdzv_outcome_t ro = rendezvous(a, deadline);
+    if (ro == RDZV_STOPPED) return 128 + a->stop_sig;
+    if (ro == RDZV_TIMEOUT) return EXIT_UNAVAILABLE;
+    if (ro == RDZV_STORE_LOST) {
+      AGENT_WARN("lost the store during rendezvous: %s; reconnecting", a->rd.err);
+      drop_store(a);
+      agent_state_lock(&a->st);
+      a->st.store_reconnects_total++;
+      agent_state_unlock(&a->st);
+      continue;
+    }
+    a->attempt = a->rd.attempt;
+    a->failures = a->rd.failures;
+    a->exec_failed = 0;
+    int local_failed = 0;
+    round_outcome_t out = run_round(a, &local_failed);
+    if (out == ROUND_STOPPED) {
+      char text[128];
+      snprintf(text, sizeof text, "node %d was stopped by %s", a->node_rank,
+               strsignal(a->stop_sig));
+      if (a->store) agent_rdzv_end(&a->rd, AGENT_RESTART_PEER_LOST, text);
+      stop_workers(a, a->stop_sig, 1);
+      return 128 + a->stop_sig;
+    }
+    if (out == ROUND_SUCCEEDED) {
+      set_state(a, AGENT_STATE_SUCCEEDED);
+      AGENT_INFO("all %" PRId64 " node(s) finished: job succeeded", a->rd.nmembers);
+      linger_for_peers(a);
+      return 0;
+    }
+    agent_restart_reason_t reason;
+    if (out == ROUND_STORE_LOST) {
+      reason = AGENT_RESTART_STORE_LOST;
+      snprintf(a->rd.end_text, sizeof a->rd.end_text, "the store host went away");
+    } else {
+      reason = a->rd.end_reason;
+    }
+    if (!local_failed)
+      AGENT_WARN("round %" PRId64 " ended (%s): %s", a->rd.round,
+                 agent_restart_reason_name(reason), a->rd.end_text);
+    stop_workers(a, SIGTERM, 0);
+    if (a->stop_sig) return 128 + a->stop_sig;
+    int counts = reason != AGENT_RESTART_MEMBERSHIP;
+    if (counts && a->rd.failures >= a->cfg.max_restarts) {
+      char msg[600];
+      snprintf(msg, sizeof msg, "giving up after %d restart(s) (--max-restarts %d): %s",
+               a->rd.failures, a->cfg.max_restarts, a->rd.end_text);
+      AGENT_ERROR("%s", msg);
+      set_error(a, msg);
+      set_state(a, AGENT_STATE_FAILED);
+      if (out != ROUND_STORE_LOST) linger_for_peers(a);
+      return local_failed ? exit_code_of_local_failure(a) : EXIT_PEER_FAILED;
+    }
+    agent_state_lock(&a->st);
+    a->st.restarts_total[reason]++;
+    agent_state_unlock(&a->st);
+    if (counts) a->failures = a->rd.failures + 1;
+    a->attempt = a->rd.attempt + 1;
+    a->next_round = a->rd.round + 1;
+    AGENT_INFO("restarting the workers (attempt %d, %d of %d restarts used)", a->attempt,
+               a->failures, a->cfg.max_restarts);
+    if (out == ROUND_STORE_LOST) {
+      drop_store(a);
+      agent_state_lock(&a->st);
+      a->st.store_reconnects_total++;
+      agent_state_unlock(&a->st);
+    }
+    deadline = now_ns() + (int64_t)(a->cfg.rdzv_timeout_s * 1e9);
+  }
+}
+
+static int setup(agent_t *a) {
+  char err[512];
+  agent_cfg_t *c = &a->cfg;
+  if (c->standalone) {
+    a->node_rank = 0;
+  } else {
+    a->node_rank = agent_discover_node_rank(c, environ, NULL, err, sizeof err);
+    if (a->node_rank < 0) {
+      AGENT_ERROR("%s", err);
+      return EXIT_USAGE;
+    }
+  }
+  agent_log_set_node_rank(a->node_rank);
+  if (a->node_rank >= c->nnodes_max) {
+    AGENT_ERROR("node rank %d is outside --nnodes %d:%d (node ranks are 0..%d)", a->node_rank,
+                c->nnodes_min, c->nnodes_max, c->nnodes_max - 1);
+    return EXIT_USAGE;
+  }
+  a->master_port = c->master_port;
+  if (a->node_rank != 0) {
+    if (c->master_addr) {
+      snprintf(a->master_name, sizeof a->master_name, "%s", c->master_addr);
+    } else if (agent_master_name(c, environ, NULL, NULL, a->master_name, sizeof a->master_name,
+                                 err, sizeof err)) {
+      AGENT_ERROR("cannot name the store host: %s (or pass --master-addr)", err);
+      return EXIT_USAGE;
+    }
+  }
+
+  agent_state_t *st = &a->st;
+  st->start_time_unix = (double)time(NULL);
+  st->node_rank = a->node_rank;
+  st->nproc_per_node = c->nproc_per_node;
+  st->nnodes_min = c->nnodes_min;
+  st->nnodes_max = c->nnodes_max;
+  st->max_restarts = c->max_restarts;
+  st->is_store_host = a->node_rank == 0;
+  snprintf(st->run_id, sizeof st->run_id, "%s", c->run_id);
+  snprintf(st->role, sizeof st->role, "%s", c->role ? c->role : "default");
+  snprintf(st->backend, sizeof st->backend, "%s", c->backend ? c->backend : "gloo");
+  st->loop_tick_ns = now_ns();
+
+  if (c->http_port >= 0) {
+    a->http = agent_http_start(st, c->http_host, c->http_port, c->monitor_interval_s, err,
+                               sizeof err);
+    if (!a->http) {
+      AGENT_ERROR("cannot serve HTTP: %s (choose another --http-port, or -1 to disable)", err);
+      return EXIT_UNAVAILABLE;
+    }
+    int port = agent_http_port(a->http);
+    AGENT_INFO("serving /healthz /readyz /metrics /status on port %d", port);
+    if (c->http_port_file) {
+      char tmp[600];
+      snprintf(tmp, sizeof tmp, "%s.tmp", c->http_port_file);
+      FILE *f = fopen(tmp, "w");
+      if (!f || fprintf(f, "%d\n", port) < 0 || fclose(f) || rename(tmp, c->http_port_file)) {
+        AGENT_ERROR("cannot write --http-port-file %s: %s", c->http_port_file, strerror(errno));
+        return EXIT_USAGE;
+      }
+    }
+  }
+
+  if (a->node_rank == 0) {
+    tdist_store_server_options_t so = TDIST_STORE_SERVER_OPTIONS_INIT;
+    so.host = c->standalone ? "127.0.0.1" : NULL;
+    so.port = c->master_port;
+    if (tdist_store_server_create(&so, &a->server) != TDIST_OK) {
+      AGENT_ERROR("cannot start the store on port %d: %s (choose another --master-port)",
+                  c->master_port, tdist_last_error());
+      return EXIT_UNAVAILABLE;
+    }
+    a->master_port = tdist_store_server_port(a->server);
+    AGENT_INFO("store listening on %s:%d", c->standalone ? "127.0.0.1" : "[::]", a->master_port);
+  }
+  agent_state_lock(st);
+  st->store_server = a->server;
+  st->ready = 1;
+  agent_state_unlock(st);
+
+  const char *tmp = getenv("TMPDIR");
+  const char *base = c->log_dir ? c->log_dir : (tmp && *tmp ? tmp : "/tmp");
+  snprintf(a->run_dir, sizeof a->run_dir, "%s/tdist-%s_%d", base, c->run_id, (int)getpid());
+  a->rd.nnodes_min = c->nnodes_min;
+  a->rd.nnodes_max = c->nnodes_max;
+  a->rd.last_call_s = c->nnodes_min == c->nnodes_max ? 0 : c->last_call_s;
+  a->rd.heartbeat_interval_s = c->heartbeat_interval_s;
+  a->rd.heartbeat_timeout_s = c->heartbeat_timeout_s;
+  a->rd.node_rank = a->node_rank;
+  a->rd.nproc = c->nproc_per_node;
+  char host[64] = "-";
+  if (gethostname(host, sizeof host - 1)) snprintf(host, sizeof host, "-");
+  for (char *p = host; *p; p++)
+    if (*p == ' ') *p = '_';
+  snprintf(a->rd.host, sizeof a->rd.host, "%s", host);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  static agent_t agent;
+  agent_t *a = &agent;
+  char err[1024];
+  agent_cfg_result_t cr = agent_cfg_load(&a->cfg, argc, argv, environ, err, sizeof err);
+  if (cr == AGENT_CFG_HELP) {
+    fputs(agent_cfg_usage(), stdout);
+    agent_cfg_free(&a->cfg);
+    return 0;
+  }
+  if (cr == AGENT_CFG_VERSION) {
+    printf("tdist-agent %s\n", tdist_version());
+    agent_cfg_free(&a->cfg);
+    return 0;
+  }
+  if (cr != AGENT_CFG_OK) {
+    fprintf(stderr, "tdist-agent: error: %s\nRun 'tdist-agent --help' for usage.\n", err);
+    agent_cfg_free(&a->cfg);
+    return EXIT_USAGE;
+  }
+  if (a->cfg.check_config) {
+    agent_cfg_dump_yaml(&a->cfg, stdout);
+    agent_cfg_free(&a->cfg);
+    return 0;
+  }
+  agent_log_set_format(a->cfg.log_format);
+
+  /* Signals arrive through the signalfd only; children get a clean mask back before exec. */
+  sigset_t set;
+  sigemptyset(&set);
+  static const int sigs[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&set, sigs[i]);
+  if (pthread_sigmask(SIG_BLOCK, &set, NULL) ||
+      (a->sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0) {
+    fprintf(stderr, "tdist-agent: signalfd: %s\n", strerror(errno));
+    return EXIT_INTERNAL;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  /* Orphans of the workers must be reaped by us, as PID 1 would. */
+  if (getpid() != 1) prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+  agent_state_init(&a->st);
+  agent_rdzv_init(&a->rd);
+  a->ws.first_failed = -1;
+  char nn[32];
+  AGENT_INFO("tdist-agent %s starting: nnodes %s, nproc_per_node %d, max_restarts %d, "
+             "run id '%s'%s",
+             tdist_version(), nnodes_str(&a->cfg, nn, sizeof nn), a->cfg.nproc_per_node,
+             a->cfg.max_restarts, a->cfg.run_id, a->cfg.standalone ? ", standalone" : "");
+  int rc = setup(a);
+  if (!rc) rc = run(a);
+  if (rc == 0) set_state(a, AGENT_STATE_SUCCEEDED);
+  else set_state(a, AGENT_STATE_FAILED);
+  stop_workers(a, SIGKILL, 0);
+  AGENT_INFO("exiting with code %d", rc);
+  drop_store(a);
+  agent_http_stop(a->http);
+  agent_state_lock(&a->st);
+  a->st.store_server = NULL;
+  agent_state_unlock(&a->st);
+  tdist_store_server_destroy(a->server);
+  agent_workers_free(&a->ws);
+  agent_rdzv_free(&a->rd);
+  agent_state_destroy(&a->st);
+  agent_cfg_free(&a->cfg);
+  close(a->sfd);
+  return rc;
+}

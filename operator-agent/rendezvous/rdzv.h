@@ -1,0 +1,105 @@
+/* Rendezvous rounds in the TCPStore hosted by node rank 0.
+ *
+ * Keys (all under the prefix store "tdist/<run_id>"):
+ *   round                    the current round r (decimal; ADD-created). Moving it from r to r+1
+ *                            (compare_set) ends round r for everybody.
+ *   <r>/joined               ADD counter: arrival index of each agent that joined round r
+ *   <r>/node/<idx>           the record of arrival idx: "node_rank nproc attempt failures addr host"
+ *   <r>/closed               N: the first N arrivals are the members (first compare_set wins)
+ *   <r>/hb/<idx>             heartbeat counter of arrival idx (set every heartbeat interval)
+ *   <r>/end                  why round r ended: "<reason> <text>" (first compare_set wins)
+ *   <r>/done, <r>/exited     exit barrier: members whose workers all succeeded; members leaving
+ *
+ * A round closes when MAX agents joined, or when at least MIN joined and last_call seconds passed
+ * since this agent first saw MIN. Later arrivals wait for round r+1; members see them and, when
+ * there is room (N < MAX) or a waiter has the node rank of a member (a rescheduled pod), end the
+ * round so it can be admitted. Group rank = position of the member in (node_rank, idx) order;
+ * global rank base = sum of nproc of the lower group ranks.
+ *
+ * Every function does a bounded number of store calls and never waits for peers by itself: the
+ * caller polls, so signals and child exits stay responsive. Any store failure returns
+ * AGENT_RDZV_STORE_ERROR with the store's message in r->err: the caller treats it as a lost store. */
+#ifndef TDIST_AGENT_RDZV_H
+#define TDIST_AGENT_RDZV_H
+
+#include <stdint.h>
+
+#include <tdist/store.h>
+
+#include "operator-agent/state/state.h"
+
+typedef enum {
+  AGENT_RDZV_PENDING = 0,     /* keep polling */
+  AGENT_RDZV_MEMBER = 1,      /* join: this agent is a member of the closed round */
+  AGENT_RDZV_WAITER = 2,      /* join: the round closed without us; keep polling (round moves) */
+  AGENT_RDZV_ROUND_MOVED = 3, /* the round counter moved past ours: join again */
+  AGENT_RDZV_ENDED = 4,       /* monitor: round ended (reason/text in r->end_*) */
+  AGENT_RDZV_ALL_DONE = 5,    /* exit barrier: every member finished */
+  AGENT_RDZV_STORE_ERROR = -1
+} agent_rdzv_result_t;
+
+typedef struct {
+  int node_rank, nproc, attempt, failures, idx;
+  char addr[64], host[64];
+} agent_rdzv_member_t;
+
+typedef struct {
+  tdist_store_t *store; /* borrowed prefix store */
+  int nnodes_min, nnodes_max;
+  double last_call_s, heartbeat_interval_s, heartbeat_timeout_s;
+
+  /* this agent */
+  int node_rank, nproc;
+  char addr[64], host[64];
+
+  /* the round being joined / run */
+  int64_t round;
+  int64_t idx;                /* our arrival index (1-based) */
+  int64_t min_seen_ns;        /* when we first saw >= MIN joined (0 = not yet) */
+  int64_t nmembers;           /* N once closed */
+  agent_rdzv_member_t *members; /* sorted by group rank */
+  int group_rank;
+  int attempt, failures;      /* agreed: max over members of their records */
+  int world_size, rank_base;
+
+  /* heartbeats */
+  int64_t hb_counter;
+  int64_t next_hb_ns;
+  int64_t *peer_hb;           /* last value seen per member (leader) or [0] (others) */
+  int64_t *peer_hb_change_ns;
+
+  /* why the round ended */
+  agent_restart_reason_t end_reason;
+  char end_text[256];
+
+  char err[512];
+} agent_rdzv_t;
+
+void agent_rdzv_init(agent_rdzv_t *r);
+void agent_rdzv_reset_round(agent_rdzv_t *r);
+void agent_rdzv_free(agent_rdzv_t *r);
+
+/* Moves the round counter up to at least `want_round`, then joins the current round with our
+ * record (attempt/failures are this agent's view, agreed as the max over members). */
+agent_rdzv_result_t agent_rdzv_join(agent_rdzv_t *r, int64_t want_round, int attempt, int failures);
+
+/* One poll while joining: closes the round when it is time; MEMBER fills members/group_rank. */
+agent_rdzv_result_t agent_rdzv_join_poll(agent_rdzv_t *r, int64_t now_ns);
+
+/* One poll while workers run: heartbeats, round moved (reads <r>/end), waiters to admit, peers
+ * silent for heartbeat_timeout (the leader watches everybody, everybody watches the leader). */
+agent_rdzv_result_t agent_rdzv_monitor(agent_rdzv_t *r, int64_t now_ns);
+
+/* Ends round r (if still current) with a reason; idempotent, first writer's reason wins.
+ * Afterwards r->end_reason/end_text hold the winning reason. */
+agent_rdzv_result_t agent_rdzv_end(agent_rdzv_t *r, agent_restart_reason_t reason, const char *text);
+
+/* Exit barrier: mark this member done (once), then poll: ALL_DONE when every member is done,
+ * ENDED if the round ended first, PENDING otherwise (heartbeats continue). */
+agent_rdzv_result_t agent_rdzv_done_poll(agent_rdzv_t *r, int64_t now_ns, int *marked);
+
+/* Counts this agent as gone (ADD <r>/exited) and returns the count so far in *exited. */
+agent_rdzv_result_t agent_rdzv_mark_exited(agent_rdzv_t *r, int64_t *exited);
+agent_rdzv_result_t agent_rdzv_exited_count(agent_rdzv_t *r, int64_t *exited);
+
+#endif

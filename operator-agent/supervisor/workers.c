@@ -1,0 +1,338 @@
+/* See workers.h. Everything a child needs (argv, envp, paths) is built before fork(): the agent
+ * has other threads (HTTP, store server), so between fork and exec the child only makes
+ * async-signal-safe calls. */
+#define _GNU_SOURCE
+#include "operator-agent/supervisor/workers.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "operator-agent/common/log.h"
+
+extern char **environ;
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* A growable NULL-terminated "K=V" list. */
+typedef struct {
+  char **v;
+  size_t n, cap;
+} strv_t;
+
+static int strv_push(strv_t *s, char *owned) {
+  if (!owned) return -1;
+  if (s->n + 2 > s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 64;
+    char **v = realloc(s->v, cap * sizeof *v);
+    if (!v) {
+      free(owned);
+      return -1;
+    }
+    s->v = v;
+    s->cap = cap;
+  }
+  s->v[s->n++] = owned;
+  s->v[s->n] = NULL;
+  return 0;
+}
+
+static void strv_free(strv_t *s) {
+  for (size_t i = 0; i < s->n; i++) free(s->v[i]);
+  free(s->v);
+  memset(s, 0, sizeof *s);
+}
+
+/* Sets name=value, replacing an earlier entry of the same name. */
+static int env_set(strv_t *e, const char *name, const char *value) {
+  size_t l = strlen(name);
+  char *kv;
+  if (asprintf(&kv, "%s=%s", name, value) < 0) return -1;
+  for (size_t i = 0; i < e->n; i++) {
+    if (!strncmp(e->v[i], name, l) && e->v[i][l] == '=') {
+      free(e->v[i]);
+      e->v[i] = kv;
+      return 0;
+    }
+  }
+  return strv_push(e, kv);
+}
+
+static int env_set_int(strv_t *e, const char *name, long long v) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%lld", v);
+  return env_set(e, name, buf);
+}
+
+static const char *env_get(const strv_t *e, const char *name) {
+  size_t l = strlen(name);
+  for (size_t i = 0; i < e->n; i++)
+    if (!strncmp(e->v[i], name, l) && e->v[i][l] == '=') return e->v[i] + l + 1;
+  return NULL;
+}
+
+static int mkdirs(char *path) {
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    int r = mkdir(path, 0755);
+    *p = '/';
+    if (r && errno != EEXIST) return -1;
+  }
+  if (mkdir(path, 0755) && errno != EEXIST) return -1;
+  return 0;
+}
+
+/* The torchrun environment for one worker on top of the agent's (torch-contracts.md §2.2). */
+static int build_env(strv_t *e, const agent_worker_spec_t *sp, int local, const char *error_file) {
+  const agent_cfg_t *cfg = sp->cfg;
+  for (char **p = environ; *p; p++)
+    if (strv_push(e, strdup(*p))) return -1;
+  for (size_t i = 0; i < cfg->nenv; i++)
+    if (env_set(e, cfg->env[i].name, cfg->env[i].value)) return -1;
+  int rank = sp->rank_base + local;
+  int rc = 0;
+  rc |= env_set_int(e, "RANK", rank);
+  rc |= env_set_int(e, "LOCAL_RANK", local);
+  rc |= env_set_int(e, "WORLD_SIZE", sp->world_size);
+  rc |= env_set_int(e, "LOCAL_WORLD_SIZE", cfg->nproc_per_node);
+  rc |= env_set_int(e, "GROUP_RANK", sp->group_rank);
+  rc |= env_set_int(e, "GROUP_WORLD_SIZE", sp->group_world_size);
+  rc |= env_set_int(e, "ROLE_RANK", rank);
+  rc |= env_set_int(e, "ROLE_WORLD_SIZE", sp->world_size);
+  rc |= env_set(e, "ROLE_NAME", cfg->role ? cfg->role : "default");
+  rc |= env_set(e, "MASTER_ADDR", sp->master_addr);
+  rc |= env_set_int(e, "MASTER_PORT", sp->master_port);
+  rc |= env_set_int(e, "TORCHELASTIC_RESTART_COUNT", sp->attempt);
+  rc |= env_set_int(e, "TORCHELASTIC_MAX_RESTARTS", cfg->max_restarts);
+  rc |= env_set(e, "TORCHELASTIC_RUN_ID", cfg->run_id ? cfg->run_id : "none");
+  rc |= env_set(e, "TORCHELASTIC_USE_AGENT_STORE", "True");
+  rc |= env_set(e, "TORCHELASTIC_ERROR_FILE", error_file);
+  if (!env_get(e, "NCCL_ASYNC_ERROR_HANDLING")) rc |= env_set(e, "NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (!env_get(e, "TORCH_NCCL_ASYNC_ERROR_HANDLING"))
+    rc |= env_set(e, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (cfg->omp_num_threads > 0)
+    rc |= env_set_int(e, "OMP_NUM_THREADS", cfg->omp_num_threads);
+  else if (!env_get(e, "OMP_NUM_THREADS") && cfg->nproc_per_node > 1)
+    rc |= env_set(e, "OMP_NUM_THREADS", "1");
+  rc |= env_set(e, "TDIST_BACKEND", cfg->backend ? cfg->backend : "gloo");
+  return rc ? -1 : 0;
+}
+
+/* argv for exec: "x.py args" runs as "python3 -u x.py args", like torchrun. */
+static int build_argv(strv_t *a, const agent_cfg_t *cfg) {
+  size_t l = strlen(cfg->cmd[0]);
+  if (l > 3 && !strcmp(cfg->cmd[0] + l - 3, ".py")) {
+    const char *py = getenv("TDIST_PYTHON");
+    if (strv_push(a, strdup(py && *py ? py : "python3")) || strv_push(a, strdup("-u"))) return -1;
+  }
+  for (size_t i = 0; i < cfg->ncmd; i++)
+    if (strv_push(a, strdup(cfg->cmd[i]))) return -1;
+  return 0;
+}
+
+static void kill_started(agent_workers_t *ws) {
+  for (int i = 0; i < ws->n; i++) {
+    if (ws->w[i].pid > 0) {
+      kill(-ws->w[i].pid, SIGKILL);
+      waitpid(ws->w[i].pid, NULL, 0);
+      ws->w[i].pid = 0;
+    }
+  }
+}
+
+int agent_workers_start(agent_workers_t *ws, const agent_worker_spec_t *sp, char *err,
+                        size_t cap) {
+  const agent_cfg_t *cfg = sp->cfg;
+  agent_workers_free(ws);
+  ws->w = calloc((size_t)cfg->nproc_per_node, sizeof *ws->w);
+  if (!ws->w) {
+    snprintf(err, cap, "out of memory for %d workers", cfg->nproc_per_node);
+    return -1;
+  }
+  ws->n = cfg->nproc_per_node;
+  ws->first_failed = -1;
+  strv_t argv = {0};
+  if (build_argv(&argv, cfg)) {
+    snprintf(err, cap, "out of memory building the worker command");
+    strv_free(&argv);
+    return -1;
+  }
+  pid_t parent = getpid();
+  for (int i = 0; i < ws->n; i++) {
+    agent_worker_t *w = &ws->w[i];
+    w->local_rank = i;
+    w->global_rank = sp->rank_base + i;
+    w->state = AGENT_WORKER_PENDING;
+    char dir[480];
+    snprintf(dir, sizeof dir, "%s/attempt_%d/%d", sp->run_dir, sp->attempt, i);
+    if (mkdirs(dir)) {
+      snprintf(err, cap, "cannot create the worker error-file directory %s: %s", dir,
+               strerror(errno));
+      goto fail;
+    }
+    snprintf(w->error_file, sizeof w->error_file, "%s/error.json", dir);
+    unlink(w->error_file);
+    strv_t env = {0};
+    if (build_env(&env, sp, i, w->error_file)) {
+      strv_free(&env);
+      snprintf(err, cap, "out of memory building the worker environment");
+      goto fail;
+    }
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC)) {
+      strv_free(&env);
+      snprintf(err, cap, "pipe2: %s", strerror(errno));
+      goto fail;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+      int e = errno;
+      close(pfd[0]);
+      close(pfd[1]);
+      strv_free(&env);
+      snprintf(err, cap, "fork of worker %d failed: %s", i, strerror(e));
+      goto fail;
+    }
+    if (pid == 0) {
+      /* Child: async-signal-safe calls only. */
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(128 + SIGKILL);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, NULL);
+      static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD,
+                                 SIGPIPE};
+      for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++) signal(sigs[k], SIG_DFL);
+      /* No agent descriptor (sockets, signalfd, store) leaks into the worker. */
+      if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+        for (int fd = 3; fd < 4096; fd++)
+          if (fd != pfd[1]) fcntl(fd, F_SETFD, FD_CLOEXEC);
+      }
+      execvpe(argv.v[0], argv.v, env.v);
+      int e = errno;
+      ssize_t wr = write(pfd[1], &e, sizeof e);
+      (void)wr;
+      _exit(127);
+    }
+    close(pfd[1]);
+    strv_free(&env);
+    setpgid(pid, pid); /* also from the parent: no race with signals sent right after */
+    w->pid = pid;
+    w->state = AGENT_WORKER_RUNNING;
+    int child_errno = 0;
+    ssize_t r;
+    do r = read(pfd[0], &child_errno, sizeof child_errno);
+    while (r < 0 && errno == EINTR);
+    close(pfd[0]);
+    if (r == (ssize_t)sizeof child_errno) {
+      waitpid(pid, NULL, 0);
+      w->pid = 0;
+      snprintf(err, cap, "cannot execute worker command '%s': %s%s", argv.v[0],
+               strerror(child_errno),
+               child_errno == ENOENT ? " (not found in PATH; give a path or fix PATH)" : "");
+      goto fail;
+    }
+  }
+  strv_free(&argv);
+  return 0;
+fail:
+  strv_free(&argv);
+  kill_started(ws);
+  return -1;
+}
+
+int agent_workers_reap(agent_workers_t *ws) {
+  int n = 0;
+  for (;;) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    for (int i = 0; i < ws->n; i++) {
+      agent_worker_t *w = &ws->w[i];
+      if (w->pid != pid) continue;
+      w->pid = 0;
+      w->exit_ns = mono_ns();
+      w->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      if (w->state == AGENT_WORKER_STOPPED) {
+        /* stopped by us: not a failure */
+      } else if (w->exit_code == 0) {
+        w->state = AGENT_WORKER_SUCCEEDED;
+      } else {
+        w->state = AGENT_WORKER_FAILED;
+        if (ws->first_failed < 0) ws->first_failed = i;
+      }
+      n++;
+    }
+  }
+  return n;
+}
+
+int agent_workers_running(const agent_workers_t *ws) {
+  int n = 0;
+  for (int i = 0; i < ws->n; i++) n += ws->w[i].pid > 0;
+  return n;
+}
+
+int agent_workers_all_succeeded(const agent_workers_t *ws) {
+  if (!ws->n) return 0;
+  for (int i = 0; i < ws->n; i++)
+    if (ws->w[i].state != AGENT_WORKER_SUCCEEDED) return 0;
+  return 1;
+}
+
+void agent_workers_signal(agent_workers_t *ws, int sig) {
+  for (int i = 0; i < ws->n; i++)
+    if (ws->w[i].pid > 0) kill(-ws->w[i].pid, sig);
+}
+
+void agent_workers_mark_stopping(agent_workers_t *ws) {
+  for (int i = 0; i < ws->n; i++)
+    if (ws->w[i].pid > 0) ws->w[i].state = AGENT_WORKER_STOPPED;
+}
+
+void agent_workers_publish(const agent_workers_t *ws, agent_state_t *st) {
+  agent_state_lock(st);
+  if (st->nworkers != ws->n) {
+    agent_worker_info_t *p = realloc(st->workers, (size_t)(ws->n ? ws->n : 1) * sizeof *p);
+    if (!p) {
+      agent_state_unlock(st);
+      return;
+    }
+    st->workers = p;
+    st->nworkers = ws->n;
+  }
+  for (int i = 0; i < ws->n; i++) {
+    st->workers[i].local_rank = ws->w[i].local_rank;
+    st->workers[i].global_rank = ws->w[i].global_rank;
+    st->workers[i].pid = ws->w[i].pid;
+    st->workers[i].state = ws->w[i].state;
+    st->workers[i].exit_code = ws->w[i].exit_code;
+  }
+  agent_state_unlock(st);
+}
+
+void agent_workers_free(agent_workers_t *ws) {
+  free(ws->w);
+  ws->w = NULL;
+  ws->n = 0;
+  ws->first_failed = -1;
+}

@@ -1,0 +1,273 @@
+/* Rendezvous protocol (operator-agent/rendezvous) against a real store server over TCP: several
+ * simulated agents, each with its own client connection, driven step by step from one thread with
+ * a fake clock, so every interleaving below is deterministic. */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <tdist/status.h>
+#include <tdist/store.h>
+
+#include "check.h"
+#include "operator-agent/rendezvous/rdzv.h"
+
+#define S 1000000000LL
+#define MAXA 8
+
+static tdist_store_server_t *server;
+static int port;
+
+typedef struct {
+  tdist_store_t *client, *store;
+  agent_rdzv_t r;
+} sim_t;
+
+static void sim_open(sim_t *a, const char *run_id, int node_rank, int nproc, int min, int max) {
+  memset(a, 0, sizeof *a);
+  tdist_tcp_store_options_t o = TDIST_TCP_STORE_OPTIONS_INIT;
+  o.host = "127.0.0.1";
+  o.port = port;
+  o.timeout_ms = 5000;
+  o.connect_timeout_ms = 300;
+  o.dialect = TDIST_STORE_DIALECT_V2;
+  CHECK(tdist_tcp_store_connect(&o, &a->client) == TDIST_OK);
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "tdist/%s", run_id);
+  CHECK(tdist_prefix_store_create(a->client, prefix, &a->store) == TDIST_OK);
+  agent_rdzv_init(&a->r);
+  a->r.store = a->store;
+  a->r.nnodes_min = min;
+  a->r.nnodes_max = max;
+  a->r.last_call_s = 2;
+  a->r.heartbeat_interval_s = 1;
+  a->r.heartbeat_timeout_s = 3;
+  a->r.node_rank = node_rank;
+  a->r.nproc = nproc;
+  snprintf(a->r.addr, sizeof a->r.addr, "10.0.0.%d", node_rank + 1);
+  snprintf(a->r.host, sizeof a->r.host, "job-%d", node_rank);
+}
+
+static void sim_close(sim_t *a) {
+  agent_rdzv_free(&a->r);
+  tdist_store_destroy(a->store);
+  tdist_store_destroy(a->client);
+}
+
+static void join_all(sim_t *a, int n, int64_t round) {
+  for (int i = 0; i < n; i++)
+    CHECK(agent_rdzv_join(&a[i].r, round, 0, 0) == AGENT_RDZV_PENDING);
+}
+
+/* Polls every agent until each is MEMBER or WAITER; returns how many are members. */
+static int poll_until_closed(sim_t *a, int n, int64_t now) {
+  int res[MAXA] = {0}, members = 0;
+  for (int iter = 0; iter < 10; iter++) {
+    int pending = 0;
+    for (int i = 0; i < n; i++) {
+      if (res[i] == AGENT_RDZV_MEMBER || res[i] == AGENT_RDZV_WAITER) continue;
+      res[i] = agent_rdzv_join_poll(&a[i].r, now);
+      CHECK(res[i] >= 0);
+      pending += res[i] == AGENT_RDZV_PENDING;
+    }
+    if (!pending) break;
+  }
+  for (int i = 0; i < n; i++) members += res[i] == AGENT_RDZV_MEMBER;
+  return members;
+}
+
+/* Fixed nnodes: joins in random order; group ranks follow node ranks; global ranks are prefix
+ * sums of nproc (different per node). */
+static void test_fixed(unsigned seed) {
+  enum { N = 4 };
+  sim_t a[N];
+  int order[N] = {0, 1, 2, 3};
+  srand(seed);
+  for (int i = N - 1; i > 0; i--) {
+    int j = rand() % (i + 1), t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  int nproc[N] = {1 + rand() % 3, 1 + rand() % 3, 1 + rand() % 3, 1 + rand() % 3};
+  char run[32];
+  snprintf(run, sizeof run, "fixed%u", seed);
+  for (int i = 0; i < N; i++) sim_open(&a[i], run, order[i], nproc[order[i]], N, N);
+  /* Three of four joined: nobody may close. */
+  join_all(a, N - 1, 0);
+  for (int i = 0; i < N - 1; i++) CHECK(agent_rdzv_join_poll(&a[i].r, 100 * S) == AGENT_RDZV_PENDING);
+  join_all(a + N - 1, 1, 0);
+  CHECK_EQ_INT(poll_until_closed(a, N, 0), N);
+  int base = 0;
+  for (int g = 0; g < N; g++) {
+    for (int i = 0; i < N; i++) {
+      if (a[i].r.node_rank != g) continue;
+      CHECK_EQ_INT(a[i].r.group_rank, g);
+      CHECK_EQ_INT(a[i].r.rank_base, base);
+      CHECK_EQ_INT(a[i].r.nmembers, N);
+      CHECK_EQ_INT(a[i].r.round, 0);
+    }
+    base += nproc[g];
+  }
+  for (int i = 0; i < N; i++) CHECK_EQ_INT(a[i].r.world_size, base);
+  for (int i = 0; i < N; i++) sim_close(&a[i]);
+}
+
+/* MIN:MAX with last call: closes only after last_call once MIN joined; a later arrival is a
+ * waiter and makes the members end the round (scale up); everybody lands in round 1. */
+static void test_elastic(void) {
+  sim_t a[3];
+  for (int i = 0; i < 3; i++) sim_open(&a[i], "elastic", i, 2, 2, 3);
+  join_all(a, 2, 0);
+  CHECK(agent_rdzv_join_poll(&a[0].r, 10 * S) == AGENT_RDZV_PENDING); /* first sees MIN at 10 s */
+  CHECK(agent_rdzv_join_poll(&a[1].r, 11 * S) == AGENT_RDZV_PENDING);
+  CHECK(agent_rdzv_join_poll(&a[0].r, 11 * S) == AGENT_RDZV_PENDING); /* 1 s < last call */
+  CHECK(agent_rdzv_join_poll(&a[0].r, 12 * S + 1) == AGENT_RDZV_MEMBER);
+  CHECK(agent_rdzv_join_poll(&a[1].r, 12 * S) == AGENT_RDZV_MEMBER);
+  CHECK_EQ_INT(a[0].r.nmembers, 2);
+  CHECK_EQ_INT(a[1].r.world_size, 4);
+  /* Third node arrives late. */
+  CHECK(agent_rdzv_join(&a[2].r, 0, 0, 0) == AGENT_RDZV_PENDING);
+  CHECK(agent_rdzv_join_poll(&a[2].r, 13 * S) == AGENT_RDZV_WAITER);
+  CHECK(agent_rdzv_monitor(&a[0].r, 13 * S) == AGENT_RDZV_ENDED);
+  CHECK(a[0].r.end_reason == AGENT_RESTART_MEMBERSHIP);
+  CHECK(strstr(a[0].r.end_text, "node 2") != NULL);
+  CHECK(agent_rdzv_monitor(&a[1].r, 13 * S) == AGENT_RDZV_ENDED);
+  CHECK(a[1].r.end_reason == AGENT_RESTART_MEMBERSHIP);
+  CHECK(agent_rdzv_join_poll(&a[2].r, 13 * S) == AGENT_RDZV_ROUND_MOVED);
+  for (int i = 0; i < 3; i++) CHECK(agent_rdzv_join(&a[i].r, 1, 0, 0) == AGENT_RDZV_PENDING);
+  CHECK_EQ_INT(poll_until_closed(a, 3, 20 * S), 3); /* MAX reached: closes at once */
+  for (int i = 0; i < 3; i++) {
+    CHECK_EQ_INT(a[i].r.round, 1);
+    CHECK_EQ_INT(a[i].r.group_rank, i);
+    CHECK_EQ_INT(a[i].r.world_size, 6);
+  }
+  for (int i = 0; i < 3; i++) sim_close(&a[i]);
+}
+
+/* A rescheduled pod (same node rank, new address) joining a full round ends it as peer_lost;
+ * attempt and failures are agreed as the max over members. */
+static void test_replaced_and_agreement(void) {
+  sim_t a[3], b;
+  for (int i = 0; i < 3; i++) sim_open(&a[i], "replace", i, 1, 3, 3);
+  for (int i = 0; i < 3; i++) CHECK(agent_rdzv_join(&a[i].r, 0, i, i == 1 ? 2 : 0) == 0);
+  CHECK_EQ_INT(poll_until_closed(a, 3, 0), 3);
+  for (int i = 0; i < 3; i++) {
+    CHECK_EQ_INT(a[i].r.attempt, 2);
+    CHECK_EQ_INT(a[i].r.failures, 2);
+  }
+  sim_open(&b, "replace", 1, 1, 3, 3);
+  snprintf(b.r.addr, sizeof b.r.addr, "10.0.9.9");
+  CHECK(agent_rdzv_join(&b.r, 0, 0, 0) == 0);
+  CHECK(agent_rdzv_join_poll(&b.r, 0) == AGENT_RDZV_WAITER);
+  CHECK(agent_rdzv_monitor(&a[2].r, 1 * S) == AGENT_RDZV_ENDED);
+  CHECK(a[2].r.end_reason == AGENT_RESTART_PEER_LOST);
+  CHECK(strstr(a[2].r.end_text, "10.0.9.9") != NULL);
+  CHECK(agent_rdzv_join_poll(&b.r, 0) == AGENT_RDZV_ROUND_MOVED);
+  sim_close(&b);
+  for (int i = 0; i < 3; i++) sim_close(&a[i]);
+}
+
+/* Heartbeats: the leader notices a silent member; a member notices a silent leader. */
+static void test_heartbeat(void) {
+  sim_t a[3];
+  for (int i = 0; i < 3; i++) sim_open(&a[i], "hb", i, 1, 3, 3);
+  join_all(a, 3, 0);
+  CHECK_EQ_INT(poll_until_closed(a, 3, 0), 3);
+  /* Everyone beats for a while. */
+  for (int64_t t = 0; t <= 5 * S; t += S / 2)
+    for (int i = 0; i < 3; i++) CHECK(agent_rdzv_monitor(&a[i].r, t) == AGENT_RDZV_PENDING);
+  /* Node 2 goes silent; the leader ends the round after the timeout (3 s), not before. */
+  int ended = 0;
+  int64_t t;
+  for (t = 5 * S + S / 2; t <= 12 * S && !ended; t += S / 2) {
+    for (int i = 0; i < 2 && !ended; i++) {
+      agent_rdzv_result_t res = agent_rdzv_monitor(&a[i].r, t);
+      CHECK(res >= 0);
+      if (res == AGENT_RDZV_ENDED) {
+        CHECK_EQ_INT(i, 0);
+        ended = 1;
+      }
+    }
+  }
+  CHECK(ended);
+  CHECK(t > 8 * S);
+  CHECK(a[0].r.end_reason == AGENT_RESTART_PEER_LOST);
+  CHECK(strstr(a[0].r.end_text, "node 2") != NULL);
+  CHECK(agent_rdzv_monitor(&a[1].r, t) == AGENT_RDZV_ENDED);
+  CHECK(agent_rdzv_monitor(&a[2].r, t) == AGENT_RDZV_ENDED);
+  for (int i = 0; i < 3; i++) sim_close(&a[i]);
+
+  /* Leader silent: a member notices. */
+  for (int i = 0; i < 2; i++) sim_open(&a[i], "hb2", i, 1, 2, 2);
+  join_all(a, 2, 0);
+  CHECK_EQ_INT(poll_until_closed(a, 2, 0), 2);
+  for (int64_t u = 0; u <= 2 * S; u += S / 2)
+    for (int i = 0; i < 2; i++) CHECK(agent_rdzv_monitor(&a[i].r, u) == AGENT_RDZV_PENDING);
+  agent_rdzv_result_t res = AGENT_RDZV_PENDING;
+  for (int64_t u = 2 * S + S / 2; u <= 10 * S && res == AGENT_RDZV_PENDING; u += S / 2)
+    res = agent_rdzv_monitor(&a[1].r, u);
+  CHECK(res == AGENT_RDZV_ENDED);
+  CHECK(strstr(a[1].r.end_text, "node 0") != NULL);
+  for (int i = 0; i < 2; i++) sim_close(&a[i]);
+}
+
+/* The first end reason wins; the exit barrier completes only when all are done; a fresh store
+ * (store host replaced) is brought up to the survivors' round. */
+static void test_end_done_fresh(void) {
+  sim_t a[2];
+  for (int i = 0; i < 2; i++) sim_open(&a[i], "end", i, 1, 2, 2);
+  join_all(a, 2, 0);
+  CHECK_EQ_INT(poll_until_closed(a, 2, 0), 2);
+  int m0 = 0, m1 = 0;
+  CHECK(agent_rdzv_done_poll(&a[0].r, 0, &m0) == AGENT_RDZV_PENDING);
+  CHECK(agent_rdzv_done_poll(&a[0].r, 0, &m0) == AGENT_RDZV_PENDING); /* counted once */
+  CHECK(agent_rdzv_done_poll(&a[1].r, 0, &m1) == AGENT_RDZV_ALL_DONE);
+  CHECK(agent_rdzv_done_poll(&a[0].r, 0, &m0) == AGENT_RDZV_ALL_DONE);
+  int64_t ex = 0;
+  CHECK(agent_rdzv_mark_exited(&a[1].r, &ex) == 0 && ex == 1);
+  CHECK(agent_rdzv_exited_count(&a[0].r, &ex) == 0 && ex == 1);
+
+  CHECK(agent_rdzv_end(&a[1].r, AGENT_RESTART_WORKER_FAILED, "rank 1 exited with code 3") ==
+        AGENT_RDZV_ENDED);
+  CHECK(agent_rdzv_end(&a[0].r, AGENT_RESTART_PEER_LOST, "other") == AGENT_RDZV_ENDED);
+  CHECK(a[0].r.end_reason == AGENT_RESTART_WORKER_FAILED);
+  CHECK(!strcmp(a[0].r.end_text, "rank 1 exited with code 3"));
+  /* Survivor wants round 5 on a store whose round is 1; a newcomer asking for 0 gets 5. */
+  CHECK(agent_rdzv_join(&a[0].r, 5, 0, 0) == 0);
+  CHECK_EQ_INT(a[0].r.round, 5);
+  CHECK(agent_rdzv_join(&a[1].r, 0, 0, 0) == 0);
+  CHECK_EQ_INT(a[1].r.round, 5);
+  CHECK_EQ_INT(poll_until_closed(a, 2, 0), 2);
+  for (int i = 0; i < 2; i++) sim_close(&a[i]);
+}
+
+/* The store going away is reported as an error, not a hang. */
+static void test_store_lost(void) {
+  sim_t a;
+  sim_open(&a, "lost", 0, 1, 2, 2);
+  CHECK(agent_rdzv_join(&a.r, 0, 0, 0) == 0);
+  tdist_store_server_destroy(server);
+  server = NULL;
+  CHECK(agent_rdzv_join_poll(&a.r, 0) == AGENT_RDZV_STORE_ERROR);
+  CHECK(a.r.err[0] != 0);
+  sim_close(&a);
+}
+
+int main(void) {
+  tdist_store_server_options_t so = TDIST_STORE_SERVER_OPTIONS_INIT;
+  so.host = "127.0.0.1";
+  so.quiet = 1;
+  CHECK(tdist_store_server_create(&so, &server) == TDIST_OK);
+  port = tdist_store_server_port(server);
+  unsigned seed = (unsigned)getpid();
+  for (unsigned i = 0; i < 5; i++) test_fixed(seed + i);
+  test_elastic();
+  test_replaced_and_agreement();
+  test_heartbeat();
+  test_end_done_fresh();
+  test_store_lost();
+  printf("rdzv_test: ok (seed %u)\n", seed);
+  return 0;
+}

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# tdist-agent --standalone end to end: real agent binary, real workers (the C training example and
+# an unmodified PyTorch DDP script), real restarts, signals, exit codes and the HTTP endpoints
+# checked with curl, promtool and python's json module.
+#   args: AGENT TRAIN_BIN DDP_SCRIPT
+set -uo pipefail
+AGENT="$(realpath "$1")"; TRAIN="$(realpath "$2")"; DDP="$(realpath "$3")"
+PY=/usr/bin/python3
+T="${TEST_TMPDIR:-$(mktemp -d)}/standalone.$$"
+mkdir -p "$T"
+fails=0
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+cleanup() { pkill -KILL -P $$ 2>/dev/null || true; }
+trap cleanup EXIT
+export TDIST_LOG_LEVEL=info
+export TDIST_PYTHON=$PY   # "x.py" workers run as $TDIST_PYTHON -u x.py (PyTorch is in /usr/bin/python3)
+
+agent() { "$AGENT" --http-port -1 --monitor-interval 0.05 --stop-grace-period 3 "$@"; }
+
+# 1. The C example with 2 workers.
+if agent --standalone --nproc-per-node 2 -- "$TRAIN" --steps 40 >"$T/c.out" 2>"$T/c.err"; then
+  grep -q "started 2 worker(s)" "$T/c.err" && pass "C training example, 2 workers" ||
+    fail "C example: no start line"; else fail "C example exit $? ($(tail -3 "$T/c.err"))"; fi
+
+# 2. PyTorch DDP (gloo) with 2 workers: env dump checked against the torchrun contract.
+mkdir -p "$T/env"
+if agent --standalone --nproc-per-node 2 -- "$DDP" --env-dump "$T/env" >"$T/py.out" 2>"$T/py.err"; then
+  grep -q "params identical: True" "$T/py.out" && pass "PyTorch DDP script, 2 workers" ||
+    fail "DDP: no success line: $(tail -3 "$T/py.out")"
+else fail "DDP exit $? ($(tail -5 "$T/py.err"))"; fi
+if $PY - "$T/env" <<'PYEOF'
+import json, sys, os
+d = sys.argv[1]
+envs = [json.load(open(os.path.join(d, f"env.{r}.json"))) for r in range(2)]
+for r, e in enumerate(envs):
+    want = {"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+            "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": str(r), "ROLE_WORLD_SIZE": "2",
+            "ROLE_NAME": "default", "MASTER_ADDR": "127.0.0.1", "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "OMP_NUM_THREADS": "1", "NCCL_ASYNC_ERROR_HANDLING": "1"}
+    for k, v in want.items():
+        assert e.get(k) == v, (r, k, e.get(k), v)
+    assert 1 <= int(e["MASTER_PORT"]) <= 65535
+    assert e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{r}/error.json"), e["TORCHELASTIC_ERROR_FILE"]
+    assert len(e["TORCHELASTIC_RUN_ID"]) == 36, e["TORCHELASTIC_RUN_ID"]  # uuid4
+assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"]
+PYEOF
+then pass "worker environment matches the torchrun contract"; else fail "worker environment"; fi
+
+# 3. Rank 1 raises on attempt 0: restarted, succeeds on attempt 1; root cause from the error file.
+if agent --standalone --nproc-per-node 2 --max-restarts 1 -- "$DDP" --fail-rank 1 --fail-attempt 0 \
+     >"$T/r.out" 2>"$T/r.err"; then
+  grep -q "attempt 1 loss" "$T/r.out" && pass "restart after a failure on attempt 0" ||
+    fail "restart: no attempt-1 success ($(tail -3 "$T/r.out"))"
+  grep -q "message: ValueError: deliberate failure of rank 1 on attempt 0" "$T/r.err" &&
+    pass "root cause read from TORCHELASTIC_ERROR_FILE" || fail "root cause missing: $(grep -i 'root' "$T/r.err")"
+else fail "restart run exit $? ($(tail -5 "$T/r.err"))"; fi
+
+# 4. Restarts exhausted: the agent exits with the worker's code (3), or 128+N for a signal.
+agent --standalone --nproc-per-node 2 --max-restarts 1 -- "$DDP" --fail-rank 0 --fail-attempt 0 --fail-code 3 \
+  >/dev/null 2>"$T/x.err"; rc=$?
+[ $rc -eq 0 ] && pass "fail on attempt 0 only, max-restarts 1: succeeds" || fail "expected 0, got $rc"
+agent --standalone --nproc-per-node 2 --max-restarts 2 -- sh -c '[ "$LOCAL_RANK" = 1 ] && exit 7; sleep 30' \
+  >/dev/null 2>"$T/x.err"; rc=$?
+[ $rc -eq 7 ] && pass "restarts exhausted: exit code 7 passed through" || fail "expected 7, got $rc"
+[ "$(grep -c 'restarting the workers' "$T/x.err")" = 2 ] && pass "two restarts before giving up" ||
+  fail "restart count: $(grep -c 'restarting the workers' "$T/x.err")"
+agent --standalone --nproc-per-node 1 -- sh -c 'kill -9 $$' >/dev/null 2>"$T/k.err"; rc=$?
+[ $rc -eq 137 ] && pass "worker killed by SIGKILL: exit 137" || fail "expected 137, got $rc"
+agent --standalone --nproc-per-node 1 -- /nonexistent/program >/dev/null 2>"$T/n.err"; rc=$?
+[ $rc -eq 127 ] && grep -q "cannot execute worker command '/nonexistent/program'" "$T/n.err" &&
+  pass "missing worker command named (exit $rc)" || fail "missing command: rc $rc $(tail -2 "$T/n.err")"
+
+# 5. SIGTERM: forwarded to the workers' process groups; a worker ignoring it is SIGKILLed after
+#    the grace period; the agent exits 143; no process is left behind.
+cat >"$T/term.sh" <<'SH'
+trap 'echo "$LOCAL_RANK got TERM" >> "$OUT"; [ "$LOCAL_RANK" = 0 ] && exit 0' TERM
+(sleep 300 &) ; echo "$LOCAL_RANK up" >> "$OUT"
+while :; do sleep 0.05; done
+SH
+export OUT="$T/term.log"
+"$AGENT" --http-port -1 --stop-grace-period 3 --standalone --nproc-per-node 2 -- bash "$T/term.sh" \
+  >/dev/null 2>"$T/t.err" &
+apid=$!
+for _ in $(seq 100); do [ "$(grep -c up "$T/term.log" 2>/dev/null)" = 2 ] && break; sleep 0.1; done
+kill -TERM $apid; wait $apid; rc=$?
+[ $rc -eq 143 ] && pass "SIGTERM: agent exits 143" || fail "SIGTERM exit $rc"
+grep -q '^0 got TERM' "$T/term.log" && grep -q '^1 got TERM' "$T/term.log" &&
+  [ "$(grep -c 'got TERM' "$T/term.log")" = 2 ] && pass "SIGTERM forwarded to both workers" || fail "forwarding: $(cat "$T/term.log")"
+grep -q "sending SIGKILL" "$T/t.err" && pass "worker ignoring SIGTERM got SIGKILL after the grace period" || fail "no SIGKILL escalation"
+sleep 0.3
+if pgrep -f "$T/term.sh" >/dev/null; then fail "workers left running"; else pass "no worker left behind"; fi
+
+# 6. As PID 1 (pid namespace): orphans reaped (no zombies), signal forwarding, exit code.
+cat >"$T/orphans.sh" <<'SH'
+for i in 1 2 3 4 5; do (sleep 0.1 &) ; done   # grandchildren re-parented to PID 1
+sleep 1; exit 5
+SH
+unshare --pid --fork --mount-proc sh -c "
+  \"$AGENT\" --http-port -1 --standalone --nproc-per-node 1 -- bash \"$T/orphans.sh\" 2>\"$T/p1.err\" &
+  sleep 0.8; ps -eo pid,stat,comm > \"$T/ps.txt\"; wait \$!" ; rc=$?
+[ $rc -eq 5 ] && pass "as PID 1: worker exit code 5 passed through" || fail "PID 1 exit $rc ($(tail -3 "$T/p1.err"))"
+if awk '$2 ~ /^Z/' "$T/ps.txt" | grep -q .; then fail "zombies under PID 1: $(cat "$T/ps.txt")"; else pass "orphans reaped (no zombies)"; fi
+
+# 7. HTTP while a job runs: /healthz /readyz /metrics (promtool) /status, 404/405.
+rm -f "$T/go"; mkdir -p "$T/http"
+"$AGENT" --standalone --nproc-per-node 2 --http-port 0 --http-port-file "$T/port" --monitor-interval 0.05 \
+  -- "$DDP" --wait-file "$T/go" >/dev/null 2>"$T/h.err" &
+apid=$!
+for _ in $(seq 100); do [ -s "$T/port" ] && break; sleep 0.05; done
+P=$(cat "$T/port")
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$P/status" | grep -q '"state": *"running"' && break; sleep 0.1; done
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$P/healthz")" = 200 ] && pass "/healthz 200" || fail "/healthz"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$P/readyz")" = 200 ] && pass "/readyz 200" || fail "/readyz"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$P/nope")" = 404 ] && pass "404" || fail "404"
+[ "$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$P/metrics")" = 405 ] && pass "405" || fail "405"
+curl -s -D "$T/hdr" "http://127.0.0.1:$P/metrics" >"$T/metrics"
+grep -qi '^content-type: text/plain; version=0.0.4' "$T/hdr" && pass "metrics content type" || fail "content type: $(cat "$T/hdr")"
+promtool check metrics <"$T/metrics" >"$T/promtool" 2>&1 && pass "promtool check metrics" || fail "promtool: $(cat "$T/promtool")"
+grep -q '^tdist_workers{state="running"} 2$' "$T/metrics" && grep -q '^tdist_store_clients ' "$T/metrics" &&
+  grep -q '^tdist_build_info{' "$T/metrics" && grep -q '^process_resident_memory_bytes ' "$T/metrics" &&
+  pass "metrics values" || fail "metrics: $(grep -E '^tdist_(workers|store_clients)' "$T/metrics")"
+curl -s "http://127.0.0.1:$P/status" >"$T/status.json"
+if $PY -c '
+import json,sys; s=json.load(open(sys.argv[1]))
+assert s["state"]=="running", s; assert s["world_size"]==2 and len(s["workers"])==2, s
+assert all(w["state"]=="running" and w["pid"]>0 for w in s["workers"]), s
+assert [w["global_rank"] for w in s["workers"]]==[0,1], s' "$T/status.json"; then pass "/status JSON"; else fail "/status: $(cat "$T/status.json")"; fi
+touch "$T/go"; wait $apid; rc=$?
+[ $rc -eq 0 ] && pass "job under HTTP inspection completed" || fail "http job exit $rc"
+
+# 8. Bad input: flags, env, YAML name what is wrong and exit 64.
+"$AGENT" --nproc-per-node zero -- true 2>"$T/e1"; rc=$?
+[ $rc -eq 64 ] && grep -q "nproc" "$T/e1" && pass "bad flag: exit 64, named" || fail "bad flag: $rc $(cat "$T/e1")"
+PET_NNODES=3:2 "$AGENT" -- true 2>"$T/e2"; rc=$?
+[ $rc -eq 64 ] && grep -q "PET_NNODES" "$T/e2" && pass "bad env: exit 64, named" || fail "bad env: $rc $(cat "$T/e2")"
+printf 'nproc_per_node: 2\nmax_restarts: three\n' >"$T/bad.yaml"
+"$AGENT" --config "$T/bad.yaml" -- true 2>"$T/e3"; rc=$?
+[ $rc -eq 64 ] && grep -q "bad.yaml:2:" "$T/e3" && pass "bad YAML: exit 64, file:line named" || fail "bad YAML: $rc $(cat "$T/e3")"
+"$AGENT" --help >"$T/help"; rc=$?
+[ $rc -eq 0 ] && grep -q -- "--nproc-per-node" "$T/help" && pass "--help" || fail "--help ($rc)"
+"$AGENT" --version >"$T/version"; rc=$?
+[ $rc -eq 0 ] && grep -qE '^tdist-agent [0-9]+\.[0-9]+\.[0-9]+$' "$T/version" && pass "--version" || fail "--version"
+
+echo "standalone_test: $fails failure(s)"
+[ $fails -eq 0 ]
