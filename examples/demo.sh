@@ -8,7 +8,7 @@
 # on this machine: the agent hosts the store, starts 2 workers with torchrun's environment, and
 # serves /metrics while they train; the demo scrapes it once mid-run. Exit status 0 = the job
 # succeeded (loss went down and every rank ended with bitwise identical parameters).
-#   DEMO_RANKS (default 2), DEMO_STEPS (default 20000), DEMO_HTTP_PORT (default 29600; 0 = any)
+#   DEMO_RANKS (default 2), DEMO_STEPS (default 200000), DEMO_HTTP_PORT (default 29600; 0 = any)
 #   DEMO_TORCH=1 also runs the PyTorch DDP script examples/torch/ddp_train.py the same way.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,7 +24,7 @@ trap 'kill "$agent" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 echo "== tdist-agent --standalone --nproc-per-node ${DEMO_RANKS:-2} -- train"
 "$bin/operator-agent/tdist-agent" --standalone --nproc-per-node "${DEMO_RANKS:-2}" \
   --http-port "${DEMO_HTTP_PORT:-29600}" --http-port-file "$tmp/port" \
-  -- "$bin/examples/train/train" --steps "${DEMO_STEPS:-20000}" --print-every 5000 "$@" &
+  -- "$bin/examples/train/train" --steps "${DEMO_STEPS:-200000}" --print-every 50000 "$@" &
 agent=$!
 for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
 port="$(cat "$tmp/port" 2>/dev/null || true)"

@@ -380,8 +380,9 @@ static round_outcome_t run_round(agent_t *a, int *local_failed) {
     }
     agent_rdzv_result_t res;
     if (agent_workers_all_succeeded(&a->ws)) {
-      if (!marked_done) AGENT_INFO("all %d local worker(s) succeeded; waiting for the other nodes",
-                                   a->ws.n);
+      if (!marked_done)
+        AGENT_INFO("all %d local worker(s) succeeded%s", a->ws.n,
+                   a->rd.nmembers > 1 ? "; waiting for the other nodes" : "");
       res = agent_rdzv_done_poll(&a->rd, now_ns(), &marked_done);
       if (res == AGENT_RDZV_ALL_DONE) return ROUND_SUCCEEDED;
     } else {
