@@ -6,12 +6,14 @@
  * The child reads CLOCK_REALTIME right before execvp() of the launcher (t0, in a shared page), so
  * run.sh can compare it with the workers' own stamps. FILE gets one line:
  *
- *   t0_ns end_ns status vmhwm_kb ru_maxrss_kb cpu_us orphans
+ *   t0_ns end_ns status vmhwm_kb ru_maxrss_kb cpu_us own_cpu_us orphans
  *
  * status: the launcher's exit code, 128+N if killed by signal N. vmhwm_kb: the largest VmHWM
  * read from /proc/<launcher>/status every 5 ms (--sample-rss; else 0): the launcher alone.
  * ru_maxrss_kb and cpu_us: wait4()'s rusage, i.e. the launcher and the workers it reaped (max
- * RSS of any one of them; user+sys CPU of all). orphans: processes left behind by the launcher.
+ * RSS of any one of them; user+sys CPU of all). own_cpu_us: user+sys of the launcher alone (all
+ * its threads, not its children), read from /proc/<launcher>/stat while it is a zombie, in clock
+ * ticks (10 ms). orphans: processes left behind by the launcher.
  *
  * It must never leave anything running: it is a child subreaper, so workers a launcher abandons
  * are re-parented here and are SIGKILLed and reaped (and counted) once the launcher is gone.
@@ -71,6 +73,26 @@ static long read_vmhwm_kb(pid_t pid) {
   buf[n] = '\0';
   const char *p = strstr(buf, "\nVmHWM:");
   return p ? strtol(p + 7, NULL, 10) : 0;
+}
+
+/* utime + stime of pid itself (fields 14 and 15 of /proc/<pid>/stat) in µs, -1 if unreadable. */
+static long read_own_cpu_us(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  /* After "(comm)": state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+   * utime stime; comm may hold spaces, so start after the last ')'. */
+  const char *p = strrchr(buf, ')');
+  unsigned long long ut, stm;
+  if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &stm) != 2)
+    return -1;
+  long hz = sysconf(_SC_CLK_TCK);
+  return hz > 0 ? (long)((ut + stm) * 1000000ULL / (unsigned long long)hz) : -1;
 }
 
 /* SIGKILLs every live process whose parent is us (re-parented orphans); returns how many. */
@@ -209,15 +231,16 @@ int main(int argc, char **argv) {
   if (timeout_s) alarm(timeout_s);
   sigprocmask(SIG_SETMASK, &old, NULL);
 
-  int st = 0;
-  struct rusage ru;
-  memset(&ru, 0, sizeof ru);
+  /* Wait for the exit without reaping (WNOWAIT), so the zombie's /proc/<pid>/stat still holds
+   * its own CPU times; then reap it with wait4 for the rusage. */
   long hwm = 0;
   for (;;) {
-    pid_t r = wait4(pid, &st, sample_rss ? WNOHANG : 0, &ru);
-    if (r == pid) break;
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    int r = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT | (sample_rss ? WNOHANG : 0));
+    if (r == 0 && si.si_pid == pid) break;
     if (r < 0 && errno != EINTR) {
-      perror("launch_probe: wait4");
+      perror("launch_probe: waitid");
       return 1;
     }
     if (r == 0) {
@@ -228,14 +251,24 @@ int main(int argc, char **argv) {
     }
   }
   int64_t end = realtime_ns();
+  long own_cpu_us = read_own_cpu_us(pid);
+  int st = 0;
+  struct rusage ru;
+  memset(&ru, 0, sizeof ru);
+  while (wait4(pid, &st, 0, &ru) < 0) {
+    if (errno != EINTR) {
+      perror("launch_probe: wait4");
+      return 1;
+    }
+  }
   launcher_pid = 0;
   alarm(0);
   int status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   int orphans = sweep_orphans();
   long cpu_us = (long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000L +
                 (long)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-  fprintf(of, "%lld %lld %d %ld %ld %ld %d\n", (long long)*t0, (long long)end, status, hwm,
-          ru.ru_maxrss, cpu_us, orphans);
+  fprintf(of, "%lld %lld %d %ld %ld %ld %ld %d\n", (long long)*t0, (long long)end, status, hwm,
+          ru.ru_maxrss, cpu_us, own_cpu_us, orphans);
   if (fclose(of) != 0) {
     fprintf(stderr, "launch_probe: writing %s: %s\n", out, strerror(errno));
     return 1;

@@ -120,16 +120,16 @@ run_one() {
   cmd+=("$stamp" "$sleep_s")
   local popt=(--out "$tmp/probe" --timeout 300)
   ((sample)) && popt+=(--sample-rss)
-  local t0 end status hwm maxrss cpu orphans
+  local t0 end status hwm maxrss cpu own_cpu orphans
   if ! OUTDIR="$od" "$probe" "${popt[@]}" -- "${cmd[@]}" >"$tmp/log" 2>&1 ||
-     ! read -r t0 end status hwm maxrss cpu orphans <"$tmp/probe" || ((status != 0)); then
+     ! read -r t0 end status hwm maxrss cpu own_cpu orphans <"$tmp/probe" || ((status != 0)); then
     echo "run.sh: $kind N=$n failed (exit status ${status:-?}); last lines:" >&2
     tail -n 15 "$tmp/log" | sed 's/^/    /' >&2
     echo "$kind N=$n" >>"$tmp/failures"
     return 1
   fi
   ((orphans == 0)) || echo "$kind N=$n: $orphans process(es) outlived the launcher" >>"$tmp/orphans"
-  local r last=0 ns _pid
+  local r last=0 first=0 ns _pid
   for ((r = 0; r < n; r++)); do
     if ! read -r ns _pid <"$od/$r" 2>/dev/null; then
       echo "run.sh: $kind N=$n exited 0 but worker $r never stamped $od/$r" >&2
@@ -137,15 +137,18 @@ run_one() {
       return 1
     fi
     ((ns > last)) && last=$ns
+    ((first == 0 || ns < first)) && first=$ns
   done
   local tag="$kind.n$n"
   ((sample)) && tag+=".sleep"
   echo $((last - t0)) >>"$tmp/res/$tag.launch_ns"
+  echo $((first - t0)) >>"$tmp/res/$tag.first_ns"
   echo $((end - t0)) >>"$tmp/res/$tag.wall_ns"
   if ((sample)); then
     echo "$hwm" >>"$tmp/res/$tag.hwm_kb"
     echo "$maxrss" >>"$tmp/res/$tag.maxrss_kb"
     echo "$cpu" >>"$tmp/res/$tag.cpu_us"
+    ((own_cpu >= 0)) && echo "$own_cpu" >>"$tmp/res/$tag.own_cpu_us"
   fi
 }
 
@@ -223,7 +226,7 @@ if ((have_wrk)); then
   kill -TERM "$metrics_pid" 2>/dev/null || true
   wait "$metrics_pid" 2>/dev/null || true
   metrics_pid=""
-  if read -r _ _ _ _ _ _ m_orphans <"$tmp/mprobe" 2>/dev/null && ((m_orphans)); then
+  if read -r _ _ _ _ _ _ _ m_orphans <"$tmp/mprobe" 2>/dev/null && ((m_orphans)); then
     echo "tdist /metrics run: $m_orphans process(es) outlived the agent after SIGTERM" >>"$tmp/orphans"
   fi
 fi
@@ -259,13 +262,14 @@ wrk_version="-"
 
 echo
 echo "# agent_bench: $agent_version vs torchrun (PyTorch $torch_version, $py_version), median of $repeat interleaved repetitions$( ((quick)) && echo " (--quick)")"
-echo "# machine: $(nproc) CPUs, ${cpu_model:-unknown CPU}, Linux $(uname -r); load average before $load_before, after $load_after"
+echo "# machine: $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) CPUs, ${cpu_model:-unknown CPU}, Linux $(uname -r); load average before $load_before, after $load_after"
 echo "# tdist-agent: tdist-agent --standalone --nproc-per-node N --http-port -1 -- stamp S"
 echo "# torchrun:    $torch_py -m torch.distributed.run --standalone --nproc_per_node N --redirects 1 --tee 1 --no_python stamp S"
 echo "#              (--redirects 1 --tee 1 on every torchrun run: without them torchrun 1.13 crashes on Python 3.11, AttributeError in to_map)"
 echo "# launch = CLOCK_REALTIME right before exec of the launcher -> the last of N workers exec'd; wall = -> the launcher exited 0"
 echo "# monitor interval: tdist-agent 0.1 s, torchrun 5 s by default (its wall time is mostly that); one row reruns torchrun with 0.1"
-echo "# memory/CPU: N=8 workers sleeping 1 s; peak RSS = launcher's VmHWM (sampled every 5 ms), CPU = user+sys of launcher and workers"
+echo "# memory/CPU: N=8 workers sleeping 1 s; peak RSS = the launcher's VmHWM (sampled every 5 ms); CPU = user+sys of the launcher"
+echo "#             alone (all threads, 10 ms ticks) and of the launcher plus its 8 workers (rusage)"
 echo "# /metrics: wrk $wrk_version -t2 -c16 -d$wrk_dur --latency, 8 workers sleeping, ${metrics_bytes:-?} B body, median of $wrk_rep; torchrun has no metrics endpoint: n/a"
 echo "# ratio = torchrun / tdist-agent for times and memory: > 1 means tdist-agent is faster / smaller"
 echo "#"
@@ -274,6 +278,8 @@ for n in "${nprocs[@]}"; do
   row "launch N=$n, all workers exec'd (ms)" "$(cell "$tmp/res/tdist.n$n.launch_ns" 1e6)" \
       "$(tcol "torch.n$n.launch_ns" 1e6)"
 done
+row "launch N=8, first worker exec'd (ms)" "$(cell "$tmp/res/tdist.n8.first_ns" 1e6)" \
+    "$(tcol "torch.n8.first_ns" 1e6)"
 for n in "${nprocs[@]}"; do
   row "wall N=$n, launcher exit 0 (ms)" "$(cell "$tmp/res/tdist.n$n.wall_ns" 1e6)" \
       "$(tcol "torch.n$n.wall_ns" 1e6)"
@@ -282,7 +288,9 @@ row "wall N=8, torchrun --monitor_interval 0.1 (ms)" "$(cell "$tmp/res/tdist.n8.
     "$(tcol "torch-mi.n8.wall_ns" 1e6)"
 row "peak RSS N=8, launcher VmHWM (MiB)" "$(cell "$tmp/res/tdist.n8.sleep.hwm_kb" 1024)" \
     "$(tcol "torch.n8.sleep.hwm_kb" 1024)"
-row "CPU N=8 sleep 1 s, user+sys (ms)" "$(cell "$tmp/res/tdist.n8.sleep.cpu_us" 1000)" \
+row "CPU N=8 sleep 1 s, launcher alone (ms)" "$(cell "$tmp/res/tdist.n8.sleep.own_cpu_us" 1000)" \
+    "$(tcol "torch.n8.sleep.own_cpu_us" 1000)"
+row "CPU N=8 sleep 1 s, launcher + workers (ms)" "$(cell "$tmp/res/tdist.n8.sleep.cpu_us" 1000)" \
     "$(tcol "torch.n8.sleep.cpu_us" 1000)"
 row "wall N=8 sleep 1 s, launcher exit 0 (ms)" "$(cell "$tmp/res/tdist.n8.sleep.wall_ns" 1e6)" \
     "$(tcol "torch.n8.sleep.wall_ns" 1e6)"

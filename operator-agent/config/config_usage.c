@@ -94,7 +94,14 @@ static void build(void) {
        "after a rendezvous with the agents of the other nodes; node rank 0 hosts the store. "
        "The command is everything after \"--\", or everything from the first argument that is "
        "not a flag (torchrun style: tdist-agent --nproc-per-node 2 train.py --lr 1). Without "
-       "one, the YAML command: list is used.");
+       "one, the YAML command: list is used. A command ending in .py runs as "
+       "$TDIST_PYTHON -u SCRIPT (default python3), as torchrun runs sys.executable -u.");
+  put(&o, "\n");
+  wrap(&o, 0,
+       "Each worker runs in its own process group and dies with the agent (PR_SET_PDEATHSIG). "
+       "TERM, INT and QUIT are forwarded to the workers, which then get --stop-grace-period "
+       "before SIGKILL, and the agent exits 128+N; HUP, USR1 and USR2 are only forwarded. As "
+       "PID 1 (or a subreaper) the agent reaps every orphan.");
   put(&o, "\nPrecedence, highest first:\n");
   wrap_hang(&o, 2, 5,
        "1. flags: --flag VALUE or --flag=VALUE; multi-word flags may also be written with "
@@ -137,7 +144,7 @@ static void build(void) {
       "\nExit status:\n"
       "  0        all workers succeeded\n"
       "  1..127   the exit code of this node's first failed worker, once restarts are exhausted\n"
-      "           (a worker killed by signal N gives 128+N)\n"
+      "           (a worker killed by signal N gives 128+N; 127: the command cannot be run)\n"
       "  128+N    the agent was stopped by signal N\n"
       "  64       bad flags, environment or YAML\n"
       "  69       the rendezvous or the master was not reachable within --rdzv-timeout\n"

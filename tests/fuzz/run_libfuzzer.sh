@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing with libFuzzer, outside Bazel, of two targets:
-#   proto_fuzz   the TCPStore codec (runtime/store/proto.c + tests/fuzz/proto_fuzz.c)
-#   config_fuzz  the agent's YAML configuration reader (operator-agent/config/*.c +
-#                tests/fuzz/config_fuzz.c, linked with the system libyaml)
+# Coverage-guided fuzzing with libFuzzer, outside Bazel, of three targets:
+#   proto_fuzz      the TCPStore codec (runtime/store/proto.c + tests/fuzz/proto_fuzz.c)
+#   config_fuzz     the agent's YAML configuration reader (operator-agent/config/*.c +
+#                   tests/fuzz/config_fuzz.c, linked with the system libyaml)
+#   errorfile_fuzz  the agent's reader of workers' error files (JSON; supervisor/errorfile.c)
 #
-#   tests/fuzz/run_libfuzzer.sh [SECONDS]      (default 60, split between the two; CI runs ~60)
+#   tests/fuzz/run_libfuzzer.sh [SECONDS]      (default 60, split between the three; CI runs ~60)
 #
 # Each target is compiled with `clang -fsanitize=fuzzer,address,undefined` and runs for its share
 # of SECONDS (proto gets the odd second), starting from its checked-in seed corpus (read only:
@@ -21,12 +22,13 @@ seconds="${1:-60}"
 case "$seconds" in
   ''|*[!0-9]*) echo "run_libfuzzer.sh: SECONDS must be a whole number, got '$seconds'" >&2; exit 2 ;;
 esac
-if [ "$seconds" -lt 2 ]; then
-  echo "run_libfuzzer.sh: SECONDS must be at least 2 (one per target), got $seconds" >&2
+if [ "$seconds" -lt 3 ]; then
+  echo "run_libfuzzer.sh: SECONDS must be at least 3 (one per target), got $seconds" >&2
   exit 2
 fi
-config_seconds=$((seconds / 2))
-proto_seconds=$((seconds - config_seconds))
+config_seconds=$((seconds / 3))
+errorfile_seconds=$((seconds / 3))
+proto_seconds=$((seconds - config_seconds - errorfile_seconds))
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cc="${CC_FUZZ:-clang}"
 if ! command -v "$cc" >/dev/null; then
@@ -47,6 +49,9 @@ echo "run_libfuzzer.sh: building in $work with $($cc --version | head -1)"
   "$root/operator-agent/config/config_usage.c" "$root/operator-agent/config/config_yaml.c" \
   "$root/tests/fuzz/config_fuzz.c" -lyaml -lpthread \
   -o "$work/config_fuzz"
+"$cc" "${flags[@]}" \
+  "$root/operator-agent/supervisor/errorfile.c" "$root/tests/fuzz/errorfile_fuzz.c" \
+  -o "$work/errorfile_fuzz"
 
 failed=0
 # run_target NAME SECONDS SEED_DIR DICT MAX_LEN
@@ -78,10 +83,12 @@ run_target() {
 run_target proto_fuzz "$proto_seconds" "$root/tests/fuzz/corpus" "$root/tests/fuzz/proto.dict" 4096
 run_target config_fuzz "$config_seconds" "$root/tests/fuzz/corpus_config" \
   "$root/tests/fuzz/config.dict" 8192
+run_target errorfile_fuzz "$errorfile_seconds" "$root/tests/fuzz/corpus_errorfile" \
+  "$root/tests/fuzz/errorfile.dict" 65536
 
 if [ "$failed" -ne 0 ]; then
   echo "run_libfuzzer.sh: FAILED (work directory kept: $work)" >&2
   exit 1
 fi
-echo "run_libfuzzer.sh: PASSED (${proto_seconds}s proto_fuzz, ${config_seconds}s config_fuzz, no invariant failed)"
+echo "run_libfuzzer.sh: PASSED (${proto_seconds}s proto_fuzz, ${config_seconds}s config_fuzz, ${errorfile_seconds}s errorfile_fuzz, no invariant failed)"
 if [ -z "${TDIST_FUZZ_WORK:-}" ]; then rm -rf "$work"; fi
