@@ -32,6 +32,7 @@
 #include "operator-agent/rendezvous/rdzv.h"
 #include "operator-agent/state/state.h"
 #include "operator-agent/supervisor/errorfile.h"
+#include "operator-agent/supervisor/progress.h"
 #include "operator-agent/supervisor/workers.h"
 
 /* Exit codes (also in --help). */
@@ -60,6 +61,8 @@ typedef struct {
   char run_dir[400];
   int stop_sig;          /* a terminating signal arrived */
   int exec_failed;       /* the worker command could not be started (exit 127 if final) */
+  int dump_requested;    /* SIGUSR1: dump the flight recorders */
+  int64_t next_progress_ns;
   int64_t next_round;
   int attempt, failures;
   char last_error[512];
@@ -111,6 +114,7 @@ static void wait_events(agent_t *a, int timeout_ms) {
         }
       } else {
         AGENT_INFO("forwarding %s to the workers", strsignal(sig));
+        if (sig == SIGUSR1) a->dump_requested = 1;
       }
       agent_workers_signal(&a->ws, sig);
     }
@@ -338,6 +342,60 @@ static void describe_failure(agent_t *a, char *out, size_t cap) {
   }
 }
 
+static void dump_flight(agent_t *a, const char *why) {
+  char path[600], err[300];
+  if (agent_flight_dump(&a->ws, a->node_rank, a->rd.round, a->run_dir, why, path, sizeof path,
+                        err, sizeof err))
+    AGENT_WARN("flight recorder dump failed: %s", err);
+  else
+    AGENT_INFO("flight recorders of this node's ranks (%s) written to %s", why, path);
+}
+
+/* Every second: publish where this node's ranks are; node 0 (group rank 0) summarises the job.
+ * Best effort: a store error here is found again by the round monitor. */
+static void publish_progress(agent_t *a) {
+  int64_t now = now_ns();
+  if (now < a->next_progress_ns) return;
+  a->next_progress_ns = now + 1000000000LL;
+  struct timespec rt;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  char line[4096], key[96];
+  agent_progress_local(&a->ws, (int64_t)rt.tv_sec * 1000000000LL + rt.tv_nsec, line, sizeof line);
+  if (!line[0]) return;
+  snprintf(key, sizeof key, "progress/%" PRId64 "/%d", a->rd.round, a->rd.group_rank);
+  if (tdist_store_set(a->store, key, line, strlen(line)) != TDIST_OK || a->rd.group_rank != 0)
+    return;
+  size_t n = (size_t)a->rd.nmembers;
+  char **lines = calloc(n, sizeof *lines);
+  if (!lines) return;
+  for (size_t g = 0; g < n; g++) {
+    snprintf(key, sizeof key, "progress/%" PRId64 "/%zu", a->rd.round, g);
+    const char *keys[1] = {key};
+    int ready = 0;
+    void *v = NULL;
+    size_t len = 0;
+    if (tdist_store_check(a->store, keys, 1, &ready) != TDIST_OK || !ready ||
+        tdist_store_get(a->store, key, &v, &len) != TDIST_OK)
+      continue;
+    lines[g] = calloc(1, len + 1);
+    if (lines[g]) memcpy(lines[g], v, len);
+    tdist_free(v);
+  }
+  const char *stall = getenv("TDIST_STALL_REPORT_SECONDS");
+  double stall_s = stall && *stall ? atof(stall) : 5.0;
+  char summary[1024];
+  agent_progress_summarize((const char *const *)lines, n, stall_s > 0 ? stall_s : 5.0, summary,
+                           sizeof summary);
+  for (size_t g = 0; g < n; g++) free(lines[g]);
+  free(lines);
+  agent_state_lock(&a->st);
+  if (strcmp(a->st.progress_summary, summary) && strstr(summary, "stuck"))
+    AGENT_WARN("collectives: %s", summary);
+  copy_str(a->st.progress_summary, sizeof a->st.progress_summary, summary);
+  a->st.progress_unix = (double)rt.tv_sec > 0 ? rt.tv_sec : 0;
+  agent_state_unlock(&a->st);
+}
+
 typedef enum {
   ROUND_SUCCEEDED,    /* every member done: exit 0 */
   ROUND_RESTART,      /* round ended: restart (rd.end_reason) */
@@ -370,9 +428,14 @@ static round_outcome_t run_round(agent_t *a, int *local_failed) {
   for (;;) {
     wait_events(a, poll_ms(a));
     if (a->stop_sig) return ROUND_STOPPED;
+    if (a->dump_requested) {
+      a->dump_requested = 0;
+      dump_flight(a, "SIGUSR1");
+    }
     if (a->ws.first_failed >= 0) {
       char what[400];
       describe_failure(a, what, sizeof what);
+      dump_flight(a, "worker failed");
       set_error(a, what);
       *local_failed = 1;
       if (agent_rdzv_end(&a->rd, AGENT_RESTART_WORKER_FAILED, what) < 0) return ROUND_STORE_LOST;
@@ -386,6 +449,7 @@ static round_outcome_t run_round(agent_t *a, int *local_failed) {
       res = agent_rdzv_done_poll(&a->rd, now_ns(), &marked_done);
       if (res == AGENT_RDZV_ALL_DONE) return ROUND_SUCCEEDED;
     } else {
+      publish_progress(a);
       res = agent_rdzv_monitor(&a->rd, now_ns());
     }
     if (res < 0) {

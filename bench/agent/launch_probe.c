@@ -112,7 +112,7 @@ static int kill_children(void) {
     close(fd);
     if (len <= 0) continue;
     buf[len] = '\0';
-    /* "pid (comm) S ppid ...": comm may hold spaces and parentheses, so parse after the last ')'. */
+    /* "pid (comm) S ppid ...": comm may hold spaces and ')', so parse after the last ')'. */
     const char *rp = strrchr(buf, ')');
     char state;
     int ppid;

@@ -2,8 +2,8 @@
 # Agent benchmark: tdist-agent against PyTorch 1.13's torchrun, both measured in the same run,
 # repetitions interleaved (the order alternates each repetition), medians printed in one table.
 #
-#   bash bench/agent/run.sh            5 repetitions, wrk 3 x 5 s (~3-4 min on 2 cores)
-#   bash bench/agent/run.sh --quick    3 repetitions, wrk 1 x 2 s (~1-2 min)
+#   bash bench/agent/run.sh            5 repetitions, wrk 3 x 5 s (~3 min on 2 cores)
+#   bash bench/agent/run.sh --quick    3 repetitions, wrk 1 x 2 s (~2 min)
 #   bash bench/agent/run.sh --repeat 9 --wrk-duration 10s --wrk-repeat 5
 #
 # Measures, with stamp.c as the worker (it writes CLOCK_REALTIME ns to $OUTDIR/$LOCAL_RANK first
@@ -27,6 +27,7 @@ here=bench/agent
 usage() {
   sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
   cat <<'EOF'
+
 Options:
   --quick               3 repetitions, wrk 1 x 2 s
   --repeat N            repetitions of every launcher run (default 5; --quick 3)

@@ -5,4 +5,5 @@
 #include "tdist/status.h"
 #include "tdist/store.h"
 #include "tdist/pg.h"
+#include "tdist/stats.h"
 #endif

@@ -18,6 +18,7 @@
 
 #include "operator-agent/http/buf.h"
 #include "operator-agent/http/http.h"
+#include "operator-agent/http/ranks.h"
 
 #ifndef TDIST_GIT_REVISION
 #define TDIST_GIT_REVISION "unknown"
@@ -317,6 +318,7 @@ char *agent_metrics_render(agent_state_t *st, size_t *len) {
   agent_buf_t b;
   agent_buf_init(&b);
   render_agent(&b, &s);
+  agent_metrics_render_ranks(&b, st);
   render_process(&b);
   return agent_buf_finish(&b, len);
 }

@@ -10,6 +10,7 @@
 
 #include "operator-agent/http/buf.h"
 #include "operator-agent/http/http.h"
+#include "operator-agent/http/ranks.h"
 
 #define JSON_FIELD(b, s, f) agent_buf_json_str((b), (s)->f, sizeof (s)->f)
 
@@ -61,7 +62,6 @@ static void render(agent_buf_t *b, const agent_state_t *st) {
     JSON_FIELD(b, st, last_error);
   else
     agent_buf_puts(b, "null");
-  agent_buf_puts(b, "}\n");
 }
 
 char *agent_status_render(agent_state_t *st, size_t *len) {
@@ -70,5 +70,8 @@ char *agent_status_render(agent_state_t *st, size_t *len) {
   agent_state_lock(st);
   render(&b, st);
   agent_state_unlock(st);
+  agent_buf_puts(&b, ",");
+  agent_status_render_ranks(&b, st);
+  agent_buf_puts(&b, "}\n");
   return agent_buf_finish(&b, len);
 }

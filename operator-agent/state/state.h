@@ -43,6 +43,7 @@ typedef struct {
   pid_t pid;                 /* 0 when not started */
   agent_worker_state_t state;
   int exit_code;             /* >= 0 exit status, -N killed by signal N (torchrun's convention) */
+  char stats_file[512];      /* TDIST_STATS_FILE of the worker ("" = none) */
 } agent_worker_info_t;
 
 typedef struct {
@@ -97,6 +98,11 @@ typedef struct {
   double last_rendezvous_unix; /* 0 = never */
 
   char last_error[512];      /* "" = none; the root cause of the last failure */
+
+  /* Node 0 only: where every rank of the job is, from the progress all agents publish in the
+   * store ("ranks 3,5 stuck in all_reduce #1234 for 140 s, others at #1235"); "" = unknown. */
+  char progress_summary[1024];
+  int64_t progress_unix;     /* when it was computed (0 = never) */
 } agent_state_t;
 
 void agent_state_init(agent_state_t *st);

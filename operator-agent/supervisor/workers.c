@@ -101,7 +101,8 @@ static int mkdirs(char *path) {
 }
 
 /* The torchrun environment for one worker on top of the agent's (torch-contracts.md §2.2). */
-static int build_env(strv_t *e, const agent_worker_spec_t *sp, int local, const char *error_file) {
+static int build_env(strv_t *e, const agent_worker_spec_t *sp, int local, const char *error_file,
+                     const char *stats_file) {
   const agent_cfg_t *cfg = sp->cfg;
   for (char **p = environ; *p; p++)
     if (strv_push(e, strdup(*p))) return -1;
@@ -133,6 +134,7 @@ static int build_env(strv_t *e, const agent_worker_spec_t *sp, int local, const 
   else if (!env_get(e, "OMP_NUM_THREADS") && cfg->nproc_per_node > 1)
     rc |= env_set(e, "OMP_NUM_THREADS", "1");
   rc |= env_set(e, "TDIST_BACKEND", cfg->backend ? cfg->backend : "gloo");
+  rc |= env_set(e, "TDIST_STATS_FILE", stats_file);
   return rc ? -1 : 0;
 }
 
@@ -176,6 +178,13 @@ int agent_workers_start(agent_workers_t *ws, const agent_worker_spec_t *sp, char
     return -1;
   }
   pid_t parent = getpid();
+  int *exec_fd = malloc((size_t)ws->n * sizeof *exec_fd);
+  if (!exec_fd) {
+    snprintf(err, cap, "out of memory for %d workers", ws->n);
+    strv_free(&argv);
+    return -1;
+  }
+  for (int i = 0; i < ws->n; i++) exec_fd[i] = -1;
   for (int i = 0; i < ws->n; i++) {
     agent_worker_t *w = &ws->w[i];
     w->local_rank = i;
@@ -189,9 +198,11 @@ int agent_workers_start(agent_workers_t *ws, const agent_worker_spec_t *sp, char
       goto fail;
     }
     snprintf(w->error_file, sizeof w->error_file, "%s/error.json", dir);
+    snprintf(w->stats_file, sizeof w->stats_file, "%s/stats", dir);
     unlink(w->error_file);
+    unlink(w->stats_file);
     strv_t env = {0};
-    if (build_env(&env, sp, i, w->error_file)) {
+    if (build_env(&env, sp, i, w->error_file, w->stats_file)) {
       strv_free(&env);
       snprintf(err, cap, "out of memory building the worker environment");
       goto fail;
@@ -238,23 +249,36 @@ int agent_workers_start(agent_workers_t *ws, const agent_worker_spec_t *sp, char
     setpgid(pid, pid); /* also from the parent: no race with signals sent right after */
     w->pid = pid;
     w->state = AGENT_WORKER_RUNNING;
+    exec_fd[i] = pfd[0];
+  }
+  /* All forked; now learn whether each exec worked (EOF on the close-on-exec pipe = it did).
+   * Forking them all first starts N workers in about the time of one fork + exec each. */
+  int failed = -1, failed_errno = 0;
+  for (int i = 0; i < ws->n; i++) {
     int child_errno = 0;
     ssize_t r;
-    do r = read(pfd[0], &child_errno, sizeof child_errno);
+    do r = read(exec_fd[i], &child_errno, sizeof child_errno);
     while (r < 0 && errno == EINTR);
-    close(pfd[0]);
-    if (r == (ssize_t)sizeof child_errno) {
-      waitpid(pid, NULL, 0);
-      w->pid = 0;
-      snprintf(err, cap, "cannot execute worker command '%s': %s%s", argv.v[0],
-               strerror(child_errno),
-               child_errno == ENOENT ? " (not found in PATH; give a path or fix PATH)" : "");
-      goto fail;
+    close(exec_fd[i]);
+    exec_fd[i] = -1;
+    if (r == (ssize_t)sizeof child_errno && failed < 0) {
+      failed = i;
+      failed_errno = child_errno;
     }
   }
+  if (failed >= 0) {
+    snprintf(err, cap, "cannot execute worker command '%s': %s%s", argv.v[0],
+             strerror(failed_errno),
+             failed_errno == ENOENT ? " (not found in PATH; give a path or fix PATH)" : "");
+    goto fail;
+  }
   strv_free(&argv);
+  free(exec_fd);
   return 0;
 fail:
+  for (int i = 0; i < ws->n; i++)
+    if (exec_fd[i] >= 0) close(exec_fd[i]);
+  free(exec_fd);
   strv_free(&argv);
   kill_started(ws);
   return -1;
@@ -326,6 +350,7 @@ void agent_workers_publish(const agent_workers_t *ws, agent_state_t *st) {
     st->workers[i].pid = ws->w[i].pid;
     st->workers[i].state = ws->w[i].state;
     st->workers[i].exit_code = ws->w[i].exit_code;
+    memcpy(st->workers[i].stats_file, ws->w[i].stats_file, sizeof st->workers[i].stats_file);
   }
   agent_state_unlock(st);
 }

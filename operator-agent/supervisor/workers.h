@@ -21,6 +21,7 @@ typedef struct {
   int exit_code;             /* >= 0 exit status, -N killed by signal N */
   int64_t exit_ns;           /* CLOCK_MONOTONIC of the exit */
   char error_file[512];
+  char stats_file[512];      /* TDIST_STATS_FILE (include/tdist/stats.h) */
 } agent_worker_t;
 
 typedef struct {

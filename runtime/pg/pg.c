@@ -16,6 +16,7 @@
 #include "runtime/common/log.h"
 #include "runtime/pg/pg_internal.h"
 #include "runtime/pg/reduce.h"
+#include "runtime/pg/stats.h"
 
 #define DEFAULT_TIMEOUT_MS (30LL * 60 * 1000) /* PyTorch's default process-group timeout */
 
@@ -263,6 +264,7 @@ static void destroy_stores(tdist_pg_t *pg) {
 static tdist_pg_t *pg_alloc(void) {
   tdist_pg_t *pg = calloc(1, sizeof *pg);
   if (!pg) return NULL;
+  pg->stats_group = -1;
   pg->abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (pg->abort_fd < 0) {
     free(pg);
@@ -303,6 +305,7 @@ static tdist_status_t pg_connect(tdist_pg_t *pg, const char *name) {
   }
   tdist__log(TDIST__LOG_DEBUG, "pg", "group '%s': rank %d of %d connected (%s)", name, pg->rank,
              pg->size, pg->be->name);
+  pg->stats_group = tdist__stats_register(pg->rank, pg->size);
   return TDIST_OK;
 }
 
@@ -482,7 +485,10 @@ static tdist_status_t run_coll(tdist_pg_t *pg, tdist__coll_t *c) {
     return tdist__fail(pg->sticky, "%s: process group is aborted after an earlier failure: %s",
                        tdist__coll_name(c->kind), pg->err);
   int64_t deadline = tdist__now_ms() + pg->timeout_ms;
+  tdist__stats_op_t sop;
+  tdist__stats_begin(pg->stats_group, c, &sop);
   tdist_status_t st = pg->be->run(pg, c, deadline);
+  tdist__stats_end(pg->stats_group, c, &sop, st);
   if (st) {
     if (!atomic_load(&pg->aborted)) set_sticky(pg, st);
     tdist__fail(st, "%s", pg->err);

@@ -83,6 +83,7 @@ struct tdist_pg_s {
   int *parent_ranks;            /* subgroups: our ranks in the parent */
   int subgroups;                /* subgroups created from this group so far */
   uint64_t seq;                 /* collectives issued */
+  int stats_group;              /* index for runtime/pg/stats.c, -1 = no statistics */
   int abort_fd;                 /* eventfd, readable once aborted */
   _Atomic int aborted;
   tdist_status_t sticky;        /* the failure that aborted the group */

@@ -244,7 +244,7 @@ static void check_status_json(const char *body, size_t len, agent_state_t *st) {
   agent_buf_puts(&want,
                  "keys state,node_rank,run_id,role,backend,round,restart_count,max_restarts,"
                  "group_rank,group_world_size,world_size,master_addr,master_port,is_store_host,"
-                 "members,workers,last_error\n");
+                 "members,workers,last_error,ranks,collectives\n");
   agent_buf_printf(&want,
                    "node_rank %d\nround %lld\nrestart_count %d\nmax_restarts %d\ngroup_rank %d\n"
                    "group_world_size %d\nworld_size %d\nmaster_port %d\nis_store_host %d\n",
@@ -818,7 +818,7 @@ int main(void) {
   test_promtool_check(m, len, "fresh");
   free(m);
   char *s = agent_status_render(&st, &len);
-  CHECK(s != NULL && strstr(s, "\"members\":[],\"workers\":[],\"last_error\":null}") != NULL);
+  CHECK(s != NULL && strstr(s, "\"members\":[],\"workers\":[],\"last_error\":null,\"ranks\":[],\"collectives\":null}") != NULL);
   free(s);
 
   fill_state(&st);

@@ -3,7 +3,8 @@
 # rendezvous, --redirects 1 --tee 1 as the Debian build needs): the same unmodified DDP script runs
 # under both with the same flags and dumps its environment. Every variable torchrun adds must be
 # there under the agent with the same value, except those that are per-run by nature (error-file
-# path, run-dir); the agent may add TDIST_BACKEND and TORCH_NCCL_ASYNC_ERROR_HANDLING (2.x name).
+# path, run-dir); the agent may add TDIST_BACKEND, TDIST_STATS_FILE and
+# TORCH_NCCL_ASYNC_ERROR_HANDLING (2.x name).
 #   args: AGENT DDP_SCRIPT
 set -uo pipefail
 AGENT="$(realpath "$1")"; DDP="$(realpath "$2")"; PY=/usr/bin/python3
@@ -25,7 +26,7 @@ import json, os, sys
 t, n, p1, p2 = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 base = dict(os.environ)
 per_run = {"TORCHELASTIC_ERROR_FILE", "MASTER_PORT", "_"}
-extra_ok = {"TDIST_BACKEND", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TDIST_PYTHON"}
+extra_ok = {"TDIST_BACKEND", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TDIST_PYTHON", "TDIST_STATS_FILE"}
 for r in range(n):
     tr = json.load(open(f"{t}/torchrun/env.{r}.json"))
     ag = json.load(open(f"{t}/agent/env.{r}.json"))

@@ -1,0 +1,28 @@
+/* Where each rank is in the job's sequence of collectives, from the per-rank statistics files
+ * (include/tdist/stats.h) that workers keep: local lines for the store, a job-wide summary on
+ * node 0, and flight-recorder dumps. Pure formatting and parsing plus file reads; no store calls. */
+#ifndef TDIST_AGENT_PROGRESS_H
+#define TDIST_AGENT_PROGRESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "operator-agent/supervisor/workers.h"
+
+/* This node's ranks as one line: "rank:last_seq:cur_seq:cur_op:age_ms ..." (cur_seq 0 and op -1
+ * when not in a collective; a rank whose file is not there yet is left out). */
+void agent_progress_local(const agent_workers_t *ws, int64_t now_unix_ns, char *out, size_t cap);
+
+/* From the lines of all nodes: one sentence naming the ranks that hold the job up, e.g.
+ *   "ranks 0,1,3 waiting in all_reduce #12 for 14.2 s; rank 2 not in a collective (last completed #11)"
+ * or "all 4 ranks at #57". stall_s: a collective in flight at least this long counts as stuck.
+ * Returns the number of ranks parsed. */
+int agent_progress_summarize(const char *const *lines, size_t n, double stall_s, char *out,
+                             size_t cap);
+
+/* Writes the flight recorders of this node's ranks as one JSON document into dir and puts its
+ * path in path_out. Returns 0, or -1 with err set. */
+int agent_flight_dump(const agent_workers_t *ws, int node_rank, int64_t round, const char *dir,
+                      const char *why, char *path_out, size_t path_cap, char *err, size_t cap);
+
+#endif

@@ -1,0 +1,236 @@
+/* Per-rank collective statistics in the shared-memory file named by TDIST_STATS_FILE (layout and
+ * contract: include/tdist/stats.h). The hot path is a handful of relaxed atomic adds and two
+ * clock_gettime calls per collective; no locks, no system calls. The file is mapped once per
+ * process by the first (world) group and never unmapped: workers exit with it mapped, and a late
+ * collective on another thread must never touch freed memory. Never fails a collective: any
+ * problem with the file disables statistics with one log line. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/common/log.h"
+#include "runtime/pg/pg_internal.h"
+#include "runtime/pg/stats.h"
+
+_Static_assert(TDIST__COLL_KIND_COUNT_ == TDIST_STATS_OPS, "stats.h op table out of step");
+
+static tdist_stats_file_t *g_file; /* set once, under g_mu */
+static int g_groups;               /* groups registered so far */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static const double k_le[TDIST_STATS_BUCKETS] = {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2,
+                                                 0.1,  0.3,  1,    3,    10,   30,   100,  300};
+
+TDIST_EXTERN const char *tdist_stats_op_name(int op) {
+  return op >= 0 && op < TDIST_STATS_OPS ? tdist__coll_name((tdist__coll_kind_t)op) : "unknown";
+}
+
+TDIST_EXTERN double tdist_stats_bucket_le(int i) {
+  return i >= 0 && i < TDIST_STATS_BUCKETS ? k_le[i] : 0;
+}
+
+static int64_t realtime_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+
+static tdist_stats_file_t *map_file(const char *path, int rank, int world_size) {
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    tdist__log(TDIST__LOG_WARN, "stats", "TDIST_STATS_FILE=%s: open: %s; statistics disabled",
+               path, strerror(errno));
+    return NULL;
+  }
+  void *p = MAP_FAILED;
+  if (ftruncate(fd, (off_t)sizeof(tdist_stats_file_t)) == 0)
+    p = mmap(NULL, sizeof(tdist_stats_file_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd);
+  if (p == MAP_FAILED) {
+    tdist__log(TDIST__LOG_WARN, "stats", "TDIST_STATS_FILE=%s: %s; statistics disabled", path,
+               strerror(e));
+    return NULL;
+  }
+  tdist_stats_file_t *f = p;
+  /* A new attempt reuses no file (the agent names one per attempt), but a user may: start over.
+   * The magic goes last so a reader never sees a half-initialised header as valid. */
+  STORE(&f->magic, 0u);
+  memset((char *)f + sizeof f->magic, 0, sizeof *f - sizeof f->magic);
+  f->version = TDIST_STATS_VERSION;
+  f->size = (uint32_t)sizeof *f;
+  f->rank = rank;
+  f->world_size = world_size;
+  f->pid = (int32_t)getpid();
+  f->cur_op = -1;
+  f->cur_peer = -1;
+  STORE(&f->magic, TDIST_STATS_MAGIC);
+  return f;
+}
+
+int tdist__stats_register(int rank, int world_size) {
+  pthread_mutex_lock(&g_mu);
+  int group = g_groups++;
+  if (group == 0) {
+    const char *path = getenv("TDIST_STATS_FILE");
+    if (path && *path) g_file = map_file(path, rank, world_size);
+  }
+  int enabled = g_file != NULL;
+  pthread_mutex_unlock(&g_mu);
+  return enabled ? group : -1;
+}
+
+static int32_t peer_of(const tdist__coll_t *c) {
+  switch (c->kind) {
+    case TDIST__COLL_SEND:
+    case TDIST__COLL_RECV:
+      return c->peer;
+    case TDIST__COLL_BROADCAST:
+    case TDIST__COLL_REDUCE:
+    case TDIST__COLL_GATHER:
+    case TDIST__COLL_SCATTER:
+      return c->root;
+    default:
+      return -1;
+  }
+}
+
+static uint64_t bytes_of(const tdist__coll_t *c) {
+  if (c->kind == TDIST__COLL_BARRIER || c->kind == TDIST__COLL_MONITORED_BARRIER) return 0;
+  return (uint64_t)c->count * tdist_dtype_size(c->dtype);
+}
+
+void tdist__stats_begin(int group, const tdist__coll_t *c, tdist__stats_op_t *op) {
+  tdist_stats_file_t *f = g_file;
+  op->slot = -1;
+  if (group < 0 || !f) return;
+  op->start_ns = realtime_ns();
+  uint64_t i = ADD(&f->flight_next, 1);
+  tdist_stats_flight_t *e = &f->flight[i % TDIST_STATS_FLIGHT];
+  op->slot = (int64_t)(i % TDIST_STATS_FLIGHT);
+  uint64_t s = LOAD(&e->stamp);
+  STORE(&e->stamp, s | 1); /* odd: being written */
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  e->seq = c->seq;
+  e->op = (int32_t)c->kind;
+  e->status = TDIST_ERR_IN_PROGRESS;
+  e->start_ns = op->start_ns;
+  e->end_ns = 0;
+  e->bytes = bytes_of(c);
+  e->peer = peer_of(c);
+  e->group = group;
+  STORE(&e->stamp, (s | 1) + 1);
+  if (group == 0) {
+    uint64_t cs = LOAD(&f->cur_stamp);
+    STORE(&f->cur_stamp, cs | 1);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    f->cur_seq = c->seq;
+    f->cur_op = (int32_t)c->kind;
+    f->cur_peer = peer_of(c);
+    f->cur_start_ns = op->start_ns;
+    STORE(&f->cur_stamp, (cs | 1) + 1);
+  }
+}
+
+void tdist__stats_end(int group, const tdist__coll_t *c, const tdist__stats_op_t *op,
+                      tdist_status_t st) {
+  tdist_stats_file_t *f = g_file;
+  if (group < 0 || !f || op->slot < 0) return;
+  int64_t end = realtime_ns();
+  int k = (int)c->kind;
+  uint64_t dur = end > op->start_ns ? (uint64_t)(end - op->start_ns) : 0;
+  ADD(&f->ops[k], 1);
+  ADD(&f->bytes[k], bytes_of(c));
+  if (st != TDIST_OK) ADD(&f->errors[k], 1);
+  ADD(&f->duration_ns_sum[k], dur);
+  int b = 0;
+  while (b < TDIST_STATS_BUCKETS && (double)dur > k_le[b] * 1e9) b++;
+  ADD(&f->hist[k][b], 1);
+  tdist_stats_flight_t *e = &f->flight[op->slot];
+  uint64_t s = LOAD(&e->stamp);
+  if (e->seq == c->seq && e->start_ns == op->start_ns) { /* not yet overwritten by a newer op */
+    STORE(&e->stamp, s | 1);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    e->status = st;
+    e->end_ns = end;
+    STORE(&e->stamp, (s | 1) + 1);
+  }
+  if (group == 0) {
+    uint64_t cs = LOAD(&f->cur_stamp);
+    STORE(&f->cur_stamp, cs | 1);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    f->cur_seq = 0;
+    f->cur_op = -1;
+    f->cur_peer = -1;
+    f->cur_start_ns = 0;
+    if (st == TDIST_OK) f->last_seq = c->seq;
+    STORE(&f->cur_stamp, (cs | 1) + 1);
+  }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Reader                                                                                    */
+
+TDIST_EXTERN tdist_status_t tdist_stats_read(const char *path, tdist_stats_file_t *out) {
+  if (!path || !out) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_stats_read: NULL argument");
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    return tdist__fail(e == ENOENT ? TDIST_ERR_NOT_FOUND : TDIST_ERR_SYSTEM, "stats file %s: %s",
+                       path, strerror(e));
+  }
+  struct stat sb;
+  void *p = MAP_FAILED;
+  if (fstat(fd, &sb) == 0 && sb.st_size >= (off_t)sizeof(tdist_stats_file_t))
+    p = mmap(NULL, sizeof(tdist_stats_file_t), PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED)
+    return tdist__fail(TDIST_ERR_PROTOCOL, "stats file %s: not a tdist stats file (size %lld)",
+                       path, (long long)sb.st_size);
+  const tdist_stats_file_t *f = p;
+  tdist_status_t rc = TDIST_OK;
+  if (LOAD(&f->magic) != TDIST_STATS_MAGIC || f->version != TDIST_STATS_VERSION ||
+      f->size != sizeof *f) {
+    rc = tdist__fail(TDIST_ERR_PROTOCOL, "stats file %s: magic/version/size mismatch", path);
+    goto out;
+  }
+  /* Counters are independent atomics: a plain copy is fine. The in-flight block and each flight
+   * entry are copied under their stamps. */
+  memcpy(out, f, sizeof *out);
+  for (int tries = 0; tries < 1000; tries++) {
+    uint64_t s1 = LOAD(&f->cur_stamp);
+    if (s1 & 1) continue;
+    out->cur_seq = f->cur_seq;
+    out->cur_op = f->cur_op;
+    out->cur_peer = f->cur_peer;
+    out->cur_start_ns = f->cur_start_ns;
+    out->last_seq = f->last_seq;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (LOAD(&f->cur_stamp) == s1) break;
+  }
+  for (int i = 0; i < TDIST_STATS_FLIGHT; i++) {
+    const tdist_stats_flight_t *e = &f->flight[i];
+    for (int tries = 0; tries < 1000; tries++) {
+      uint64_t s1 = LOAD(&e->stamp);
+      if (s1 & 1) continue;
+      out->flight[i] = *e;
+      __atomic_thread_fence(__ATOMIC_ACQUIRE);
+      if (LOAD(&e->stamp) == s1) break;
+      if (tries == 999) memset(&out->flight[i], 0, sizeof out->flight[i]);
+    }
+  }
+out:
+  munmap(p, sizeof(tdist_stats_file_t));
+  return rc;
+}

@@ -1,0 +1,21 @@
+/* Writer side of the per-rank statistics file (include/tdist/stats.h). */
+#ifndef TDIST_PG_STATS_H
+#define TDIST_PG_STATS_H
+
+#include "runtime/pg/pg_internal.h"
+#include "tdist/stats.h"
+
+typedef struct {
+  int64_t start_ns;
+  int64_t slot; /* flight-recorder slot, -1 = not recorded */
+} tdist__stats_op_t;
+
+/* Called once per new group. The first group maps TDIST_STATS_FILE (if set). Returns the group's
+ * index for the calls below, or -1 when statistics are off. */
+int tdist__stats_register(int rank, int world_size);
+
+void tdist__stats_begin(int group, const tdist__coll_t *c, tdist__stats_op_t *op);
+void tdist__stats_end(int group, const tdist__coll_t *c, const tdist__stats_op_t *op,
+                      tdist_status_t st);
+
+#endif
