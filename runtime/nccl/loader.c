@@ -114,13 +114,15 @@ tdist_status_t tdist__nccl_lib_open(tdist__nccl_lib_t *lib, char *err, size_t ca
   }
   const char *missing = NULL, *in = NULL;
 #define TDIST__LOAD_(h, path, name)                                                 \
-  if (!missing && !(*(void **)&lib->name = dlsym(lib->h, TDIST__STR_(name)))) { \
+  if (!missing &&                                                                  \
+      !(lib->name = (__typeof__(lib->name))dlsym(lib->h, TDIST__STR_(name)))) {    \
     missing = TDIST__STR_(name);                                                    \
     in = lib->path;                                                                 \
   }
 #define TDIST__LOAD_CUDART_(name) TDIST__LOAD_(cudart_handle, cudart_path, name)
 #define TDIST__LOAD_NCCL_(name) TDIST__LOAD_(nccl_handle, nccl_path, name)
-#define TDIST__LOAD_OPT_(name) *(void **)&lib->name = dlsym(lib->nccl_handle, TDIST__STR_(name));
+#define TDIST__LOAD_OPT_(name) \
+  lib->name = (__typeof__(lib->name))dlsym(lib->nccl_handle, TDIST__STR_(name));
   TDIST__CUDART_FUNCS(TDIST__LOAD_CUDART_)
   TDIST__NCCL_FUNCS(TDIST__LOAD_NCCL_)
   TDIST__NCCL_OPTIONAL_FUNCS(TDIST__LOAD_OPT_)
