@@ -62,6 +62,7 @@ typedef struct {
   int stop_sig;          /* a terminating signal arrived */
   int exec_failed;       /* the worker command could not be started (exit 127 if final) */
   int dump_requested;    /* SIGUSR1: dump the flight recorders */
+  char last_stall_shape[1024]; /* the stall last logged, without its duration */
   int64_t next_progress_ns;
   int64_t next_round;
   int attempt, failures;
@@ -95,9 +96,9 @@ static void set_error(agent_t *a, const char *msg) {
   agent_state_unlock(&a->st);
 }
 
-/* Waits up to timeout_ms for a signal. Reaps children on SIGCHLD; forwards HUP/USR1/USR2 to the
- * workers; records TERM/INT/QUIT in a->stop_sig (and forwards them too). Stamps the liveness
- * tick read by /healthz. */
+/* Waits up to timeout_ms for a signal. Reaps children on SIGCHLD; forwards HUP/USR2 to the
+ * workers; records TERM/INT/QUIT in a->stop_sig (and forwards them too); SIGUSR1 asks for a
+ * flight-recorder dump. Stamps the liveness tick read by /healthz. */
 static void wait_events(agent_t *a, int timeout_ms) {
   struct pollfd pfd = {a->sfd, POLLIN, 0};
   int r = poll(&pfd, 1, timeout_ms < 0 ? 0 : timeout_ms);
@@ -112,9 +113,13 @@ static void wait_events(agent_t *a, int timeout_ms) {
                      128 + sig);
           a->stop_sig = sig;
         }
+      } else if (sig == SIGUSR1) {
+        /* Not forwarded: its default action would kill every worker that does not handle it
+         * (unmodified PyTorch scripts among them). */
+        a->dump_requested = 1;
+        continue;
       } else {
         AGENT_INFO("forwarding %s to the workers", strsignal(sig));
-        if (sig == SIGUSR1) a->dump_requested = 1;
       }
       agent_workers_signal(&a->ws, sig);
     }
@@ -388,11 +393,18 @@ static void publish_progress(agent_t *a) {
                            sizeof summary);
   for (size_t g = 0; g < n; g++) free(lines[g]);
   free(lines);
-  agent_state_lock(&a->st);
-  if (strcmp(a->st.progress_summary, summary) && strstr(summary, "stuck"))
+  /* Log a stall once per shape (who is stuck where, who holds them up), not every second. */
+  char shape[1024];
+  copy_str(shape, sizeof shape, summary);
+  char *f = strstr(shape, " for ");
+  char *e = f ? strstr(f, " s") : NULL;
+  if (f && e) memmove(f, e + 2, strlen(e + 2) + 1);
+  if (strstr(summary, "stuck") && strcmp(shape, a->last_stall_shape))
     AGENT_WARN("collectives: %s", summary);
+  copy_str(a->last_stall_shape, sizeof a->last_stall_shape, strstr(summary, "stuck") ? shape : "");
+  agent_state_lock(&a->st);
   copy_str(a->st.progress_summary, sizeof a->st.progress_summary, summary);
-  a->st.progress_unix = (double)rt.tv_sec > 0 ? rt.tv_sec : 0;
+  a->st.progress_unix = rt.tv_sec;
   agent_state_unlock(&a->st);
 }
 

@@ -11,7 +11,36 @@
  * fast with the same error. Destroy the group and create a new one to continue.
  *
  * Threads: a group is used by one thread at a time, except tdist_pg_abort (any thread). Async
- * work runs on one worker thread per group, in submission order. */
+ * work runs on one worker thread per group, in submission order.
+ *
+ * Backend "nccl" (GPU tensors, NVIDIA NCCL >= 2.14):
+ *   - Buffers are CUDA device pointers (cudaMalloc, or managed memory) on the group's device;
+ *     anything else is refused with TDIST_ERR_INVALID_ARGUMENT before it reaches NCCL
+ *     (TDIST_NCCL_CHECK_POINTERS=0 turns the check off). Counts and dtypes are as for gloo.
+ *   - Libraries: libcudart and libnccl are opened at tdist_init_process_group (dlopen), never
+ *     linked, so programs also run on nodes without them. TDIST_CUDART_LIBRARY and
+ *     TDIST_NCCL_LIBRARY name the files to use. No driver, no device, no NCCL or NCCL < 2.14:
+ *     TDIST_ERR_NOT_AVAILABLE, with a message naming what is missing.
+ *   - Device: TDIST_NCCL_DEVICE, else LOCAL_RANK, else rank % device count (PyTorch's guess).
+ *     The calling thread's current device is left as it was.
+ *   - Ordering: each group has one CUDA stream, created without cudaStreamNonBlocking, so work
+ *     the caller queued on the legacy default stream before a call is complete before NCCL
+ *     reads the buffers; work on other streams must be synchronised by the caller. Blocking
+ *     calls return when the NCCL kernels have finished; async work completes the same way, one
+ *     operation at a time per group, in submission order.
+ *   - Not available (TDIST_ERR_NOT_AVAILABLE, the group stays usable): BAND/BOR/BXOR and
+ *     tdist_monitored_barrier (PyTorch supports it on gloo only). gather, scatter, all_to_all(_v)
+ *     and uneven all_gather_v are built from grouped NCCL calls, as PyTorch does. Send/recv
+ *     tags are not seen by NCCL: messages between two ranks match in call order, and a send
+ *     waits for its receive (order pairwise exchanges even/odd, or use all_to_all_v).
+ *   - Failure: communicators are non-blocking; a watchdog polls ncclCommGetAsyncError. A timeout,
+ *     an asynchronous NCCL error or tdist_pg_abort aborts the communicator (ncclCommAbort) before
+ *     the failing call returns; the message carries NCCL's own text (ncclGetLastError).
+ *   - Subgroups split the parent's communicator (ncclCommSplit, NCCL >= 2.18): every rank of the
+ *     parent must call tdist_new_group, as the API already requires. TDIST_NCCL_COMM_SPLIT=0
+ *     gives each subgroup a communicator of its own instead.
+ *   - Tuning: TDIST_NCCL_SPIN_US (default 10000) is how long a waiting thread polls the GPU
+ *     before it sleeps in 50 us steps. NCCL's own variables (NCCL_DEBUG, ...) apply as usual. */
 #ifndef TDIST_PG_H
 #define TDIST_PG_H
 
@@ -60,7 +89,7 @@ TDIST_EXTERN const char *tdist_reduce_op_name(tdist_reduce_op_t op);
 typedef struct {
   size_t size;             /* sizeof(tdist_pg_options_t) */
   int version;             /* 1 */
-  const char *backend;     /* "gloo" (default) or "nccl" */
+  const char *backend;     /* "gloo" (default) or "nccl" (device buffers; see above) */
   /* Where ranks meet: exactly one of `store` or `init_method` ("env://", the default when both
    * are NULL; "tcp://HOST:PORT[?rank=R&world_size=N]"; "file:///path?rank=R&world_size=N"). */
   const char *init_method;

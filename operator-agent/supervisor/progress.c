@@ -97,11 +97,17 @@ int agent_progress_summarize(const char *const *lines, size_t nlines, double sta
     free(p);
     return 0;
   }
+  /* The frontier collective is stalled once any rank has waited in it for stall_s; then every
+   * rank in it is stuck in it, however recently it entered: the ages come from lines published
+   * up to a second apart, so a rank on another node can look younger than it is. */
+  int stalled = 0;
+  for (size_t i = 0; i < np; i++)
+    if (p[i].cur && p[i].cur == front && (double)p[i].age_ms >= stall_s * 1000) stalled = 1;
   size_t nstuck = 0, nbehind = 0;
   int64_t stuck_ms = 0;
   int stuck_op = -1;
   for (size_t i = 0; i < np; i++) {
-    if (p[i].cur == front && p[i].cur && (double)p[i].age_ms >= stall_s * 1000) {
+    if (stalled && p[i].cur && p[i].cur == front) {
       sel[i] = 1;
       nstuck++;
       if (p[i].age_ms > stuck_ms) stuck_ms = p[i].age_ms;

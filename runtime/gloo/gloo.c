@@ -515,4 +515,5 @@ static tdist_status_t gloo_run(tdist_pg_t *pg, const tdist__coll_t *k, int64_t d
   }
 }
 
-const tdist__backend_t tdist__gloo_backend = {"gloo", gloo_connect, gloo_destroy, gloo_run};
+const tdist__backend_t tdist__gloo_backend = {
+    .name = "gloo", .connect = gloo_connect, .destroy = gloo_destroy, .run = gloo_run};

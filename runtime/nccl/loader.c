@@ -142,9 +142,9 @@ tdist_status_t tdist__nccl_lib_open(tdist__nccl_lib_t *lib, char *err, size_t ca
     char have[32], need[32];
     tdist__nccl_version_str(v, have, sizeof have);
     tdist__nccl_version_str(TDIST__NCCL_MIN_VERSION, need, sizeof need);
-    snprintf(err, cap, "%s is NCCL %s (ncclGetVersion returned %d); tdist needs NCCL >= %s "
-             "(non-blocking communicators): install a newer libnccl2 or set TDIST_NCCL_LIBRARY",
-             lib->nccl_path, r == ncclSuccess ? have : "of unknown version", (int)r, need);
+    snprintf(err, cap, "%s is NCCL %s; tdist needs NCCL >= %s (non-blocking communicators): "
+             "install a newer libnccl2 or set TDIST_NCCL_LIBRARY", lib->nccl_path,
+             r == ncclSuccess ? have : "of unknown version (ncclGetVersion failed)", need);
     tdist__nccl_lib_close(lib);
     return TDIST_ERR_NOT_AVAILABLE;
   }

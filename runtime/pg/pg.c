@@ -29,6 +29,8 @@ struct tdist_work_s {
   tdist_work_t *next;
 };
 
+static void drain_async(tdist_pg_t *pg);
+
 /* Marks the group failed; the first failure is the one every later call reports. */
 static void set_sticky(tdist_pg_t *pg, tdist_status_t st) {
   int expected = 0;
@@ -322,8 +324,7 @@ TDIST_EXTERN tdist_status_t tdist_init_process_group(const tdist_pg_options_t *o
   if (strcmp(backend, "gloo") == 0) {
     be = &tdist__gloo_backend;
   } else if (strcmp(backend, "nccl") == 0) {
-    return tdist__fail(TDIST_ERR_NOT_AVAILABLE,
-                       "backend 'nccl' is not available in this build yet; use 'gloo'");
+    be = &tdist__nccl_backend;
   } else {
     return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
                        "backend '%s' is not supported; use 'gloo' or 'nccl'", backend);
@@ -398,6 +399,15 @@ TDIST_EXTERN tdist_status_t tdist_new_group(tdist_pg_t *parent, const int *ranks
   }
   /* Every parent rank counts the subgroup, members or not, so names stay in step. */
   int id = ++parent->subgroups;
+  if (parent->be->skip_group) {
+    /* The backend derives the subgroup from the parent's communicator, collectively: the
+     * parent's queued work must reach the communicator first. */
+    drain_async(parent);
+    if (me < 0) {
+      tdist_status_t st = parent->be->skip_group(parent, tdist__now_ms() + parent->timeout_ms);
+      return st ? tdist__fail(st, "tdist_new_group: %s", parent->err) : TDIST_OK;
+    }
+  }
   if (me < 0) return TDIST_OK;
   if (atomic_load(&parent->aborted))
     return tdist__fail(parent->sticky, "tdist_new_group: parent group is aborted: %s", parent->err);
@@ -413,7 +423,9 @@ TDIST_EXTERN tdist_status_t tdist_new_group(tdist_pg_t *parent, const int *ranks
   if (pg->parent_ranks) memcpy(pg->parent_ranks, ranks, sizeof(int) * (size_t)nranks);
   char name[512];
   snprintf(name, sizeof name, "%s/%d", parent->name, id);
+  pg->parent = parent; /* for the backend's connect only */
   tdist_status_t st = pg->parent_ranks ? pg_connect(pg, name) : TDIST_ERR_NO_MEMORY;
+  pg->parent = NULL;
   if (st) {
     char msg[TDIST__ERRMSG_MAX];
     snprintf(msg, sizeof msg, "%s", tdist_last_error());
@@ -656,6 +668,10 @@ static tdist_status_t check_buf(tdist_pg_t *pg, const char *fn, const void *p, s
 
 /* Runs now (blocking form) or queues (async form, work != NULL). */
 static tdist_status_t dispatch(tdist_pg_t *pg, tdist__coll_t *c, tdist_work_t **work) {
+  if (pg->be->check && !atomic_load(&pg->aborted)) {
+    tdist_status_t st = pg->be->check(pg, c); /* what the backend cannot run; group unharmed */
+    if (st) return tdist__fail(st, "%s", pg->err);
+  }
   if (work) return submit(pg, c, work);
   drain_async(pg);
   c->seq = ++pg->seq;

@@ -61,9 +61,17 @@ typedef struct tdist__backend {
   /* Runs one collective; must honour the deadline and pg->abort_fd. Returns TDIST_OK or an
    * error after writing the detail with tdist__pg_fail. */
   tdist_status_t (*run)(tdist_pg_t *pg, const tdist__coll_t *c, int64_t deadline_ms);
+  /* Optional. Refuses, before it is queued, a call this backend cannot run (after pg.c's own
+   * argument checks); the error goes through tdist__pg_fail and does not fail the group. */
+  tdist_status_t (*check)(tdist_pg_t *pg, const tdist__coll_t *c);
+  /* Optional. tdist_new_group calls it on the parent ranks that are not in the new group, after
+   * draining the parent's async work, so a backend can derive the subgroup's communicator from
+   * the parent's collectively (ncclCommSplit). Members see pg->parent during connect instead. */
+  tdist_status_t (*skip_group)(tdist_pg_t *parent, int64_t deadline_ms);
 } tdist__backend_t;
 
 extern const tdist__backend_t tdist__gloo_backend;
+extern const tdist__backend_t tdist__nccl_backend;
 
 typedef struct tdist_work_s tdist_work_t;
 
@@ -81,6 +89,7 @@ struct tdist_pg_s {
   tdist_store_t *owned_agent_prefix; /* "/worker/attempt_N" over owned_store (agent mode) */
   tdist_store_server_t *owned_server; /* rank 0 hosts the store (env:// outside an agent) */
   int *parent_ranks;            /* subgroups: our ranks in the parent */
+  tdist_pg_t *parent;           /* subgroups, during connect only (NULL afterwards) */
   int subgroups;                /* subgroups created from this group so far */
   uint64_t seq;                 /* collectives issued */
   int stats_group;              /* index for runtime/pg/stats.c, -1 = no statistics */

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -23,6 +24,10 @@ _Static_assert(TDIST__COLL_KIND_COUNT_ == TDIST_STATS_OPS, "stats.h op table out
 
 static tdist_stats_file_t *g_file; /* set once, under g_mu */
 static int g_groups;               /* groups registered so far */
+/* Group sizes by stats group index, for all_to_all_v's byte count (tdist__coll_t has no size);
+ * written once at registration, before the group's first collective. */
+#define SIZE_SLOTS 4096
+static int g_size[SIZE_SLOTS];
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static const double k_le[TDIST_STATS_BUCKETS] = {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2,
@@ -41,6 +46,11 @@ static int64_t realtime_ns(void) {
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
+
+/* Reader: attempts at a stable copy of one stamped block; after STAMP_SPINS it yields between
+ * attempts, so a preempted writer gets the CPU back (2 cores, 4 ranks + the agent). */
+#define STAMP_SPINS 100
+#define STAMP_TRIES 300
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
@@ -82,6 +92,7 @@ static tdist_stats_file_t *map_file(const char *path, int rank, int world_size) 
 int tdist__stats_register(int rank, int world_size) {
   pthread_mutex_lock(&g_mu);
   int group = g_groups++;
+  if (group < SIZE_SLOTS) g_size[group] = world_size;
   if (group == 0) {
     const char *path = getenv("TDIST_STATS_FILE");
     if (path && *path) g_file = map_file(path, rank, world_size);
@@ -106,9 +117,18 @@ static int32_t peer_of(const tdist__coll_t *c) {
   }
 }
 
-static uint64_t bytes_of(const tdist__coll_t *c) {
+/* count x dtype size, except all_to_all: it has no single count (the v form leaves c->count 0),
+ * so its bytes are the rank's whole input, the sum of in_counts, for the uniform form too, so
+ * that both forms agree under the one op name. */
+static uint64_t bytes_of(int group, const tdist__coll_t *c) {
   if (c->kind == TDIST__COLL_BARRIER || c->kind == TDIST__COLL_MONITORED_BARRIER) return 0;
-  return (uint64_t)c->count * tdist_dtype_size(c->dtype);
+  uint64_t n = c->count;
+  int size = group < SIZE_SLOTS ? g_size[group] : 0;
+  if (c->kind == TDIST__COLL_ALL_TO_ALL_V && c->in_counts && size > 0) {
+    n = 0;
+    for (int r = 0; r < size; r++) n += c->in_counts[r];
+  }
+  return n * tdist_dtype_size(c->dtype);
 }
 
 void tdist__stats_begin(int group, const tdist__coll_t *c, tdist__stats_op_t *op) {
@@ -127,7 +147,7 @@ void tdist__stats_begin(int group, const tdist__coll_t *c, tdist__stats_op_t *op
   e->status = TDIST_ERR_IN_PROGRESS;
   e->start_ns = op->start_ns;
   e->end_ns = 0;
-  e->bytes = bytes_of(c);
+  e->bytes = bytes_of(group, c);
   e->peer = peer_of(c);
   e->group = group;
   STORE(&e->stamp, (s | 1) + 1);
@@ -151,7 +171,7 @@ void tdist__stats_end(int group, const tdist__coll_t *c, const tdist__stats_op_t
   int k = (int)c->kind;
   uint64_t dur = end > op->start_ns ? (uint64_t)(end - op->start_ns) : 0;
   ADD(&f->ops[k], 1);
-  ADD(&f->bytes[k], bytes_of(c));
+  ADD(&f->bytes[k], bytes_of(group, c));
   if (st != TDIST_OK) ADD(&f->errors[k], 1);
   ADD(&f->duration_ns_sum[k], dur);
   int b = 0;
@@ -190,7 +210,7 @@ TDIST_EXTERN tdist_status_t tdist_stats_read(const char *path, tdist_stats_file_
     return tdist__fail(e == ENOENT ? TDIST_ERR_NOT_FOUND : TDIST_ERR_SYSTEM, "stats file %s: %s",
                        path, strerror(e));
   }
-  struct stat sb;
+  struct stat sb = {0};
   void *p = MAP_FAILED;
   if (fstat(fd, &sb) == 0 && sb.st_size >= (off_t)sizeof(tdist_stats_file_t))
     p = mmap(NULL, sizeof(tdist_stats_file_t), PROT_READ, MAP_SHARED, fd, 0);
@@ -206,9 +226,14 @@ TDIST_EXTERN tdist_status_t tdist_stats_read(const char *path, tdist_stats_file_
     goto out;
   }
   /* Counters are independent atomics: a plain copy is fine. The in-flight block and each flight
-   * entry are copied under their stamps. */
+   * entry are copied under their stamps. A writer preempted in the middle of an update keeps its
+   * stamp odd for a while: spin briefly, then yield to it. One that never finishes (killed or
+   * stopped mid-update) leaves a half-written block that no retry can make whole: it reads as
+   * not in flight / an empty slot, never as a torn copy. */
   memcpy(out, f, sizeof *out);
-  for (int tries = 0; tries < 1000; tries++) {
+  int got = 0;
+  for (int tries = 0; tries < STAMP_TRIES && !got; tries++) {
+    if (tries >= STAMP_SPINS) sched_yield();
     uint64_t s1 = LOAD(&f->cur_stamp);
     if (s1 & 1) continue;
     out->cur_seq = f->cur_seq;
@@ -217,18 +242,27 @@ TDIST_EXTERN tdist_status_t tdist_stats_read(const char *path, tdist_stats_file_
     out->cur_start_ns = f->cur_start_ns;
     out->last_seq = f->last_seq;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (LOAD(&f->cur_stamp) == s1) break;
+    got = LOAD(&f->cur_stamp) == s1;
+  }
+  if (!got) {
+    out->cur_seq = 0;
+    out->cur_op = -1;
+    out->cur_peer = -1;
+    out->cur_start_ns = 0;
+    out->last_seq = LOAD(&f->last_seq);
   }
   for (int i = 0; i < TDIST_STATS_FLIGHT; i++) {
     const tdist_stats_flight_t *e = &f->flight[i];
-    for (int tries = 0; tries < 1000; tries++) {
+    got = 0;
+    for (int tries = 0; tries < STAMP_TRIES && !got; tries++) {
+      if (tries >= STAMP_SPINS) sched_yield();
       uint64_t s1 = LOAD(&e->stamp);
       if (s1 & 1) continue;
       out->flight[i] = *e;
       __atomic_thread_fence(__ATOMIC_ACQUIRE);
-      if (LOAD(&e->stamp) == s1) break;
-      if (tries == 999) memset(&out->flight[i], 0, sizeof out->flight[i]);
+      got = LOAD(&e->stamp) == s1;
     }
+    if (!got) memset(&out->flight[i], 0, sizeof out->flight[i]);
   }
 out:
   munmap(p, sizeof(tdist_stats_file_t));

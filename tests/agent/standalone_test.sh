@@ -16,7 +16,8 @@ trap cleanup EXIT
 export TDIST_LOG_LEVEL=info
 export TDIST_PYTHON=$PY   # "x.py" workers run as $TDIST_PYTHON -u x.py (PyTorch is in /usr/bin/python3)
 
-agent() { "$AGENT" --http-port -1 --monitor-interval 0.05 --stop-grace-period 3 "$@"; }
+# Every run is bounded: a hang fails that check (exit 124, logs shown) instead of the whole test.
+agent() { timeout -k 5 120 "$AGENT" --http-port -1 --monitor-interval 0.05 --stop-grace-period 3 "$@"; }
 
 # 1. The C example with 2 workers.
 if agent --standalone --nproc-per-node 2 -- "$TRAIN" --steps 40 >"$T/c.out" 2>"$T/c.err"; then
@@ -28,7 +29,7 @@ mkdir -p "$T/env"
 if agent --standalone --nproc-per-node 2 -- "$DDP" --env-dump "$T/env" >"$T/py.out" 2>"$T/py.err"; then
   grep -q "params identical: True" "$T/py.out" && pass "PyTorch DDP script, 2 workers" ||
     fail "DDP: no success line: $(tail -3 "$T/py.out")"
-else fail "DDP exit $? ($(tail -5 "$T/py.err"))"; fi
+else fail "DDP exit $? ($(tail -15 "$T/py.err"; tail -5 "$T/py.out"))"; fi
 if $PY - "$T/env" <<'PYEOF'
 import json, sys, os
 d = sys.argv[1]

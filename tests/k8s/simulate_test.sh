@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The rendered cpu-gloo overlay (kubectl kustomize k8s/overlays/cpu-gloo) run as the cluster would
+# run it, with pods simulated by tests/agent/pods/pods.sh (network namespaces, dnsmasq as the
+# cluster DNS of the headless Service): for each index i < completions, pod <job>-<i> on its own IP
+# runs the container's entrypoint (tdist-agent) with the container's args exactly as rendered and
+# the environment the kubelet would give it (podspec.py: POD_NAME <job>-<i>-<5 random>,
+# POD_NAMESPACE, POD_IP, JOB_COMPLETION_INDEX, HOSTNAME, PATH; env -i), as the securityContext's
+# user (65532, no_new_privs, no capabilities) on a read-only root with tmpfs emptyDirs. Every name,
+# port, path, count and argument comes from the rendered YAML (podspec.py summary), none from here.
+#
+# One substitution, as the image is not built here: the image's /opt/tdist/bin/{tdist-agent,train}
+# are copies of the Bazel-built binaries under a per-pod directory D, and the configMap volume's
+# mountPath /etc/tdist is D/etc/tdist; strings starting with those paths (the container's args,
+# the ConfigMap's agent.yaml text) get D prefixed and nothing else changes.
+#
+# Checks: while the pods run, another pod (a kubelet stand-in, not in the Service's DNS) probes each
+# pod's IP on the container's named ports with the probes' paths (/healthz, /readyz), and scrapes
+# the PodMonitor's endpoint (/metrics); every pod but the last is probed before its peers exist
+# (readiness never waits on peers), the last one as soon as it starts. Every pod must exit 0 and
+# the job must have trained: the C example's "train: OK" line.
+#   args: AGENT TRAIN PODSPEC_PY PODS_SH K8S_BASE_KUSTOMIZATION
+set -uo pipefail
+AGENT="$(realpath "$1")"; TRAIN="$(realpath "$2")"; PODSPEC="$(realpath "$3")"; PODS_SH="$(realpath "$4")"
+K8S_SRC="$(dirname "$(dirname "$5")")"
+PY=/usr/bin/python3
+OVERLAY=overlays/cpu-gloo
+T="${TEST_TMPDIR:-$(mktemp -d)}/simulate.$$"
+mkdir -p "$T"
+fails=0
+passes=0
+pass() { echo "PASS: $*"; passes=$((passes + 1)); }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+finish() {
+  echo "simulate_test: $passes passed, $fails failed"
+  [ "$fails" -eq 0 ]
+  exit
+}
+[ "$(id -u)" -eq 0 ] || { echo "simulate_test: needs root (network namespaces)"; exit 1; }
+
+cp -rL "$K8S_SRC" "$T/k8s"
+if ! kubectl kustomize "$T/k8s/$OVERLAY" >"$T/rendered.yaml" 2>"$T/render.err"; then
+  fail "kubectl kustomize $OVERLAY: $(cat "$T/render.err")"
+  finish
+fi
+# Set by eval of `podspec.py summary`.
+job='' svc='' namespace='' completions=0 probes='' scrape=''
+summary="$("$PY" "$PODSPEC" summary "$T/rendered.yaml")" || { fail "podspec summary"; finish; }
+echo "$summary"
+eval "$summary"
+# kubectl applies unnamespaced objects to the context's namespace: any name will do, so not "default".
+# shellcheck disable=SC2018 # a DNS label: ASCII a-z on purpose
+ns="${namespace:-ns-$(LC_ALL=C tr -dc a-z </dev/urandom | head -c 5)}"
+
+# shellcheck source-path=SCRIPTDIR source=../agent/pods/pods.sh
+source "$PODS_SH"
+pods_init "$job" "$svc" "$ns" cluster.local || exit 1
+ROOT="$(mktemp -d /var/tmp/tdist-k8s.XXXXXX)"
+chmod 755 "$ROOT"
+pods_at_exit "rm -rf '$ROOT'"
+prober=kubelet
+pods_start "$prober" auto nodns >/dev/null || { fail "start the prober pod"; finish; }
+
+# probe_pod NAME IP PID: every probe and the scrape endpoint answer 2xx/3xx (success for the
+# kubelet and Prometheus) while the agent PID runs. One curl fetches them all, so that the last
+# pod, whose job may finish within a second of its start, is caught running.
+probe_pod() {
+  local name=$1 ip=$2 pid=$3 path port i ok codes
+  local -a urls=() args=()
+  while read -r path port; do
+    [ -n "$path" ] || continue
+    urls+=("http://$ip:$port$path")
+    args+=(-o /dev/null "http://$ip:$port$path")
+  done <<<"$(printf '%s\n%s\n' "$probes" "$scrape" | sort -u)"
+  for ((i = 0; i < 300; i++)); do
+    codes="$(PODS_FG_TIMEOUT=5 pods_exec_fg "$prober" -- curl -s --max-time 2 -w '%{http_code} ' "${args[@]}" 2>/dev/null)"
+    ok=1
+    for c in $codes; do [[ "$c" =~ ^[23] ]] || ok=0; done
+    [ "$(wc -w <<<"$codes")" -eq "${#urls[@]}" ] || ok=0
+    [ "$ok" = 1 ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  read -r -a codes <<<"$codes"
+  for i in "${!urls[@]}"; do
+    if [ "$ok" = 1 ]; then
+      pass "$name: GET ${urls[$i]} -> ${codes[$i]}"
+    else
+      fail "$name: GET ${urls[$i]} -> ${codes[$i]:-none} (agent $(kill -0 "$pid" 2>/dev/null && echo running || echo exited))"
+    fi
+  done
+}
+
+declare -a PID IP
+for ((i = 0; i < completions; i++)); do
+  name="$job-$i"
+  IP[i]="$(pods_start "$name")" || { fail "start pod $name"; finish; }
+  script="$("$PY" "$PODSPEC" pod "$T/rendered.yaml" --index "$i" --namespace "$ns" --pod-ip "${IP[$i]}" \
+    --root "$ROOT" --image-prefix /opt/tdist --bin "tdist-agent=$AGENT" --bin "train=$TRAIN")" ||
+    { fail "podspec pod $i"; finish; }
+  echo "pod $name: ${IP[$i]}, $script"
+  pods_exec "$name" -- bash "$script" >"$T/$name.log" 2>&1
+  PID[i]=$PODS_PID
+  probe_pod "$name" "${IP[$i]}" "${PID[$i]}"
+done
+
+# The job takes seconds; a broken one would wait for the rendered rdzv_timeout (minutes): bound it.
+deadline=$((SECONDS + ${TDIST_SIM_DEADLINE:-120}))
+for ((i = 0; i < completions; i++)); do
+  while kill -0 "${PID[$i]}" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+done
+for ((i = 0; i < completions; i++)); do
+  name="$job-$i"
+  if kill -0 "${PID[$i]}" 2>/dev/null; then
+    fail "pod $name still running after ${TDIST_SIM_DEADLINE:-120} s: killed"
+    pods_kill "$name" TERM >/dev/null 2>&1
+  fi
+  wait "${PID[$i]}"
+  rc=$?
+  if [ "$rc" -eq 0 ]; then
+    pass "pod $name exited 0"
+  else
+    fail "pod $name exited $rc"
+    tail -20 "$T/$name.log"
+  fi
+done
+if grep -h "^train: OK" "$T"/"$job"-*.log; then
+  pass "the job trained (rank 0's check line)"
+else
+  fail "no 'train: OK' line from rank 0"
+  for f in "$T"/"$job"-*.log; do echo "== $f"; tail -15 "$f"; done
+fi
+finish
