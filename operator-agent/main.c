@@ -391,6 +391,29 @@ static void publish_progress(agent_t *a) {
   char summary[1024];
   agent_progress_summarize((const char *const *)lines, n, stall_s > 0 ? stall_s : 5.0, summary,
                            sizeof summary);
+  /* Ranks nobody reported (no statistics file yet, or a node that stopped publishing) cannot be
+   * placed; when the job is stuck they are suspects, so name them. */
+  int ws = a->rd.world_size;
+  unsigned char *seen = ws > 0 ? calloc((size_t)ws, 1) : NULL;
+  if (seen && strstr(summary, "stuck")) {
+    for (size_t g = 0; g < n; g++) {
+      for (const char *q = lines[g]; q && *q;) {
+        int r = atoi(q);
+        if (r >= 0 && r < ws) seen[r] = 1;
+        q = strchr(q, ' ');
+        if (q) q++;
+      }
+    }
+    size_t len = strlen(summary);
+    int first = 1;
+    for (int r = 0; r < ws && len + 16 < sizeof summary; r++) {
+      if (seen[r]) continue;
+      len += (size_t)snprintf(summary + len, sizeof summary - len, "%s%d",
+                              first ? "; no report from rank(s) " : ",", r);
+      first = 0;
+    }
+  }
+  free(seen);
   for (size_t g = 0; g < n; g++) free(lines[g]);
   free(lines);
   /* Log a stall once per shape (who is stuck where, who holds them up), not every second. */

@@ -31,6 +31,7 @@ void agent_rdzv_reset_round(agent_rdzv_t *r) {
   r->group_rank = -1;
   r->world_size = r->rank_base = 0;
   r->next_hb_ns = 0;
+  r->waiters_checked = 0;
   r->end_reason = AGENT_RESTART_PEER_LOST;
   r->end_text[0] = 0;
 }
@@ -356,7 +357,9 @@ static agent_rdzv_result_t check_waiters(agent_rdzv_t *r) {
   int64_t joined;
   snprintf(key, sizeof key, "%" PRId64 "/joined", r->round);
   agent_rdzv_result_t res = add(r, key, 0, &joined);
-  if (res < 0 || joined <= r->nmembers) return res;
+  /* Spare agents that can't be admitted stay in the count: read their records once. */
+  if (res < 0 || joined <= r->nmembers || joined <= r->waiters_checked) return res;
+  r->waiters_checked = joined;
   int64_t nw = joined - r->nmembers;
   agent_rdzv_member_t *w = calloc((size_t)nw, sizeof *w);
   if (!w) {

@@ -68,6 +68,8 @@ typedef struct {
   int64_t *peer_hb;           /* last value seen per member (leader) or [0] (others) */
   int64_t *peer_hb_change_ns;
 
+  int64_t waiters_checked;    /* joined count whose waiters were already examined */
+
   /* why the round ended */
   agent_restart_reason_t end_reason;
   char end_text[256];
