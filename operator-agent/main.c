@@ -316,8 +316,31 @@ static rdzv_outcome_t rendezvous(agent_t *a, int64_t deadline_ns) {
   return RDZV_OK;
 }
 
+/* The root cause among several failed workers: one failure usually brings the other ranks down
+ * within milliseconds (their collectives break), and reaping order says nothing about which came
+ * first. Let the others finish failing for a moment, then take the earliest error file (PyTorch's
+ * @record writes it before the process exits; its mtime has nanoseconds), else the first reaped,
+ * as torchrun reports the first observed failure. */
+static void pick_root_cause(agent_t *a) {
+  int64_t until = now_ns() + 500000000LL;
+  while (agent_workers_running(&a->ws) && now_ns() < until && !a->stop_sig) wait_events(a, 20);
+  int best = -1;
+  struct timespec best_t = {0, 0};
+  for (int i = 0; i < a->ws.n; i++) {
+    struct stat sb;
+    if (a->ws.w[i].state != AGENT_WORKER_FAILED || stat(a->ws.w[i].error_file, &sb)) continue;
+    if (best < 0 || sb.st_mtim.tv_sec < best_t.tv_sec ||
+        (sb.st_mtim.tv_sec == best_t.tv_sec && sb.st_mtim.tv_nsec < best_t.tv_nsec)) {
+      best = i;
+      best_t = sb.st_mtim;
+    }
+  }
+  if (best >= 0) a->ws.first_failed = best;
+}
+
 /* Logs the root cause of a local worker failure and returns a one-line summary. */
 static void describe_failure(agent_t *a, char *out, size_t cap) {
+  pick_root_cause(a);
   agent_worker_t *w = &a->ws.w[a->ws.first_failed];
   char how[64];
   if (w->exit_code < 0)
