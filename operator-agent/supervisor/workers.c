@@ -296,6 +296,7 @@ int agent_workers_reap(agent_workers_t *ws) {
       w->pid = 0;
       w->exit_ns = mono_ns();
       w->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      ws->exits_total[w->exit_code == 0 ? 0 : w->exit_code > 0 ? 1 : 2]++;
       if (w->state == AGENT_WORKER_STOPPED) {
         /* stopped by us: not a failure */
       } else if (w->exit_code == 0) {
@@ -344,6 +345,7 @@ void agent_workers_publish(const agent_workers_t *ws, agent_state_t *st) {
     st->workers = p;
     st->nworkers = ws->n;
   }
+  memcpy(st->worker_exits_total, ws->exits_total, sizeof st->worker_exits_total);
   for (int i = 0; i < ws->n; i++) {
     st->workers[i].local_rank = ws->w[i].local_rank;
     st->workers[i].global_rank = ws->w[i].global_rank;

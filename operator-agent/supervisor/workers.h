@@ -9,6 +9,7 @@
 #define TDIST_AGENT_WORKERS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "operator-agent/config/config.h"
@@ -28,6 +29,8 @@ typedef struct {
   agent_worker_t *w;
   int n;
   int first_failed;          /* index of the first worker that failed this attempt, or -1 */
+  uint64_t exits_total[3];   /* every worker exit so far, all attempts: [0] code 0, [1] non-zero
+                              * code, [2] killed by a signal (agent_workers_free keeps them) */
 } agent_workers_t;
 
 /* What every worker of this attempt gets. */

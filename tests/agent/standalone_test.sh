@@ -131,6 +131,27 @@ assert [w["global_rank"] for w in s["workers"]]==[0,1], s' "$T/status.json"; the
 touch "$T/go"; wait $apid; rc=$?
 [ $rc -eq 0 ] && pass "job under HTTP inspection completed" || fail "http job exit $rc"
 
+# 7b. Restart accounting on /metrics: local rank 1 exits 3 on attempt 0, the group restarts, and
+#     attempt 1 waits for a file while the test reads the counters.
+rm -f "$T/port2" "$T/go2"
+"$AGENT" --standalone --nproc-per-node 2 --max-restarts 1 --http-port 0 --http-port-file "$T/port2" \
+  --monitor-interval 0.05 --stop-grace-period 3 -- sh -c \
+  'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$LOCAL_RANK" = 1 ]; then exit 3; fi
+   while [ ! -e "$0" ]; do sleep 0.05; done' "$T/go2" >/dev/null 2>"$T/h2.err" &
+apid=$!
+for _ in $(seq 100); do [ -s "$T/port2" ] && break; sleep 0.05; done
+P=$(cat "$T/port2")
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$P/metrics" | grep -q '^tdist_restart_attempt 1$' && break; sleep 0.1; done
+curl -s "http://127.0.0.1:$P/metrics" >"$T/metrics2"
+grep -q '^tdist_restarts_total{reason="worker_failed"} 1$' "$T/metrics2" &&
+  grep -q '^tdist_worker_exits_total{code_class="nonzero"} 1$' "$T/metrics2" &&
+  grep -q '^tdist_worker_exits_total{code_class="signal"} 1$' "$T/metrics2" &&
+  grep -q '^tdist_workers{state="running"} 2$' "$T/metrics2" &&
+  pass "restart counted on /metrics (restarts_total, worker_exits_total, restart_attempt)" ||
+  fail "restart metrics: $(grep -E '^tdist_(restart|worker_exits|workers)' "$T/metrics2")"
+touch "$T/go2"; wait $apid; rc=$?
+[ $rc -eq 0 ] && pass "restarted job completed" || fail "restarted job exit $rc"
+
 # 8. Bad input: flags, env, YAML name what is wrong and exit 64.
 "$AGENT" --nproc-per-node zero -- true 2>"$T/e1"; rc=$?
 [ $rc -eq 64 ] && grep -q "nproc" "$T/e1" && pass "bad flag: exit 64, named" || fail "bad flag: $rc $(cat "$T/e1")"
