@@ -14,64 +14,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "tests/fuzz/corpus.h"
+
 #include "tests/fuzz/config_gen.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
 #define MAX_FILE 16384
-
-typedef struct {
-  char *name;
-  char *data;
-  size_t len;
-} file_t;
-
-static int cmp_names(const void *a, const void *b) {
-  return strcmp(((const file_t *)a)->name, ((const file_t *)b)->name);
-}
-
-static size_t load_corpus(const char *dir, file_t **out) {
-  DIR *d = opendir(dir);
-  if (d == NULL) {
-    fprintf(stderr, "cannot open corpus directory '%s'\n", dir);
-    exit(1);
-  }
-  file_t *files = NULL;
-  size_t n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    char path[4096];
-    if (e->d_name[0] == '.') continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) continue;
-    char *buf = malloc(MAX_FILE);
-    file_t *nf = realloc(files, (n + 1) * sizeof *files);
-    if (buf == NULL || nf == NULL) {
-      perror("malloc");
-      exit(1);
-    }
-    files = nf;
-    files[n].len = fread(buf, 1, MAX_FILE, f);
-    fclose(f);
-    files[n].name = strdup(e->d_name);
-    files[n].data = buf;
-    n++;
-  }
-  closedir(d);
-  qsort(files, n, sizeof *files, cmp_names); /* readdir order is not deterministic */
-  *out = files;
-  return n;
-}
-
-/* Runs one input from an exact-size heap copy, so over-reads are visible to ASan. */
-static void run_input(const char *p, size_t n) {
-  uint8_t *copy = malloc(n ? n : 1);
-  if (copy == NULL) exit(1);
-  if (n) memcpy(copy, p, n);
-  LLVMFuzzerTestOneInput(copy, n);
-  free(copy);
-}
 
 static double now_s(void) {
   struct timespec ts;
@@ -88,20 +35,24 @@ int main(int argc, char **argv) {
   if (rng.s == 0) rng.s = 1;
   double t0 = now_s();
 
-  file_t *files = NULL;
-  size_t nfiles = load_corpus(dir, &files);
+  corpus_file_t *files = NULL;
+  size_t nfiles = corpus_load(dir, &files);
   if (nfiles == 0) {
     fprintf(stderr, "corpus directory '%s' is empty\n", dir);
     return 1;
   }
-  for (size_t i = 0; i < nfiles; i++) run_input(files[i].data, files[i].len);
+  for (size_t i = 0; i < nfiles; i++) {
+    /* Seeds are read up to MAX_FILE bytes: the mutation buffer below holds two of them. */
+    if (files[i].len > MAX_FILE) files[i].len = MAX_FILE;
+    corpus_run(files[i].data, files[i].len);
+  }
   fprintf(stderr, "replayed %zu corpus files from %s\n", nfiles, dir);
 
   static char buf[2 * MAX_FILE];
   long done = 0;
   for (long i = 0; i < count; i++, done++) {
     size_t len;
-    const file_t *f = &files[cfg_below(&rng, nfiles)];
+    const corpus_file_t *f = &files[cfg_below(&rng, nfiles)];
     switch (i % 4) {
       case 0:
       case 1:
@@ -109,7 +60,7 @@ int main(int argc, char **argv) {
         len = cfg_gen_mutate(&rng, buf, f->len, sizeof buf);
         break;
       case 2: { /* the head of one file and the tail of another */
-        const file_t *g = &files[cfg_below(&rng, nfiles)];
+        const corpus_file_t *g = &files[cfg_below(&rng, nfiles)];
         size_t a = (size_t)cfg_below(&rng, f->len + 1), b = (size_t)cfg_below(&rng, g->len + 1);
         memcpy(buf, f->data, a);
         memcpy(buf + a, g->data + b, g->len - b);
@@ -119,7 +70,7 @@ int main(int argc, char **argv) {
       default:
         len = cfg_gen_random(&rng, buf, sizeof buf);
     }
-    run_input(buf, len);
+    corpus_run(buf, len);
     if (now_s() - t0 > 40.0) { /* a safety net for slow sanitizer builds */
       fprintf(stderr, "stopping early after %ld generated inputs (40 s budget)\n", done + 1);
       done++;
@@ -128,10 +79,6 @@ int main(int argc, char **argv) {
   }
   fprintf(stderr, "ran %ld generated inputs (seed 0x%" PRIx64 ") in %.2f s: all invariants held\n",
           done, seed, now_s() - t0);
-  for (size_t i = 0; i < nfiles; i++) {
-    free(files[i].name);
-    free(files[i].data);
-  }
-  free(files);
+  corpus_free(files, nfiles);
   return 0;
 }

@@ -14,10 +14,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "tests/fuzz/corpus.h"
+
 #include "runtime/store/proto.h"
 #include "tests/fuzz/proto_ref.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 typedef struct {
   uint8_t *p;
@@ -55,57 +55,6 @@ static uint64_t rnd(void) { /* xorshift64* */
   return rng_state * 0x2545F4914F6CDD1DULL;
 }
 static uint64_t rnd_below(uint64_t n) { return n ? rnd() % n : 0; }
-
-/* Runs one input from an exact-size heap copy, so over-reads are visible to ASan. */
-static void run_input(const uint8_t *p, size_t n) {
-  uint8_t *copy = malloc(n ? n : 1);
-  if (copy == NULL) exit(1);
-  if (n) memcpy(copy, p, n);
-  LLVMFuzzerTestOneInput(copy, n);
-  free(copy);
-}
-
-typedef struct {
-  char *name;
-  uint8_t *data;
-  size_t len;
-} file_t;
-
-static int cmp_names(const void *a, const void *b) {
-  return strcmp(((const file_t *)a)->name, ((const file_t *)b)->name);
-}
-
-static size_t load_corpus(const char *dir, file_t **out) {
-  DIR *d = opendir(dir);
-  if (d == NULL) {
-    fprintf(stderr, "cannot open corpus directory '%s'\n", dir);
-    exit(1);
-  }
-  file_t *files = NULL;
-  size_t n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.') continue;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) continue;
-    buf_t b = {0};
-    uint8_t chunk[4096];
-    size_t r;
-    while ((r = fread(chunk, 1, sizeof chunk, f)) > 0) buf_put(&b, chunk, r);
-    fclose(f);
-    files = realloc(files, (n + 1) * sizeof *files);
-    files[n].name = strdup(e->d_name);
-    files[n].data = b.p;
-    files[n].len = b.len;
-    n++;
-  }
-  closedir(d);
-  qsort(files, n, sizeof *files, cmp_names); /* readdir order is not deterministic */
-  *out = files;
-  return n;
-}
 
 /* Set for some streams: lengths just under the limits, so that whole requests (MULTI_SET with
  * several pairs) grow past the 600-byte request limit while every field stays legal. */
@@ -226,15 +175,15 @@ int main(int argc, char **argv) {
   rng_state = seed ? seed : 1;
   double t0 = now_s();
 
-  file_t *files = NULL;
-  size_t nfiles = load_corpus(dir, &files);
+  corpus_file_t *files = NULL;
+  size_t nfiles = corpus_load(dir, &files);
   if (nfiles == 0) {
     fprintf(stderr, "corpus directory '%s' is empty\n", dir);
     return 1;
   }
   size_t corpus_bytes = 0;
   for (size_t i = 0; i < nfiles; i++) {
-    run_input(files[i].data, files[i].len);
+    corpus_run(files[i].data, files[i].len);
     corpus_bytes += files[i].len;
   }
   fprintf(stderr, "replayed %zu corpus files (%zu bytes) from %s\n", nfiles, corpus_bytes, dir);
@@ -248,13 +197,13 @@ int main(int argc, char **argv) {
         gen_stream(&b);
         break;
       case 1: {
-        const file_t *f = &files[rnd_below(nfiles)];
+        const corpus_file_t *f = &files[rnd_below(nfiles)];
         buf_put(&b, f->data, f->len);
         mutate(&b);
         break;
       }
       case 2: {
-        const file_t *f = &files[rnd_below(nfiles)], *g = &files[rnd_below(nfiles)];
+        const corpus_file_t *f = &files[rnd_below(nfiles)], *g = &files[rnd_below(nfiles)];
         buf_put(&b, f->data, (size_t)rnd_below(f->len + 1));
         size_t from = (size_t)rnd_below(g->len + 1);
         buf_put(&b, g->data + from, g->len - from);
@@ -270,7 +219,7 @@ int main(int argc, char **argv) {
         break;
       }
     }
-    run_input(b.p, b.len);
+    corpus_run(b.p, b.len);
     done++;
     /* A safety net for slow sanitizer builds: the test must stay small. */
     if (now_s() - t0 > 40.0) {
@@ -281,10 +230,6 @@ int main(int argc, char **argv) {
   fprintf(stderr, "ran %ld generated inputs (seed 0x%" PRIx64 ") in %.2f s: all invariants held\n",
           done, seed, now_s() - t0);
   free(b.p);
-  for (size_t i = 0; i < nfiles; i++) {
-    free(files[i].name);
-    free(files[i].data);
-  }
-  free(files);
+  corpus_free(files, nfiles);
   return 0;
 }
