@@ -498,7 +498,7 @@ static tdist_status_t run_coll(tdist_pg_t *pg, tdist__coll_t *c) {
                        tdist__coll_name(c->kind), pg->err);
   int64_t deadline = tdist__now_ms() + pg->timeout_ms;
   tdist__stats_op_t sop;
-  tdist__stats_begin(pg->stats_group, c, &sop);
+  tdist__stats_begin(pg->stats_group, pg->size, c, &sop);
   tdist_status_t st = pg->be->run(pg, c, deadline);
   tdist__stats_end(pg->stats_group, c, &sop, st);
   if (st) {

@@ -24,10 +24,6 @@ _Static_assert(TDIST__COLL_KIND_COUNT_ == TDIST_STATS_OPS, "stats.h op table out
 
 static tdist_stats_file_t *g_file; /* set once, under g_mu */
 static int g_groups;               /* groups registered so far */
-/* Group sizes by stats group index, for all_to_all_v's byte count (tdist__coll_t has no size);
- * written once at registration, before the group's first collective. */
-#define SIZE_SLOTS 4096
-static int g_size[SIZE_SLOTS];
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static const double k_le[TDIST_STATS_BUCKETS] = {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2,
@@ -92,7 +88,6 @@ static tdist_stats_file_t *map_file(const char *path, int rank, int world_size) 
 int tdist__stats_register(int rank, int world_size) {
   pthread_mutex_lock(&g_mu);
   int group = g_groups++;
-  if (group < SIZE_SLOTS) g_size[group] = world_size;
   if (group == 0) {
     const char *path = getenv("TDIST_STATS_FILE");
     if (path && *path) g_file = map_file(path, rank, world_size);
@@ -120,10 +115,9 @@ static int32_t peer_of(const tdist__coll_t *c) {
 /* count x dtype size, except all_to_all: it has no single count (the v form leaves c->count 0),
  * so its bytes are the rank's whole input, the sum of in_counts, for the uniform form too, so
  * that both forms agree under the one op name. */
-static uint64_t bytes_of(int group, const tdist__coll_t *c) {
+static uint64_t bytes_of(int size, const tdist__coll_t *c) {
   if (c->kind == TDIST__COLL_BARRIER || c->kind == TDIST__COLL_MONITORED_BARRIER) return 0;
   uint64_t n = c->count;
-  int size = group < SIZE_SLOTS ? g_size[group] : 0;
   if (c->kind == TDIST__COLL_ALL_TO_ALL_V && c->in_counts && size > 0) {
     n = 0;
     for (int r = 0; r < size; r++) n += c->in_counts[r];
@@ -131,10 +125,12 @@ static uint64_t bytes_of(int group, const tdist__coll_t *c) {
   return n * tdist_dtype_size(c->dtype);
 }
 
-void tdist__stats_begin(int group, const tdist__coll_t *c, tdist__stats_op_t *op) {
+void tdist__stats_begin(int group, int group_size, const tdist__coll_t *c,
+                        tdist__stats_op_t *op) {
   tdist_stats_file_t *f = g_file;
   op->slot = -1;
   if (group < 0 || !f) return;
+  op->bytes = bytes_of(group_size, c);
   op->start_ns = realtime_ns();
   uint64_t i = ADD(&f->flight_next, 1);
   tdist_stats_flight_t *e = &f->flight[i % TDIST_STATS_FLIGHT];
@@ -147,7 +143,7 @@ void tdist__stats_begin(int group, const tdist__coll_t *c, tdist__stats_op_t *op
   e->status = TDIST_ERR_IN_PROGRESS;
   e->start_ns = op->start_ns;
   e->end_ns = 0;
-  e->bytes = bytes_of(group, c);
+  e->bytes = op->bytes;
   e->peer = peer_of(c);
   e->group = group;
   STORE(&e->stamp, (s | 1) + 1);
@@ -171,7 +167,7 @@ void tdist__stats_end(int group, const tdist__coll_t *c, const tdist__stats_op_t
   int k = (int)c->kind;
   uint64_t dur = end > op->start_ns ? (uint64_t)(end - op->start_ns) : 0;
   ADD(&f->ops[k], 1);
-  ADD(&f->bytes[k], bytes_of(group, c));
+  ADD(&f->bytes[k], op->bytes);
   if (st != TDIST_OK) ADD(&f->errors[k], 1);
   ADD(&f->duration_ns_sum[k], dur);
   int b = 0;

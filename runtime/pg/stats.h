@@ -8,13 +8,16 @@
 typedef struct {
   int64_t start_ns;
   int64_t slot; /* flight-recorder slot, -1 = not recorded */
+  uint64_t bytes; /* computed once at begin, counted at end */
 } tdist__stats_op_t;
 
 /* Called once per new group. The first group maps TDIST_STATS_FILE (if set). Returns the group's
  * index for the calls below, or -1 when statistics are off. */
 int tdist__stats_register(int rank, int world_size);
 
-void tdist__stats_begin(int group, const tdist__coll_t *c, tdist__stats_op_t *op);
+/* group_size: the group's number of ranks (all_to_all's byte count sums its in_counts). */
+void tdist__stats_begin(int group, int group_size, const tdist__coll_t *c,
+                        tdist__stats_op_t *op);
 void tdist__stats_end(int group, const tdist__coll_t *c, const tdist__stats_op_t *op,
                       tdist_status_t st);
 
