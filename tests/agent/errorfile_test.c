@@ -14,6 +14,7 @@
 
 #include "operator-agent/supervisor/errorfile.h"
 #include "tests/testlib/check.h"
+#include "tests/testlib/utf8.h"
 
 #define CHECK_STR(a, b)                                                                       \
   do {                                                                                        \
@@ -33,31 +34,6 @@ static uint64_t rnd(void) {
   return rng * 0x2545F4914F6CDD1DULL;
 }
 static uint64_t below(uint64_t n) { return n ? rnd() % n : 0; }
-
-/* Strict UTF-8 check (no overlongs, surrogates or code points past U+10FFFF). */
-static int valid_utf8(const char *s) {
-  const unsigned char *p = (const unsigned char *)s;
-  while (*p) {
-    unsigned c = *p;
-    size_t n;
-    uint32_t cp, min;
-    if (c < 0x80) {
-      p++;
-      continue;
-    }
-    if ((c & 0xE0) == 0xC0) n = 2, cp = c & 0x1F, min = 0x80;
-    else if ((c & 0xF0) == 0xE0) n = 3, cp = c & 0x0F, min = 0x800;
-    else if ((c & 0xF8) == 0xF0) n = 4, cp = c & 0x07, min = 0x10000;
-    else return 0;
-    for (size_t i = 1; i < n; i++) {
-      if ((p[i] & 0xC0) != 0x80) return 0;
-      cp = cp << 6 | (p[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    p += n;
-  }
-  return 1;
-}
 
 static int is_zero(const agent_error_info_t *info) {
   static const agent_error_info_t zero;
