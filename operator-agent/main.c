@@ -318,21 +318,37 @@ static rdzv_outcome_t rendezvous(agent_t *a, int64_t deadline_ns) {
 
 /* The root cause among several failed workers: one failure usually brings the other ranks down
  * within milliseconds (their collectives break), and reaping order says nothing about which came
- * first. Let the others finish failing for a moment, then take the earliest error file (PyTorch's
- * @record writes it before the process exits; its mtime has nanoseconds), else the first reaped,
- * as torchrun reports the first observed failure. */
+ * first. Let the others finish failing for a moment, then take the worker that failed first,
+ * preferring failures that do not read as a lost peer (agent_errorfile_is_peer_loss): a worker
+ * that calls sys.exit(3) closes its sockets while Python shuts down, so its peer's "Connection
+ * closed by peer" error file can be written before the first worker's process is gone. The time
+ * of a failure is its error file's mtime (PyTorch's @record writes it before the process exits;
+ * nanoseconds), or its exit when it wrote none (sys.exit, a crash, a C worker). */
 static void pick_root_cause(agent_t *a) {
   int64_t until = now_ns() + 500000000LL;
   while (agent_workers_running(&a->ws) && now_ns() < until && !a->stop_sig) wait_events(a, 20);
-  int best = -1;
-  struct timespec best_t = {0, 0};
+  struct timespec rt;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  int64_t mono_to_real = (int64_t)rt.tv_sec * 1000000000LL + rt.tv_nsec - now_ns();
+  int best = -1, best_loss = 1;
+  int64_t best_t = 0;
   for (int i = 0; i < a->ws.n; i++) {
+    const agent_worker_t *w = &a->ws.w[i];
+    if (w->state != AGENT_WORKER_FAILED) continue;
+    int64_t t = w->exit_ns + mono_to_real;
+    int loss = 0;
     struct stat sb;
-    if (a->ws.w[i].state != AGENT_WORKER_FAILED || stat(a->ws.w[i].error_file, &sb)) continue;
-    if (best < 0 || sb.st_mtim.tv_sec < best_t.tv_sec ||
-        (sb.st_mtim.tv_sec == best_t.tv_sec && sb.st_mtim.tv_nsec < best_t.tv_nsec)) {
+    if (stat(w->error_file, &sb) == 0) {
+      int64_t ft = (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
+      if (ft < t) t = ft;
+      agent_error_info_t info;
+      loss = agent_errorfile_read(w->error_file, &info, NULL, 0) == 0 &&
+             agent_errorfile_is_peer_loss(info.message);
+    }
+    if (best < 0 || loss < best_loss || (loss == best_loss && t < best_t)) {
       best = i;
-      best_t = sb.st_mtim;
+      best_t = t;
+      best_loss = loss;
     }
   }
   if (best >= 0) a->ws.first_failed = best;

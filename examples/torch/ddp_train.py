@@ -18,6 +18,7 @@ Options (for tests):
 Exit status: 0 success, 1 exception (the error file names it), 2 a check failed.
 """
 import argparse
+import gc
 import json
 import os
 import sys
@@ -86,6 +87,12 @@ def main():
     gathered = [torch.empty_like(flat) for _ in range(world)]
     dist.all_gather(gathered, flat)
     same = all(torch.equal(gathered[0], t) for t in gathered)
+    # Free DDP before the process group. Otherwise its C++ Reducer holds the group's last
+    # reference after destroy_process_group(), and freeing the model (GIL held) runs
+    # ~ProcessGroupGloo, which joins a gloo worker thread that may be waiting for the GIL to free
+    # a tensor: a deadlock at exit in PyTorch 1.13, seen as a rank that never exits.
+    model = opt = loss = None
+    gc.collect()
     dist.destroy_process_group()
     if rank == 0:
         print(f"done: world {world} attempt {attempt} loss {first:.5f} -> {last:.5f} "

@@ -536,3 +536,19 @@ int agent_errorfile_read(const char *path, agent_error_info_t *info, char *err, 
   if (rc != 0) memset(info, 0, sizeof *info);
   return rc;
 }
+
+int agent_errorfile_is_peer_loss(const char *message) {
+  static const char *const patterns[] = {
+      "connection closed by peer",     /* gloo tcp pair (PyTorch's gloo backend) */
+      "connection reset by peer",      /* ECONNRESET from any socket transport */
+      "broken pipe",                   /* EPIPE */
+      "remote process exited",         /* NCCL: "... or there was a network error" */
+      "communicator was aborted",      /* ProcessGroupNCCL after another rank's abort */
+      "closed the connection",         /* libtdist tcp: "rank N (...) closed the connection" */
+      "closed its connection",         /* libtdist shm */
+  };
+  if (message == NULL) return 0;
+  for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++)
+    if (strcasestr(message, patterns[i]) != NULL) return 1;
+  return 0;
+}

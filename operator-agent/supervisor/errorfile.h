@@ -29,4 +29,12 @@ int agent_errorfile_parse(const char *buf, size_t len, agent_error_info_t *info,
  * does not exist (the worker wrote none: "<N/A>"). err names the path. */
 int agent_errorfile_read(const char *path, agent_error_info_t *info, char *err, size_t cap);
 
+/* Whether an error message reads as the consequence of another process's failure rather than a
+ * cause: a collective that lost its peer (gloo's "Connection closed by peer", "Connection reset
+ * by peer", a broken pipe, NCCL's "remote process exited", an aborted communicator, libtdist's
+ * "closed the connection"). Case-insensitive; NULL or "" is not. The root-cause choice prefers
+ * failures this does not match: when rank 0 exits 3 without an error file, rank 1's
+ * "Connection closed by peer" written a moment before rank 0's process is gone is not the cause. */
+int agent_errorfile_is_peer_loss(const char *message);
+
 #endif

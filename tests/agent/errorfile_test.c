@@ -543,7 +543,48 @@ static void test_files(void) {
   unlink(path);
 }
 
+/* Messages that read as a lost peer (their failure is a consequence) and ones that do not. */
+static void test_peer_loss(void) {
+  static const char *const loss[] = {
+      /* PyTorch 1.13 gloo, from a real error file (tests/agent/standalone_test.sh) */
+      "RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:8114",
+      "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error "
+      "[10.0.0.2]:19251: Connection reset by peer",
+      "RuntimeError: [gloo/transport/tcp/pair.cc:211] write: Broken pipe",
+      "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275, remote "
+      "process exited or there was a network error, NCCL version 2.18.1",
+      "RuntimeError: NCCL communicator was aborted on rank 3.",
+      "tdist.Error: all_reduce: rank 2 (10.0.0.7:41000) closed the connection (did that process "
+      "exit or crash?)",
+      "all_gather: rank 1 (same host) closed its connection (did that process exit or crash?)",
+      "CONNECTION CLOSED BY PEER",
+  };
+  static const char *const cause[] = {
+      "ValueError: deliberate failure of rank 1 on attempt 0",
+      "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
+      "RuntimeError: Timed out waiting 1800000ms for send operation to complete",
+      "KeyError: 'peer'",
+      "RuntimeError: the connection string is closed by policy",
+      "",
+  };
+  for (size_t i = 0; i < sizeof loss / sizeof loss[0]; i++)
+    CHECK(agent_errorfile_is_peer_loss(loss[i]));
+  for (size_t i = 0; i < sizeof cause / sizeof cause[0]; i++)
+    CHECK(!agent_errorfile_is_peer_loss(cause[i]));
+  CHECK(!agent_errorfile_is_peer_loss(NULL));
+  /* Through the parser, as the agent reads it: the message decides, not the traceback. */
+  agent_error_info_t info;
+  char err[256];
+  const char *doc =
+      "{\"message\": {\"message\": \"RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection "
+      "closed by peer [127.0.0.1]:54483\", \"extraInfo\": {\"py_callstack\": \"Traceback: "
+      "ValueError\", \"timestamp\": \"1796252864\"}}}";
+  CHECK(parse_str(doc, &info, err) == 0);
+  CHECK(agent_errorfile_is_peer_loss(info.message));
+}
+
 int main(void) {
+  test_peer_loss();
   test_reference_forms();
   test_escapes();
   test_round_trip();

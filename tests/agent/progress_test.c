@@ -395,7 +395,7 @@ static void local_and_dump(void) {
   write_stats(w[1].stats_file, g);
   /* local 2: no statistics file configured; local 3: the file is not there (yet). */
   snprintf(w[3].stats_file, sizeof w[3].stats_file, "%s/missing", dir);
-  agent_workers_t ws = {w, 4, -1};
+  agent_workers_t ws = {w, 4, -1, {0, 0, 0}};
 
   char line[512];
   agent_progress_local(&ws, now, line, sizeof line);

@@ -16,8 +16,13 @@ trap cleanup EXIT
 export TDIST_LOG_LEVEL=info
 export TDIST_PYTHON=$PY   # "x.py" workers run as $TDIST_PYTHON -u x.py (PyTorch is in /usr/bin/python3)
 
-# Every run is bounded: a hang fails that check (exit 124, logs shown) instead of the whole test.
-agent() { timeout -k 5 120 "$AGENT" --http-port -1 --monitor-interval 0.05 --stop-grace-period 3 "$@"; }
+# Every run is bounded: a hang fails that check (exit 124) instead of the whole test, and leaves
+# a report (process tree, native and Python stacks) on the test's stderr, fd 9.
+LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
+[ -f "$LIB/bounded.sh" ] || LIB="$(dirname "$(realpath "$0")")/../testlib"
+. "$LIB/bounded.sh"
+exec 9>&2
+agent() { bounded 120 "$AGENT" --http-port -1 --monitor-interval 0.05 --stop-grace-period 3 "$@"; }
 
 # 1. The C example with 2 workers.
 if agent --standalone --nproc-per-node 2 -- "$TRAIN" --steps 40 >"$T/c.out" 2>"$T/c.err"; then
@@ -59,9 +64,14 @@ if agent --standalone --nproc-per-node 2 --max-restarts 1 -- "$DDP" --fail-rank 
 else fail "restart run exit $? ($(tail -5 "$T/r.err"))"; fi
 
 # 4. Restarts exhausted: the agent exits with the worker's code (3), or 128+N for a signal.
+#    Rank 0 exits 3 without an error file; rank 1 then fails in DDP's first collective and writes
+#    one: the root cause is still rank 0, the first to fail.
 agent --standalone --nproc-per-node 2 --max-restarts 1 -- "$DDP" --fail-rank 0 --fail-attempt 0 --fail-code 3 \
-  >/dev/null 2>"$T/x.err"; rc=$?
+  >/dev/null 2>"$T/x0.err"; rc=$?
 [ $rc -eq 0 ] && pass "fail on attempt 0 only, max-restarts 1: succeeds" || fail "expected 0, got $rc"
+grep -q "worker failed (root cause): rank 0 (local_rank 0) exited with code 3;" "$T/x0.err" &&
+  pass "root cause: the rank that exited first without an error file" ||
+  fail "root cause: $(grep 'root cause' "$T/x0.err")"
 agent --standalone --nproc-per-node 2 --max-restarts 2 -- sh -c '[ "$LOCAL_RANK" = 1 ] && exit 7; sleep 30' \
   >/dev/null 2>"$T/x.err"; rc=$?
 [ $rc -eq 7 ] && pass "restarts exhausted: exit code 7 passed through" || fail "expected 7, got $rc"
