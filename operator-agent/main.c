@@ -98,7 +98,7 @@ static void set_error(agent_t *a, const char *msg) {
 
 /* Waits up to timeout_ms for a signal. Reaps children on SIGCHLD; forwards HUP/USR2 to the
  * workers; records TERM/INT/QUIT in a->stop_sig (and forwards them too); SIGUSR1 asks for a
- * flight-recorder dump. Stamps the liveness tick read by /healthz. */
+ * flight-recorder dump and goes to the workers that handle it. Stamps the liveness tick read by /healthz. */
 static void wait_events(agent_t *a, int timeout_ms) {
   struct pollfd pfd = {a->sfd, POLLIN, 0};
   int r = poll(&pfd, 1, timeout_ms < 0 ? 0 : timeout_ms);
@@ -114,9 +114,12 @@ static void wait_events(agent_t *a, int timeout_ms) {
           a->stop_sig = sig;
         }
       } else if (sig == SIGUSR1) {
-        /* Not forwarded: its default action would kill every worker that does not handle it
-         * (unmodified PyTorch scripts among them). */
+        /* Forwarded only to the workers that handle it: its default action would kill every
+         * other one (unmodified PyTorch scripts among them). */
         a->dump_requested = 1;
+        int n = agent_workers_signal_handlers(&a->ws, sig);
+        AGENT_INFO("SIGUSR1: dumping the flight recorders; forwarded to %d of %d worker(s) "
+                   "(those with a SIGUSR1 handler)", n, agent_workers_running(&a->ws));
         continue;
       } else {
         AGENT_INFO("forwarding %s to the workers", strsignal(sig));

@@ -100,9 +100,10 @@ static void build(void) {
   wrap(&o, 0,
        "Each worker runs in its own process group and dies with the agent (PR_SET_PDEATHSIG). "
        "TERM, INT and QUIT are forwarded to the workers, which then get --stop-grace-period "
-       "before SIGKILL, and the agent exits 128+N; HUP and USR2 are only forwarded; USR1 is "
-       "not forwarded: it writes the ranks' flight recorders (JSON) to the run directory. As "
-       "PID 1 (or a subreaper) the agent reaps every orphan.");
+       "before SIGKILL, and the agent exits 128+N; HUP and USR2 are only forwarded; USR1 writes "
+       "the ranks' flight recorders (JSON) to the run directory and is forwarded only to the "
+       "workers that handle it (its default action would kill the others). As PID 1 (or a "
+       "subreaper) the agent reaps every orphan.");
   put(&o, "\nPrecedence, highest first:\n");
   wrap_hang(&o, 2, 5,
        "1. flags: --flag VALUE or --flag=VALUE; multi-word flags may also be written with "

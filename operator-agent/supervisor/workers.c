@@ -329,6 +329,30 @@ void agent_workers_signal(agent_workers_t *ws, int sig) {
     if (ws->w[i].pid > 0) kill(-ws->w[i].pid, sig);
 }
 
+/* Whether process pid catches sig (bit sig-1 of SigCgt, a hex mask). 0 when unknown. */
+static int catches(pid_t pid, int sig) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return 0;
+  int yes = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "SigCgt:", 7) != 0) continue;
+    unsigned long long mask = strtoull(line + 7, NULL, 16);
+    yes = sig >= 1 && sig <= 64 && ((mask >> (sig - 1)) & 1ULL);
+    break;
+  }
+  fclose(f);
+  return yes;
+}
+
+int agent_workers_signal_handlers(agent_workers_t *ws, int sig) {
+  int n = 0;
+  for (int i = 0; i < ws->n; i++)
+    if (ws->w[i].pid > 0 && catches(ws->w[i].pid, sig) && kill(ws->w[i].pid, sig) == 0) n++;
+  return n;
+}
+
 void agent_workers_mark_stopping(agent_workers_t *ws) {
   for (int i = 0; i < ws->n; i++)
     if (ws->w[i].pid > 0) ws->w[i].state = AGENT_WORKER_STOPPED;

@@ -59,6 +59,11 @@ int agent_workers_all_succeeded(const agent_workers_t *ws);
 /* Sends sig to the process group of every running worker. */
 void agent_workers_signal(agent_workers_t *ws, int sig);
 
+/* Sends sig to each running worker process (not its group) that has a handler installed for it
+ * (SigCgt in /proc/PID/status), so a signal whose default action kills (SIGUSR1) reaches the
+ * programs that asked for it and never kills one that did not. Returns how many got it. */
+int agent_workers_signal_handlers(agent_workers_t *ws, int sig);
+
 /* Marks still-running workers as stopped-by-agent (their exit later is not a failure). */
 void agent_workers_mark_stopping(agent_workers_t *ws);
 

@@ -103,6 +103,29 @@ grep -q "sending SIGKILL" "$T/t.err" && pass "worker ignoring SIGTERM got SIGKIL
 sleep 0.3
 if pgrep -f "$T/term.sh" >/dev/null; then fail "workers left running"; else pass "no worker left behind"; fi
 
+# 5b. SIGUSR1: a flight-recorder dump, and forwarded only to a worker that handles it. Local
+#     rank 0 traps USR1; rank 1 does not, so USR1 would kill it (exit 138 fails the job).
+cat >"$T/usr1.sh" <<'SH'
+[ "$LOCAL_RANK" = 0 ] && trap 'echo "$LOCAL_RANK got USR1" >> "$OUT"' USR1
+echo "$LOCAL_RANK up" >> "$OUT"
+while [ ! -e "$GO" ]; do sleep 0.05; done
+SH
+export OUT="$T/usr1.log" GO="$T/usr1.go"
+"$AGENT" --http-port -1 --standalone --nproc-per-node 2 --monitor-interval 0.05 -- bash "$T/usr1.sh" \
+  >/dev/null 2>"$T/u.err" &
+apid=$!
+for _ in $(seq 100); do [ "$(grep -c up "$T/usr1.log" 2>/dev/null)" = 2 ] && break; sleep 0.1; done
+kill -USR1 $apid
+for _ in $(seq 50); do grep -q 'got USR1' "$T/usr1.log" 2>/dev/null && break; sleep 0.1; done
+touch "$GO"
+for _ in $(seq 300); do kill -0 $apid 2>/dev/null || break; sleep 0.1; done
+kill -KILL $apid 2>/dev/null; wait $apid; rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c 'got USR1' "$T/usr1.log")" = 1 ] && grep -q '^0 got USR1' "$T/usr1.log" &&
+  grep -q "forwarded to 1 of 2 worker(s)" "$T/u.err" &&
+  grep -q "flight recorders of this node's ranks (SIGUSR1) written to" "$T/u.err" &&
+  pass "SIGUSR1: dump written, forwarded to the worker with a handler only, job completed" ||
+  fail "SIGUSR1: exit $rc, $(cat "$T/usr1.log" | tr '\n' ' '); $(grep -E 'USR1|E ' "$T/u.err" | head -3)"
+
 # 6. As PID 1 (pid namespace): orphans reaped (no zombies), signal forwarding, exit code.
 cat >"$T/orphans.sh" <<'SH'
 for i in 1 2 3 4 5; do (sleep 0.1 &) ; done   # grandchildren re-parented to PID 1
