@@ -287,7 +287,7 @@ static void test_pipelined(void) {
 /* ---------------------------------------------------------------------------------------- */
 
 static void test_classify(void) {
-  uint8_t b[64];
+  uint8_t b[64] = {0};
   CHECK_EQ_INT(tdist__proto_classify(b, 0), TDIST__DIALECT_UNKNOWN);
   for (int first = 1; first < 256; first++) {
     b[0] = (uint8_t)first;
