@@ -98,7 +98,8 @@ static void set_error(agent_t *a, const char *msg) {
 
 /* Waits up to timeout_ms for a signal. Reaps children on SIGCHLD; forwards HUP/USR2 to the
  * workers; records TERM/INT/QUIT in a->stop_sig (and forwards them too); SIGUSR1 asks for a
- * flight-recorder dump and goes to the workers that handle it. Stamps the liveness tick read by /healthz. */
+ * flight-recorder dump and goes to the workers that handle it. Stamps the liveness tick read by
+ * /healthz. */
 static void wait_events(agent_t *a, int timeout_ms) {
   struct pollfd pfd = {a->sfd, POLLIN, 0};
   int r = poll(&pfd, 1, timeout_ms < 0 ? 0 : timeout_ms);
