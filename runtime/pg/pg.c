@@ -496,9 +496,10 @@ static tdist_status_t run_coll(tdist_pg_t *pg, tdist__coll_t *c) {
   if (atomic_load(&pg->aborted))
     return tdist__fail(pg->sticky, "%s: process group is aborted after an earlier failure: %s",
                        tdist__coll_name(c->kind), pg->err);
-  int64_t deadline = tdist__now_ms() + pg->timeout_ms;
+  int64_t now = tdist__now_ns(); /* one clock reading for the deadline and the statistics */
+  int64_t deadline = now / 1000000 + pg->timeout_ms;
   tdist__stats_op_t sop;
-  tdist__stats_begin(pg->stats_group, pg->size, c, &sop);
+  tdist__stats_begin(pg->stats_group, pg->size, c, now, &sop);
   tdist_status_t st = pg->be->run(pg, c, deadline);
   tdist__stats_end(pg->stats_group, c, &sop, st);
   if (st) {

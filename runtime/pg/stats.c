@@ -1,6 +1,7 @@
 /* Per-rank collective statistics in the shared-memory file named by TDIST_STATS_FILE (layout and
- * contract: include/tdist/stats.h). The hot path is a handful of relaxed atomic adds and two
- * clock_gettime calls per collective; no locks, no system calls. The file is mapped once per
+ * contract: include/tdist/stats.h). The hot path is a handful of relaxed atomic adds and one
+ * clock_gettime call per collective (the start time is the caller's deadline reading); no locks,
+ * no system calls. The file is mapped once per
  * process by the first (world) group and never unmapped: workers exit with it mapped, and a late
  * collective on another thread must never touch freed memory. Never fails a collective: any
  * problem with the file disables statistics with one log line. */
@@ -16,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/common/clock.h"
 #include "runtime/common/log.h"
 #include "runtime/pg/pg_internal.h"
 #include "runtime/pg/stats.h"
@@ -37,10 +39,21 @@ TDIST_EXTERN double tdist_stats_bucket_le(int i) {
   return i >= 0 && i < TDIST_STATS_BUCKETS ? k_le[i] : 0;
 }
 
-static int64_t realtime_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+/* Times are taken on CLOCK_MONOTONIC (durations) and written as CLOCK_REALTIME, which is
+ * CLOCK_MONOTONIC plus an offset that only a clock step (settimeofday, an NTP step) changes:
+ * NTP's slewing moves both clocks alike. The offset is re-read at most once a second, so a step
+ * shows within a second. It is read realtime first, so it errs low by the ~30 ns between the two
+ * readings and a stamp never runs ahead of a CLOCK_REALTIME read taken after it. */
+static int64_t g_rt_offset;   /* CLOCK_REALTIME - CLOCK_MONOTONIC, ns (atomic) */
+static int64_t g_rt_next;     /* CLOCK_MONOTONIC ns at which to re-read it (atomic) */
+
+static void refresh_rt_offset(void) {
+  struct timespec rt;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  int64_t mono = tdist__now_ns();
+  __atomic_store_n(&g_rt_offset, (int64_t)rt.tv_sec * 1000000000LL + rt.tv_nsec - mono,
+                   __ATOMIC_RELAXED);
+  __atomic_store_n(&g_rt_next, mono + 1000000000LL, __ATOMIC_RELAXED);
 }
 
 /* Reader: attempts at a stable copy of one stamped block; after STAMP_SPINS it yields between
@@ -91,6 +104,7 @@ int tdist__stats_register(int rank, int world_size) {
   if (group == 0) {
     const char *path = getenv("TDIST_STATS_FILE");
     if (path && *path) g_file = map_file(path, rank, world_size);
+    if (g_file) refresh_rt_offset();
   }
   int enabled = g_file != NULL;
   pthread_mutex_unlock(&g_mu);
@@ -125,13 +139,14 @@ static uint64_t bytes_of(int size, const tdist__coll_t *c) {
   return n * tdist_dtype_size(c->dtype);
 }
 
-void tdist__stats_begin(int group, int group_size, const tdist__coll_t *c,
+void tdist__stats_begin(int group, int group_size, const tdist__coll_t *c, int64_t now_ns,
                         tdist__stats_op_t *op) {
   tdist_stats_file_t *f = g_file;
   op->slot = -1;
   if (group < 0 || !f) return;
   op->bytes = bytes_of(group_size, c);
-  op->start_ns = realtime_ns();
+  op->start_mono_ns = now_ns;
+  op->start_ns = now_ns + __atomic_load_n(&g_rt_offset, __ATOMIC_RELAXED);
   uint64_t i = ADD(&f->flight_next, 1);
   tdist_stats_flight_t *e = &f->flight[i % TDIST_STATS_FLIGHT];
   op->slot = (int64_t)(i % TDIST_STATS_FLIGHT);
@@ -163,9 +178,11 @@ void tdist__stats_end(int group, const tdist__coll_t *c, const tdist__stats_op_t
                       tdist_status_t st) {
   tdist_stats_file_t *f = g_file;
   if (group < 0 || !f || op->slot < 0) return;
-  int64_t end = realtime_ns();
+  int64_t mono = tdist__now_ns();
+  if (mono >= __atomic_load_n(&g_rt_next, __ATOMIC_RELAXED)) refresh_rt_offset();
   int k = (int)c->kind;
-  uint64_t dur = end > op->start_ns ? (uint64_t)(end - op->start_ns) : 0;
+  uint64_t dur = mono > op->start_mono_ns ? (uint64_t)(mono - op->start_mono_ns) : 0;
+  int64_t end = op->start_ns + (int64_t)dur; /* on the start's timeline: never before it */
   ADD(&f->ops[k], 1);
   ADD(&f->bytes[k], op->bytes);
   if (st != TDIST_OK) ADD(&f->errors[k], 1);

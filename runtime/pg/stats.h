@@ -6,7 +6,8 @@
 #include "tdist/stats.h"
 
 typedef struct {
-  int64_t start_ns;
+  int64_t start_mono_ns; /* CLOCK_MONOTONIC */
+  int64_t start_ns;      /* CLOCK_REALTIME, as written to the file */
   int64_t slot; /* flight-recorder slot, -1 = not recorded */
   uint64_t bytes; /* computed once at begin, counted at end */
 } tdist__stats_op_t;
@@ -15,8 +16,9 @@ typedef struct {
  * index for the calls below, or -1 when statistics are off. */
 int tdist__stats_register(int rank, int world_size);
 
-/* group_size: the group's number of ranks (all_to_all's byte count sums its in_counts). */
-void tdist__stats_begin(int group, int group_size, const tdist__coll_t *c,
+/* group_size: the group's number of ranks (all_to_all's byte count sums its in_counts);
+ * now_ns: tdist__now_ns() (CLOCK_MONOTONIC) as the caller just read it for its deadline. */
+void tdist__stats_begin(int group, int group_size, const tdist__coll_t *c, int64_t now_ns,
                         tdist__stats_op_t *op);
 void tdist__stats_end(int group, const tdist__coll_t *c, const tdist__stats_op_t *op,
                       tdist_status_t st);
