@@ -11,9 +11,17 @@
  * vector and checks that it is bitwise identical on all ranks, and that the loss went down; the
  * exit status is 0 only if both hold.
  *
+ * Backend: --backend, else TDIST_BACKEND (which tdist-agent exports), else gloo. With nccl every
+ * collective runs on GPU memory of the group's device (tdist_pg_device): the values are copied
+ * there with cudaMemcpy, reduced by NCCL and copied back, as a program whose model lived on the
+ * GPU would skip doing. The model itself is computed on the CPU; the point is the wiring. The CUDA
+ * runtime is opened with dlopen (TDIST_CUDART_LIBRARY, else libcudart.so.13/.12/.11), like
+ * libtdist does, so this one binary also runs on CPU-only nodes.
+ *
  * Exit status: 0 success, 1 a check failed, 2 bad usage, 3 the process group or a collective
  * failed (the message says which rank and why). */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,6 +43,7 @@ typedef struct {
   int print_every;
   model_t model;
   int64_t timeout_ms;
+  const char *backend; /* NULL: TDIST_BACKEND, else gloo */
 } opts_t;
 
 static void usage(FILE *f) {
@@ -56,6 +65,9 @@ static void usage(FILE *f) {
     "  --model M          linear (mean squared error, default) or logistic (cross-entropy)\n"
     "  --print-every N    rank 0 prints the loss every N steps (default 20; 0: only first/last)\n"
     "  --timeout-ms N     deadline of joining and of every collective (default 120000)\n"
+    "  --backend B        gloo (host memory) or nccl (GPU memory of device LOCAL_RANK, through\n"
+    "                     NCCL; the CUDA runtime is loaded at run time); default: the\n"
+    "                     TDIST_BACKEND variable (tdist-agent sets it), else gloo\n"
     "  --help             this text\n"
     "\n"
     "At the end every rank checks that the parameters are bitwise identical on all ranks\n"
@@ -72,7 +84,7 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 static int parse_opts(int argc, char **argv, opts_t *o) {
-  *o = (opts_t){200, 0.1, 16, 1024, 64, 1, 20, MODEL_LINEAR, 120000};
+  *o = (opts_t){200, 0.1, 16, 1024, 64, 1, 20, MODEL_LINEAR, 120000, NULL};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i];
     if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -114,6 +126,9 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
     } else if (!strcmp(k, "--timeout-ms")) {
       if (parse_int(v, 1, 86400000L, &n)) goto bad;
       o->timeout_ms = n;
+    } else if (!strcmp(k, "--backend")) {
+      if (strcmp(v, "gloo") && strcmp(v, "nccl")) goto bad;
+      o->backend = v;
     } else {
       fprintf(stderr, "train: unknown option %s (see --help)\n", k);
       return -1;
@@ -124,7 +139,111 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
     return -1;
   }
   if (o->batch > o->samples) o->batch = o->samples;
+  if (!o->backend) {
+    const char *e = getenv("TDIST_BACKEND");
+    o->backend = e && *e ? e : "gloo";
+    if (strcmp(o->backend, "gloo") && strcmp(o->backend, "nccl")) {
+      fprintf(stderr, "train: TDIST_BACKEND='%s' is not gloo or nccl\n", o->backend);
+      return -1;
+    }
+  }
   return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Collectives on host memory (gloo) or staged through GPU memory (nccl)                      */
+
+/* The few CUDA runtime calls used here, with the runtime's C ABI (cudaError_t is an int enum,
+ * 0 = success), so that no CUDA header is needed to build this example. */
+enum { CUDA_H2D = 1, CUDA_D2H = 2 };
+typedef struct {
+  int on; /* 0: gloo, host buffers used directly */
+  int rank;
+  int (*set_device)(int);
+  int (*malloc_)(void **, size_t);
+  int (*free_)(void *);
+  int (*memcpy_)(void *, const void *, size_t, int);
+  const char *(*error_string)(int);
+  char *buf; /* device scratch for the largest collective */
+} gpu_t;
+
+static void cuda_die(const gpu_t *dv, const char *what, int e) {
+  fprintf(stderr, "train: rank %d: %s failed: %s (cudaError %d)\n", dv->rank, what,
+          dv->error_string ? dv->error_string(e) : "?", e);
+  exit(3);
+}
+
+/* Opens the CUDA runtime, selects the group's device and allocates `bytes` there. */
+static int dev_open(gpu_t *dv, tdist_pg_t *pg, size_t bytes) {
+  const char *names[] = {getenv("TDIST_CUDART_LIBRARY"), "libcudart.so.13", "libcudart.so.12",
+                         "libcudart.so.11"};
+  void *h = NULL;
+  for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++)
+    if (names[i] && *names[i]) {
+      h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+      if (i == 0 && !h) break; /* an explicit path that fails is not silently replaced */
+    }
+  if (!h) {
+    fprintf(stderr, "train: rank %d: cannot load the CUDA runtime: %s\n", dv->rank, dlerror());
+    return -1;
+  }
+  *(void **)&dv->set_device = dlsym(h, "cudaSetDevice");
+  *(void **)&dv->malloc_ = dlsym(h, "cudaMalloc");
+  *(void **)&dv->free_ = dlsym(h, "cudaFree");
+  *(void **)&dv->memcpy_ = dlsym(h, "cudaMemcpy");
+  *(void **)&dv->error_string = dlsym(h, "cudaGetErrorString");
+  if (!dv->set_device || !dv->malloc_ || !dv->free_ || !dv->memcpy_) {
+    fprintf(stderr, "train: rank %d: the CUDA runtime lacks cudaSetDevice/cudaMalloc/cudaFree/"
+            "cudaMemcpy\n", dv->rank);
+    return -1;
+  }
+  int e, dev = tdist_pg_device(pg);
+  if ((e = dv->set_device(dev))) cuda_die(dv, "cudaSetDevice", e);
+  if ((e = dv->malloc_((void **)&dv->buf, bytes))) cuda_die(dv, "cudaMalloc", e);
+  dv->on = 1;
+  return 0;
+}
+
+static void h2d(const gpu_t *dv, void *d, const void *h, size_t n) {
+  int e = dv->memcpy_(d, h, n, CUDA_H2D);
+  if (e) cuda_die(dv, "cudaMemcpy to the device", e);
+}
+static void d2h(const gpu_t *dv, void *h, const void *d, size_t n) {
+  int e = dv->memcpy_(h, d, n, CUDA_D2H);
+  if (e) cuda_die(dv, "cudaMemcpy from the device", e);
+}
+
+/* Blocking nccl calls return once NCCL's kernels are done, and the group's stream is ordered
+ * after the legacy default stream that cudaMemcpy uses: no further synchronisation is needed. */
+static tdist_status_t all_reduce(tdist_pg_t *pg, const gpu_t *dv, void *x, size_t n,
+                                 tdist_dtype_t dt, tdist_reduce_op_t op) {
+  if (!dv->on) return tdist_all_reduce(pg, x, n, dt, op);
+  size_t b = n * tdist_dtype_size(dt);
+  h2d(dv, dv->buf, x, b);
+  tdist_status_t st = tdist_all_reduce(pg, dv->buf, n, dt, op);
+  if (!st) d2h(dv, x, dv->buf, b);
+  return st;
+}
+
+static tdist_status_t broadcast(tdist_pg_t *pg, const gpu_t *dv, void *x, size_t n,
+                                tdist_dtype_t dt, int root) {
+  if (!dv->on) return tdist_broadcast(pg, x, n, dt, root);
+  size_t b = n * tdist_dtype_size(dt);
+  h2d(dv, dv->buf, x, b);
+  tdist_status_t st = tdist_broadcast(pg, dv->buf, n, dt, root);
+  if (!st) d2h(dv, x, dv->buf, b);
+  return st;
+}
+
+/* out: n x world elements; the device copy of `in` sits after them in the scratch buffer. */
+static tdist_status_t all_gather(tdist_pg_t *pg, const gpu_t *dv, void *out, const void *in,
+                                 size_t n, tdist_dtype_t dt, int world) {
+  if (!dv->on) return tdist_all_gather(pg, out, in, n, dt);
+  size_t b = n * tdist_dtype_size(dt), ob = b * (size_t)world;
+  h2d(dv, dv->buf + ob, in, b);
+  tdist_status_t st = tdist_all_gather(pg, dv->buf, dv->buf + ob, n, dt);
+  if (!st) d2h(dv, out, dv->buf, ob);
+  return st;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -221,10 +340,10 @@ static int pg_failed(tdist_pg_t *pg, int rank, const char *what, tdist_status_t 
 }
 
 /* Global mean loss over every rank's full shard. */
-static tdist_status_t global_loss(tdist_pg_t *pg, const opts_t *o, const shard_t *sh,
-                                  const float *p, double *out) {
+static tdist_status_t global_loss(tdist_pg_t *pg, const gpu_t *dv, const opts_t *o,
+                                  const shard_t *sh, const float *p, double *out) {
   *out = loss_grad(o, sh, p, 0, sh->n, NULL);
-  return tdist_all_reduce(pg, out, 1, TDIST_FLOAT64, TDIST_AVG);
+  return all_reduce(pg, dv, out, 1, TDIST_FLOAT64, TDIST_AVG);
 }
 
 int main(int argc, char **argv) {
@@ -234,25 +353,35 @@ int main(int argc, char **argv) {
 
   tdist_pg_options_t po = TDIST_PG_OPTIONS_INIT;
   po.init_method = "env://";
+  po.backend = o.backend;
   po.timeout_ms = o.timeout_ms;
   tdist_pg_t *pg = NULL;
   tdist_status_t st = tdist_init_process_group(&po, &pg);
   if (st) {
-    fprintf(stderr, "train: init_process_group(env://) failed: %s: %s\n", tdist_strerror(st),
-            tdist_last_error());
+    fprintf(stderr, "train: init_process_group(%s, env://) failed: %s: %s\n", o.backend,
+            tdist_strerror(st), tdist_last_error());
     return 3;
   }
   int rank = tdist_pg_rank(pg), world = tdist_pg_size(pg);
   const char *local_rank = getenv("LOCAL_RANK");
+  int d = o.features, np = d + 1;
+  gpu_t dv = {.rank = rank};
+  /* The largest collective: the all_gather of the parameters, its input after its output. */
+  if (!strcmp(o.backend, "nccl") &&
+      dev_open(&dv, pg, sizeof(float) * (size_t)np * ((size_t)world + 1) + 64)) {
+    tdist_pg_destroy(pg);
+    return 3;
+  }
+  char where[48] = "";
+  if (dv.on) snprintf(where, sizeof where, ", buffers on GPU %d", tdist_pg_device(pg));
   if (rank == 0)
-    printf("train: %d ranks (%s backend), %s regression, %d features, %d samples and batch %d "
+    printf("train: %d ranks (%s backend%s), %s regression, %d features, %d samples and batch %d "
            "per rank, lr %g, %d steps, seed %llu\n",
-           world, tdist_pg_backend(pg), o.model == MODEL_LINEAR ? "linear" : "logistic",
+           world, tdist_pg_backend(pg), where, o.model == MODEL_LINEAR ? "linear" : "logistic",
            o.features, o.samples, o.batch, o.lr, o.steps, (unsigned long long)o.seed);
   fprintf(stderr, "train: rank %d of %d joined (LOCAL_RANK %s, pid %d)\n", rank, world,
           local_rank && *local_rank ? local_rank : "unset", (int)getpid());
 
-  int d = o.features, np = d + 1;
   shard_t sh;
   float *p = calloc((size_t)np, sizeof *p), *g = calloc((size_t)np, sizeof *g);
   float *all = calloc((size_t)np * (size_t)world, sizeof *all);
@@ -266,11 +395,11 @@ int main(int argc, char **argv) {
    * as DDP does at construction. */
   uint64_t s = o.seed ^ (0xD1B54A32D192ED03ull * ((uint64_t)rank + 1));
   for (int j = 0; j < np; j++) p[j] = (float)(0.1 * gaussian(&s));
-  if ((st = tdist_broadcast(pg, p, (size_t)np, TDIST_FLOAT32, 0)))
+  if ((st = broadcast(pg, &dv, p, (size_t)np, TDIST_FLOAT32, 0)))
     return pg_failed(pg, rank, "broadcast of the initial parameters", st);
 
   double loss0;
-  if ((st = global_loss(pg, &o, &sh, p, &loss0))) return pg_failed(pg, rank, "all_reduce", st);
+  if ((st = global_loss(pg, &dv, &o, &sh, p, &loss0))) return pg_failed(pg, rank, "all_reduce", st);
   if (rank == 0) printf("step %6d  loss %.6f\n", 0, loss0);
 
   for (int step = 1; step <= o.steps; step++) {
@@ -279,12 +408,12 @@ int main(int argc, char **argv) {
     for (int j = 0; j < np; j++) g[j] = (float)gd[j];
     /* Every rank holds the same averaged gradient afterwards (bitwise: the library reduces
      * each element in one order), so the updates below keep the replicas identical. */
-    if ((st = tdist_all_reduce(pg, g, (size_t)np, TDIST_FLOAT32, TDIST_AVG)))
+    if ((st = all_reduce(pg, &dv, g, (size_t)np, TDIST_FLOAT32, TDIST_AVG)))
       return pg_failed(pg, rank, "all_reduce of the gradients", st);
     for (int j = 0; j < np; j++) p[j] -= (float)o.lr * g[j];
     int show = step == o.steps || (o.print_every > 0 && step % o.print_every == 0);
     if (show) {
-      if ((st = tdist_all_reduce(pg, &batch_loss, 1, TDIST_FLOAT64, TDIST_AVG)))
+      if ((st = all_reduce(pg, &dv, &batch_loss, 1, TDIST_FLOAT64, TDIST_AVG)))
         return pg_failed(pg, rank, "all_reduce of the loss", st);
       if (rank == 0) printf("step %6d  loss %.6f (global batch of %d)\n", step, batch_loss,
                             o.batch * world);
@@ -293,8 +422,8 @@ int main(int argc, char **argv) {
   }
 
   double loss1;
-  if ((st = global_loss(pg, &o, &sh, p, &loss1))) return pg_failed(pg, rank, "all_reduce", st);
-  if ((st = tdist_all_gather(pg, all, p, (size_t)np, TDIST_FLOAT32)))
+  if ((st = global_loss(pg, &dv, &o, &sh, p, &loss1))) return pg_failed(pg, rank, "all_reduce", st);
+  if ((st = all_gather(pg, &dv, all, p, (size_t)np, TDIST_FLOAT32, world)))
     return pg_failed(pg, rank, "all_gather of the parameters", st);
   int rc = 0;
   for (int r = 0; r < world; r++) {
@@ -314,7 +443,7 @@ int main(int argc, char **argv) {
   }
   /* Agree on the outcome so every rank exits the same way, then leave together. */
   int64_t bad = rc;
-  if ((st = tdist_all_reduce(pg, &bad, 1, TDIST_INT64, TDIST_MAX)))
+  if ((st = all_reduce(pg, &dv, &bad, 1, TDIST_INT64, TDIST_MAX)))
     return pg_failed(pg, rank, "all_reduce of the result", st);
   if (bad && !rc)
     fprintf(stderr, "train: rank %d: another rank's check failed\n", rank);
@@ -328,6 +457,7 @@ int main(int argc, char **argv) {
     rc = 3;
   }
   tdist_pg_destroy(pg);
+  if (dv.on) dv.free_(dv.buf);
   free(sh.x);
   free(sh.y);
   free(p);

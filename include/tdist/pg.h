@@ -120,6 +120,10 @@ TDIST_EXTERN tdist_status_t tdist_new_group(tdist_pg_t *parent, const int *ranks
 TDIST_EXTERN int tdist_pg_rank(const tdist_pg_t *pg);
 TDIST_EXTERN int tdist_pg_size(const tdist_pg_t *pg);
 TDIST_EXTERN const char *tdist_pg_backend(const tdist_pg_t *pg);
+/* The CUDA device index a "nccl" group's buffers must be on (chosen at init: TDIST_NCCL_DEVICE,
+ * LOCAL_RANK, ...); -1 for "gloo" (host memory), after tdist_pg_finalize and for an invalid
+ * handle. */
+TDIST_EXTERN int tdist_pg_device(const tdist_pg_t *pg);
 
 /* Detail of the group's last failure (names the peer rank and address). */
 TDIST_EXTERN const char *tdist_pg_last_error(const tdist_pg_t *pg);

@@ -660,8 +660,14 @@ static void nccl_destroy(tdist_pg_t *pg) {
   pg->be_state = NULL;
 }
 
+static int nccl_device(const tdist_pg_t *pg) {
+  const tdist__nccl_t *g = pg->be_state;
+  return g ? g->dev : -1;
+}
+
 const tdist__backend_t tdist__nccl_backend = {
     .name = "nccl",
+    .device = nccl_device,
     .connect = nccl_connect,
     .destroy = nccl_destroy,
     .run = nccl_run,

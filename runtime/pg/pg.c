@@ -445,6 +445,9 @@ TDIST_EXTERN int tdist_pg_size(const tdist_pg_t *pg) {
 TDIST_EXTERN const char *tdist_pg_backend(const tdist_pg_t *pg) {
   return pg && pg->magic == TDIST__PG_MAGIC ? pg->be->name : "";
 }
+TDIST_EXTERN int tdist_pg_device(const tdist_pg_t *pg) {
+  return pg && pg->magic == TDIST__PG_MAGIC && pg->be->device ? pg->be->device(pg) : -1;
+}
 TDIST_EXTERN const char *tdist_pg_last_error(const tdist_pg_t *pg) {
   return pg && pg->magic == TDIST__PG_MAGIC ? pg->err : "invalid process group handle";
 }

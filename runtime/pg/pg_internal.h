@@ -68,6 +68,8 @@ typedef struct tdist__backend {
    * draining the parent's async work, so a backend can derive the subgroup's communicator from
    * the parent's collectively (ncclCommSplit). Members see pg->parent during connect instead. */
   tdist_status_t (*skip_group)(tdist_pg_t *parent, int64_t deadline_ms);
+  /* Optional. The CUDA device the group's buffers must be on; absent: -1 (host memory). */
+  int (*device)(const tdist_pg_t *pg);
 } tdist__backend_t;
 
 extern const tdist__backend_t tdist__gloo_backend;

@@ -3,8 +3,10 @@
 # runtime and NCCL (>= 2.14). Builds //tests/gpu:nccl_gpu_test with -c opt (plain cc when bazel is
 # missing), runs it and prints its tables: correctness of every collective x dtype x op at world
 # size 1 against a CPU reference, all_reduce timing 8 B ... 1 GiB against a plain NCCL loop, and
-# an init timeout with an absent rank. Exit status: the program's (1 = a check failed, 2 = it
-# could not run); timings never fail it. Keeps under 5 minutes: the build gets 240 s, the run
+# an init timeout with an absent rank; then the C training example (examples/train) on the GPU
+# with --backend nccl, the gpu-nccl overlay's workload, as one rank. Exit status: the check
+# program's (1 = a check failed, 2 = it could not run), else 1 if the example failed; timings
+# never fail it. Keeps under 5 minutes: the build gets 240 s, the run
 # TDIST_GPU_RUN_S (default 200 s). Extra arguments go to the program (--max-bytes N,
 # --budget-ms N, --big-count N, --no-bench, --no-fault). Device: TDIST_NCCL_DEVICE (default 0).
 # TDIST_GPU_BUILD=cc skips bazel and compiles the sources with ${CC:-cc} directly.
@@ -19,11 +21,11 @@ else
   say "nvidia-smi not found (no NVIDIA driver?): the program will say what is missing"
 fi
 
-bin=""
+bin="" train=""
 if [ "${TDIST_GPU_BUILD:-bazel}" = bazel ] && command -v bazel >/dev/null 2>&1; then
-  say "bazel build -c opt //tests/gpu:nccl_gpu_test"
-  if timeout 240 bazel build -c opt //tests/gpu:nccl_gpu_test >&2; then
-    bin="bazel-bin/tests/gpu/nccl_gpu_test"
+  say "bazel build -c opt //tests/gpu:nccl_gpu_test //examples/train:train"
+  if timeout 240 bazel build -c opt //tests/gpu:nccl_gpu_test //examples/train:train >&2; then
+    bin="bazel-bin/tests/gpu/nccl_gpu_test" train="bazel-bin/examples/train/train"
   else
     say "bazel build failed; trying a plain cc build"
   fi
@@ -43,6 +45,10 @@ if [ -z "$bin" ]; then
     exit 2
   fi
   bin="$out/nccl_gpu_test"
+  # shellcheck disable=SC2086
+  timeout 120 "${CC:-cc}" -std=gnu11 -O2 -pthread -D_GNU_SOURCE -I. -Iinclude \
+    -isystem "$cuda/include" $srcs examples/train/train.c -o "$out/train" -ldl -lm -lrt &&
+    train="$out/train"
 fi
 
 say "running $bin $*"
@@ -50,4 +56,18 @@ timeout "${TDIST_GPU_RUN_S:-200}" "$bin" "$@"
 rc=$?
 [ $rc -eq 124 ] && say "the program ran past ${TDIST_GPU_RUN_S:-200} s and was stopped"
 say "exit status $rc"
+
+if [ -n "$train" ]; then
+  port=$(( 20000 + RANDOM % 20000 ))
+  say "examples/train --backend nccl, 1 rank on device ${TDIST_NCCL_DEVICE:-0} (port $port)"
+  if RANK=0 WORLD_SIZE=1 LOCAL_RANK="${TDIST_NCCL_DEVICE:-0}" MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$port timeout 60 "$train" --backend nccl --steps 300 --print-every 100; then
+    say "examples/train on nccl: ok"
+  else
+    say "examples/train on nccl FAILED"
+    [ $rc -eq 0 ] && rc=1
+  fi
+else
+  say "examples/train was not built: skipped"
+fi
 exit $rc

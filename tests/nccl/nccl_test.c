@@ -475,6 +475,7 @@ static int sweep_body(int rank, int world, int port, void *arg) {
   CHECK_OK(init_nccl(rank, world, port, 20000, &store, &pg));
   F.get_device(&cur);
   CHECK_EQ_INT(cur, mine);
+  CHECK_EQ_INT(tdist_pg_device(pg), rank); /* LOCAL_RANK, told to the caller */
   OK(pg, all_reduce_once(pg, one));
   CHECK_EQ_INT(one[0], world);
   F.get_device(&cur);
@@ -494,6 +495,7 @@ static int sweep_body(int rank, int world, int port, void *arg) {
   CHECK(ctr("inprogress") > 0); /* the ncclInProgress path was taken */
   CHECK_EQ_INT(ctr("aborts"), 0);
   OK(pg, tdist_pg_finalize(pg));
+  CHECK_EQ_INT(tdist_pg_device(pg), -1); /* the communicator is gone */
   CHECK_EQ_INT(ctr("finalizes"), 1);
   CHECK_EQ_INT(ctr("destroys"), 1);
   CHECK_EQ_INT(ctr("aborts"), 0);

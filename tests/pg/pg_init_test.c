@@ -201,6 +201,7 @@ static void test_option_errors(void) {
   CHECK_EQ_INT(tdist_pg_rank(pg), 0);
   CHECK_EQ_INT(tdist_pg_size(pg), 1);
   CHECK(strcmp(tdist_pg_backend(pg), "gloo") == 0);
+  CHECK_EQ_INT(tdist_pg_device(pg), -1); /* host memory */
   int64_t v[3] = {1, -2, 3};
   CHECK_OK(tdist_all_reduce(pg, v, 3, TDIST_INT64, TDIST_SUM));
   CHECK(v[0] == 1 && v[1] == -2 && v[2] == 3);
