@@ -213,26 +213,30 @@ static void d2h(const gpu_t *dv, void *h, const void *d, size_t n) {
   if (e) cuda_die(dv, "cudaMemcpy from the device", e);
 }
 
-/* Blocking nccl calls return once NCCL's kernels are done, and the group's stream is ordered
- * after the legacy default stream that cudaMemcpy uses: no further synchronisation is needed. */
+/* The buffer a collective works on in place: x itself on gloo; on nccl, x's copy in device
+ * memory. Blocking nccl calls return once NCCL's kernels are done, and the group's stream is
+ * ordered after the legacy default stream that cudaMemcpy uses: no further synchronisation. */
+static void *stage_in(const gpu_t *dv, void *x, size_t bytes) {
+  if (!dv->on) return x;
+  h2d(dv, dv->buf, x, bytes);
+  return dv->buf;
+}
+/* Copies the result back to x after a successful collective on nccl; returns st. */
+static tdist_status_t stage_out(const gpu_t *dv, void *x, size_t bytes, tdist_status_t st) {
+  if (dv->on && !st) d2h(dv, x, dv->buf, bytes);
+  return st;
+}
+
 static tdist_status_t all_reduce(tdist_pg_t *pg, const gpu_t *dv, void *x, size_t n,
                                  tdist_dtype_t dt, tdist_reduce_op_t op) {
-  if (!dv->on) return tdist_all_reduce(pg, x, n, dt, op);
   size_t b = n * tdist_dtype_size(dt);
-  h2d(dv, dv->buf, x, b);
-  tdist_status_t st = tdist_all_reduce(pg, dv->buf, n, dt, op);
-  if (!st) d2h(dv, x, dv->buf, b);
-  return st;
+  return stage_out(dv, x, b, tdist_all_reduce(pg, stage_in(dv, x, b), n, dt, op));
 }
 
 static tdist_status_t broadcast(tdist_pg_t *pg, const gpu_t *dv, void *x, size_t n,
                                 tdist_dtype_t dt, int root) {
-  if (!dv->on) return tdist_broadcast(pg, x, n, dt, root);
   size_t b = n * tdist_dtype_size(dt);
-  h2d(dv, dv->buf, x, b);
-  tdist_status_t st = tdist_broadcast(pg, dv->buf, n, dt, root);
-  if (!st) d2h(dv, x, dv->buf, b);
-  return st;
+  return stage_out(dv, x, b, tdist_broadcast(pg, stage_in(dv, x, b), n, dt, root));
 }
 
 /* out: n x world elements; the device copy of `in` sits after them in the scratch buffer. */
