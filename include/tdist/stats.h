@@ -33,7 +33,8 @@ typedef struct {
   uint64_t seq;        /* sequence number in its group (0 = empty slot) */
   int32_t op;          /* collective type, 0..TDIST_STATS_OPS-1 */
   int32_t status;      /* tdist_status_t when finished, TDIST_ERR_IN_PROGRESS while in flight */
-  int64_t start_ns;    /* CLOCK_REALTIME nanoseconds */
+  int64_t start_ns;    /* CLOCK_REALTIME nanoseconds (CLOCK_MONOTONIC + an offset re-read
+                        * every second, so a step of the wall clock shows within a second) */
   int64_t end_ns;      /* 0 while in flight */
   uint64_t bytes;      /* bytes this rank contributed (count x dtype size) */
   int32_t peer;        /* send/recv peer, broadcast/reduce/gather/scatter root, else -1 */

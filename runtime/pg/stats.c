@@ -1,10 +1,10 @@
 /* Per-rank collective statistics in the shared-memory file named by TDIST_STATS_FILE (layout and
  * contract: include/tdist/stats.h). The hot path is a handful of relaxed atomic adds and one
  * clock_gettime call per collective (the start time is the caller's deadline reading); no locks,
- * no system calls. The file is mapped once per
- * process by the first (world) group and never unmapped: workers exit with it mapped, and a late
- * collective on another thread must never touch freed memory. Never fails a collective: any
- * problem with the file disables statistics with one log line. */
+ * no system calls. The file is mapped once per process by the first (world) group and never
+ * unmapped: workers exit with it mapped, and a late collective on another thread must never touch
+ * freed memory. Never fails a collective: any problem with the file disables statistics with one
+ * log line. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
