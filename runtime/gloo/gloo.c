@@ -475,7 +475,7 @@ static tdist_status_t gloo_run(tdist_pg_t *pg, const tdist__coll_t *k, int64_t d
     return tdist__pg_fail(pg, TDIST_ERR_INVALID_USAGE, "%s: the process group was finalized",
                           tdist__coll_name(k->kind));
   char what[64];
-  snprintf(what, sizeof what, "%s #%llu", tdist__coll_name(k->kind), (unsigned long long)k->seq);
+  tdist__coll_what(what, k->kind, k->seq);
   ctx_t c = {pg, dl, what, COLL_TAG(k->kind)};
   size_t es = tdist_dtype_size(k->dtype);
   tdist_status_t st;

@@ -258,7 +258,7 @@ static tdist_status_t nccl_run(tdist_pg_t *pg, const tdist__coll_t *c, int64_t d
     return tdist__pg_fail(pg, TDIST_ERR_INVALID_USAGE, "%s: the process group was finalized",
                           tdist__coll_name(c->kind));
   char what[64];
-  snprintf(what, sizeof what, "%s #%llu", tdist__coll_name(c->kind), (unsigned long long)c->seq);
+  tdist__coll_what(what, c->kind, c->seq);
   if (atomic_load(&g->failed)) return recorded(pg);
   int prev;
   tdist_status_t st = enter_device(pg, &prev, what);

@@ -52,6 +52,9 @@ typedef struct tdist__coll {
 } tdist__coll_t;
 
 const char *tdist__coll_name(tdist__coll_kind_t kind);
+/* "all_reduce #12": the collective's name and sequence number, written to out; returns out. */
+#define TDIST__WHAT_MAX 48 /* the longest name (17) + " #" + 20 digits + NUL */
+const char *tdist__coll_what(char out[TDIST__WHAT_MAX], tdist__coll_kind_t kind, uint64_t seq);
 
 typedef struct tdist__backend {
   const char *name;

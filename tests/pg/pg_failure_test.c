@@ -250,6 +250,10 @@ static int stall_body(int rank, int world, int port, void *arg) {
     TEST_LOG("stall: rank %d got %s after %lld ms: %s", rank, tdist_status_name(st),
              (long long)took, msg);
     CHECK_EQ_INT(st, TDIST_ERR_TIMEOUT);
+    char name[32];
+    unsigned long long seq = 0; /* the message names the collective: "all_reduce #4: ..." */
+    CHECK(sscanf(msg, "%31[a-z_] #%llu: ", name, &seq) == 2 && seq > 0);
+    CHECK(!strcmp(name, s->variant == 1 ? "barrier" : "all_reduce"));
     CHECK(took >= TMO - 50); /* never early */
     CHECK(took <= TMO + SLACK_MS);
     int named = names_rank(msg, s->culprit);
