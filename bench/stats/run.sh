@@ -70,8 +70,10 @@ run_once() {
 import struct, sys
 b = open(sys.argv[1], "rb").read()
 magic, version, size = struct.unpack_from("<III", b, 0)
-assert magic == 0x54445354 and size == len(b), (hex(magic), size, len(b))
-ops_all_reduce = struct.unpack_from("<Q", b, 32)[0]  # ops[0]: all_reduce
+assert magic == 0x54445354 and version == 2 and size == len(b), (hex(magic), version, size, len(b))
+# ops[0] (all_reduce; the owner thread's set) + shared_ops[0], the file's last 2016 bytes being
+# the shared set (4 x 12 counters + 12 x 17 histogram buckets, 8 bytes each)
+ops_all_reduce = struct.unpack_from("<Q", b, 32)[0] + struct.unpack_from("<Q", b, size - 2016)[0]
 assert ops_all_reduce > int(sys.argv[2]), ops_all_reduce
 PYEOF
     done

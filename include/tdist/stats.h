@@ -9,6 +9,12 @@
  * tdist_stats_read. Counters cover every group of the process; the in-flight operation and the
  * sequence numbers are those of the first (world) group, the same on every rank.
  *
+ * Counters come in two sets, so the common case costs no atomic read-modify-write: the first
+ * thread of the process that finishes a collective owns ops..hist and updates them with plain
+ * atomic stores (it is their only writer); every other thread, and a forked child, adds to the
+ * shared_* set with atomic adds. A total is the sum of the two; tdist_stats_read returns the
+ * sums in ops..hist (and zeros in shared_*).
+ *
  * The layout is fixed and versioned (magic + version + size); fields are only ever appended. */
 #ifndef TDIST_STATS_H
 #define TDIST_STATS_H
@@ -23,7 +29,7 @@ extern "C" {
 #endif
 
 #define TDIST_STATS_MAGIC 0x54445354u /* "TDST" */
-#define TDIST_STATS_VERSION 1
+#define TDIST_STATS_VERSION 2
 #define TDIST_STATS_OPS 12      /* collective types, in the order of tdist_stats_op_name() */
 #define TDIST_STATS_BUCKETS 16  /* latency histogram upper bounds: tdist_stats_bucket_le() */
 #define TDIST_STATS_FLIGHT 256  /* flight-recorder entries (a ring) */
@@ -59,6 +65,12 @@ typedef struct {
   uint64_t last_seq;     /* last completed sequence number */
   uint64_t flight_next;  /* entries written so far; the ring slot of entry i is i % FLIGHT */
   tdist_stats_flight_t flight[TDIST_STATS_FLIGHT];
+  /* since version 2: the counters of threads other than the owner (see above) */
+  uint64_t shared_ops[TDIST_STATS_OPS];
+  uint64_t shared_bytes[TDIST_STATS_OPS];
+  uint64_t shared_errors[TDIST_STATS_OPS];
+  uint64_t shared_duration_ns_sum[TDIST_STATS_OPS];
+  uint64_t shared_hist[TDIST_STATS_OPS][TDIST_STATS_BUCKETS + 1];
 } tdist_stats_file_t;
 
 /* "all_reduce", "broadcast", ... for 0..TDIST_STATS_OPS-1; "unknown" otherwise. */
@@ -68,7 +80,7 @@ TDIST_EXTERN const char *tdist_stats_op_name(int op);
 TDIST_EXTERN double tdist_stats_bucket_le(int i);
 
 /* Reads a consistent copy of the stats file at path into *out (retrying while a writer is in the
- * middle of an update). TDIST_ERR_NOT_FOUND if the file does not exist (yet), TDIST_ERR_PROTOCOL
+ * middle of an update), with each counter's two sets summed into ops..hist. TDIST_ERR_NOT_FOUND if the file does not exist (yet), TDIST_ERR_PROTOCOL
  * if it is not a stats file of this version; tdist_last_error() says why. Any thread. */
 TDIST_EXTERN tdist_status_t tdist_stats_read(const char *path, tdist_stats_file_t *out);
 

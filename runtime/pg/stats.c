@@ -1,5 +1,6 @@
 /* Per-rank collective statistics in the shared-memory file named by TDIST_STATS_FILE (layout and
- * contract: include/tdist/stats.h). The hot path is a handful of relaxed atomic adds and one
+ * contract: include/tdist/stats.h). The hot path is one atomic add (the flight-recorder slot),
+ * plain stores to counters this thread alone writes (or atomic adds on any other thread) and one
  * clock_gettime call per collective (the start time is the caller's deadline reading); no locks,
  * no system calls. The file is mapped once per process by the first (world) group and never
  * unmapped: workers exit with it mapped, and a late collective on another thread must never touch
@@ -25,6 +26,8 @@
 _Static_assert(TDIST__COLL_KIND_COUNT_ == TDIST_STATS_OPS, "stats.h op table out of step");
 
 static tdist_stats_file_t *g_file; /* set once, under g_mu */
+static int g_owner_taken;          /* atomic: some thread owns the plain counters */
+static __thread int t_role;        /* this thread: 0 = not yet known, 1 = owner, 2 = other */
 static int g_groups;               /* groups registered so far */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -64,6 +67,26 @@ static void refresh_rt_offset(void) {
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+/* Only for counters with a single writer: a plain add, stored whole for concurrent readers. */
+#define BUMP(p, v) \
+  __atomic_store_n((p), __atomic_load_n((p), __ATOMIC_RELAXED) + (v), __ATOMIC_RELAXED)
+
+/* The first thread to ask becomes the owner of the plain counters, for the process's life. */
+static int is_owner(void) {
+  if (!t_role) {
+    int no = 0;
+    t_role = __atomic_compare_exchange_n(&g_owner_taken, &no, 1, 0, __ATOMIC_RELAXED,
+                                         __ATOMIC_RELAXED) ? 1 : 2;
+  }
+  return t_role == 1;
+}
+
+/* A forked child shares the mapping with its parent, whose owner keeps writing: the child's
+ * threads (the forking one included, whatever its role was) use the shared set. */
+static void atfork_child(void) {
+  __atomic_store_n(&g_owner_taken, 1, __ATOMIC_RELAXED);
+  t_role = 2;
+}
 
 static tdist_stats_file_t *map_file(const char *path, int rank, int world_size) {
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -104,7 +127,10 @@ int tdist__stats_register(int rank, int world_size) {
   if (group == 0) {
     const char *path = getenv("TDIST_STATS_FILE");
     if (path && *path) g_file = map_file(path, rank, world_size);
-    if (g_file) refresh_rt_offset();
+    if (g_file) {
+      refresh_rt_offset();
+      pthread_atfork(NULL, NULL, atfork_child);
+    }
   }
   int enabled = g_file != NULL;
   pthread_mutex_unlock(&g_mu);
@@ -183,13 +209,21 @@ void tdist__stats_end(int group, const tdist__coll_t *c, const tdist__stats_op_t
   int k = (int)c->kind;
   uint64_t dur = mono > op->start_mono_ns ? (uint64_t)(mono - op->start_mono_ns) : 0;
   int64_t end = op->start_ns + (int64_t)dur; /* on the start's timeline: never before it */
-  ADD(&f->ops[k], 1);
-  ADD(&f->bytes[k], op->bytes);
-  if (st != TDIST_OK) ADD(&f->errors[k], 1);
-  ADD(&f->duration_ns_sum[k], dur);
   int b = 0;
   while (b < TDIST_STATS_BUCKETS && (double)dur > k_le[b] * 1e9) b++;
-  ADD(&f->hist[k][b], 1);
+  if (is_owner()) {
+    BUMP(&f->ops[k], 1);
+    BUMP(&f->bytes[k], op->bytes);
+    if (st != TDIST_OK) BUMP(&f->errors[k], 1);
+    BUMP(&f->duration_ns_sum[k], dur);
+    BUMP(&f->hist[k][b], 1);
+  } else {
+    ADD(&f->shared_ops[k], 1);
+    ADD(&f->shared_bytes[k], op->bytes);
+    if (st != TDIST_OK) ADD(&f->shared_errors[k], 1);
+    ADD(&f->shared_duration_ns_sum[k], dur);
+    ADD(&f->shared_hist[k][b], 1);
+  }
   tdist_stats_flight_t *e = &f->flight[op->slot];
   uint64_t s = LOAD(&e->stamp);
   if (e->seq == c->seq && e->start_ns == op->start_ns) { /* not yet overwritten by a newer op */
@@ -238,12 +272,21 @@ TDIST_EXTERN tdist_status_t tdist_stats_read(const char *path, tdist_stats_file_
     rc = tdist__fail(TDIST_ERR_PROTOCOL, "stats file %s: magic/version/size mismatch", path);
     goto out;
   }
-  /* Counters are independent atomics: a plain copy is fine. The in-flight block and each flight
+  /* Counters are independent and each stored whole: a plain copy is fine; the two sets are
+   * summed below. The in-flight block and each flight
    * entry are copied under their stamps. A writer preempted in the middle of an update keeps its
    * stamp odd for a while: spin briefly, then yield to it. One that never finishes (killed or
    * stopped mid-update) leaves a half-written block that no retry can make whole: it reads as
    * not in flight / an empty slot, never as a torn copy. */
   memcpy(out, f, sizeof *out);
+  for (int k = 0; k < TDIST_STATS_OPS; k++) {
+    out->ops[k] += out->shared_ops[k];
+    out->bytes[k] += out->shared_bytes[k];
+    out->errors[k] += out->shared_errors[k];
+    out->duration_ns_sum[k] += out->shared_duration_ns_sum[k];
+    for (int b = 0; b <= TDIST_STATS_BUCKETS; b++) out->hist[k][b] += out->shared_hist[k][b];
+  }
+  memset(out->shared_ops, 0, (size_t)((char *)(out + 1) - (char *)out->shared_ops));
   int got = 0;
   for (int tries = 0; tries < STAMP_TRIES && !got; tries++) {
     if (tries >= STAMP_SPINS) sched_yield();

@@ -14,7 +14,10 @@
  *       every flight entry is internally consistent;
  *   (e) tdist_stats_read errors: a missing file, empty, short, random and wrong-version files,
  *       NULL arguments; no file without TDIST_STATS_FILE; an unusable path leaves collectives
- *       working.
+ *       working;
+ *   (f) threads writing at once: four one-rank groups driven by four threads, plus async work
+ *       on a fifth, lose no count (the owner thread's plain counters and the others' shared
+ *       set); a forked child's collectives add to the parent's counts without losing any.
  * The collective types are found by name through tdist_stats_op_name, as a reader outside the
  * library would. */
 #define _GNU_SOURCE
@@ -397,6 +400,99 @@ static int ring_body(int rank, int world, int port, void *arg) {
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* (f) concurrent writers                                                                    */
+
+#define CONC_OPS 200000 /* per thread */
+#define CONC_GROUPS 4
+
+typedef struct {
+  tdist_pg_t *pg;
+  int n;
+} conc_arg_t;
+
+static void *conc_main(void *arg) {
+  conc_arg_t *a = arg;
+  int64_t v[2] = {1, 2};
+  for (int i = 0; i < a->n; i++) OK(a->pg, tdist_all_reduce(a->pg, v, 2, TDIST_INT64, TDIST_MAX));
+  return NULL;
+}
+
+/* One-rank groups, so that a collective is little more than its statistics and writers
+ * collide often: the main thread (the owner, from its first collective on) on the first group,
+ * with every 4th call async (the group's worker thread), and three threads on three more groups
+ * at the same time. Then a forked child on a group of its own while the parent keeps going. */
+static int conc_body(int rank, int world, int port, void *arg) {
+  (void)world, (void)port, (void)arg;
+  char path[512];
+  use_stats_file("conc", rank, path, sizeof path);
+  tdist_store_t *ms;
+  CHECK_OK(tdist_memory_store_create(&ms));
+  tdist_pg_t *g[CONC_GROUPS];
+  for (int i = 0; i < CONC_GROUPS; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "conc%d", i);
+    tdist_pg_options_t o = TDIST_PG_OPTIONS_INIT;
+    o.store = ms;
+    o.rank = 0;
+    o.world_size = 1;
+    o.group_name = name;
+    CHECK_OK(tdist_init_process_group(&o, &g[i]));
+  }
+  OK(g[0], tdist_barrier(g[0]));
+  conc_arg_t ca[CONC_GROUPS];
+  pthread_t th[CONC_GROUPS];
+  for (int i = 1; i < CONC_GROUPS; i++) {
+    ca[i] = (conc_arg_t){g[i], CONC_OPS};
+    CHECK(pthread_create(&th[i], NULL, conc_main, &ca[i]) == 0);
+  }
+  int64_t v[2] = {1, 2};
+  for (int i = 0; i < CONC_OPS; i++) {
+    if (i % 4 == 3) {
+      tdist_work_t *w = NULL;
+      OK(g[0], tdist_all_reduce_async(g[0], v, 2, TDIST_INT64, TDIST_MAX, &w));
+      OK(g[0], tdist_work_wait(w, 20000));
+      tdist_work_destroy(w);
+    } else {
+      OK(g[0], tdist_all_reduce(g[0], v, 2, TDIST_INT64, TDIST_MAX));
+    }
+  }
+  for (int i = 1; i < CONC_GROUPS; i++) pthread_join(th[i], NULL);
+  tdist_stats_file_t *f = read_stats(path);
+  const uint64_t want = (uint64_t)CONC_OPS * CONC_GROUPS;
+  TEST_LOG("concurrent writers: %llu all_reduces counted, %llu run",
+           (unsigned long long)f->ops[k_idx[AR]], (unsigned long long)want);
+  CHECK_EQ_INT(f->ops[k_idx[AR]], want);
+  CHECK_EQ_INT(f->bytes[k_idx[AR]], want * 16);
+  uint64_t hsum = 0;
+  for (int b = 0; b <= TDIST_STATS_BUCKETS; b++) hsum += f->hist[k_idx[AR]][b];
+  CHECK_EQ_INT(hsum, want);
+  CHECK_EQ_INT(f->ops[k_idx[BAR]], 1);
+  for (int i = 0; i < TDIST_STATS_OPS; i++) CHECK_EQ_INT(f->shared_ops[i], 0); /* summed */
+  free(f);
+  /* The child inherits the mapping and the owner's role on its (only) thread. */
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    ca[0] = (conc_arg_t){g[1], CONC_OPS}; /* a copy of the group, used by the child alone */
+    conc_main(&ca[0]);
+    _exit(0);
+  }
+  ca[0] = (conc_arg_t){g[0], CONC_OPS};
+  conc_main(&ca[0]);
+  int ws = 0;
+  CHECK(waitpid(child, &ws, 0) == child);
+  CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  f = read_stats(path);
+  TEST_LOG("with a forked child: %llu all_reduces counted, %llu run",
+           (unsigned long long)f->ops[k_idx[AR]], (unsigned long long)(want + 2 * CONC_OPS));
+  CHECK_EQ_INT(f->ops[k_idx[AR]], want + 2 * (uint64_t)CONC_OPS);
+  free(f);
+  for (int i = 0; i < CONC_GROUPS; i++) tdist_pg_destroy(g[i]);
+  tdist_store_destroy(ms);
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* (c) a failed collective                                                                   */
 
 #define FAIL_OK_OPS 3
@@ -732,6 +828,8 @@ int main(void) {
     if (sh->msg[r][0]) TEST_LOG("hammer: rank %d's reader: %s", r, sh->msg[r]);
   CHECK_EQ_INT(atomic_load(&sh->torn), 0);
   CHECK(atomic_load(&sh->reads) > 100);
+  rc |= r = tdist_test_run_ranks(1, 60000, conc_body, NULL);
+  TEST_LOG("concurrent writers: %s", r ? "FAILED" : "ok");
   int off = 0, bad = 1;
   r = tdist_test_run_ranks(2, 60000, off_body, &off);
   r |= tdist_test_run_ranks(2, 60000, off_body, &bad);
