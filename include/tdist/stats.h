@@ -5,8 +5,8 @@
  * and keeps it current: operations, bytes, errors and a latency histogram per collective type; the
  * collective in flight (type, sequence number, start time, peer); the last completed sequence
  * number; and a flight recorder of the last TDIST_STATS_FLIGHT operations. Writers use atomic
- * stores only (no locks, no system calls per operation); readers take a consistent copy with
- * tdist_stats_read. Counters cover every group of the process; the in-flight operation and the
+ * stores and adds only (no locks, no system calls per operation); readers take a consistent copy
+ * with tdist_stats_read. Counters cover every group of the process; the in-flight operation and the
  * sequence numbers are those of the first (world) group, the same on every rank.
  *
  * Counters come in two sets, so the common case costs no atomic read-modify-write: the first
