@@ -273,11 +273,11 @@ TDIST_EXTERN tdist_status_t tdist_stats_read(const char *path, tdist_stats_file_
     goto out;
   }
   /* Counters are independent and each stored whole: a plain copy is fine; the two sets are
-   * summed below. The in-flight block and each flight
-   * entry are copied under their stamps. A writer preempted in the middle of an update keeps its
-   * stamp odd for a while: spin briefly, then yield to it. One that never finishes (killed or
-   * stopped mid-update) leaves a half-written block that no retry can make whole: it reads as
-   * not in flight / an empty slot, never as a torn copy. */
+   * summed below. The in-flight block and each flight entry are copied under their stamps. A
+   * writer preempted in the middle of an update keeps its stamp odd for a while: spin briefly,
+   * then yield to it. One that never finishes (killed or stopped mid-update) leaves a
+   * half-written block that no retry can make whole: it reads as not in flight / an empty slot,
+   * never as a torn copy. */
   memcpy(out, f, sizeof *out);
   for (int k = 0; k < TDIST_STATS_OPS; k++) {
     out->ops[k] += out->shared_ops[k];
