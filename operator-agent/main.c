@@ -49,7 +49,8 @@ typedef struct {
   agent_cfg_t cfg;
   agent_state_t st;
   agent_http_t *http;
-  tdist_store_server_t *server;
+  tdist_store_server_t *server;        /* node 0: the agents' store (--master-port) */
+  tdist_store_server_t *worker_server; /* node 0: the workers' store of the round last joined */
   tdist_store_t *client, *store; /* TCP client and its "tdist/<run_id>" prefix view */
   agent_rdzv_t rd;
   agent_workers_t ws;
@@ -244,6 +245,7 @@ static int connect_store(agent_t *a, int64_t deadline_ns) {
 
 static void publish_round(agent_t *a) {
   agent_state_lock(&a->st);
+  a->st.worker_master_port = a->rd.worker_store_port;
   a->st.round = a->rd.round;
   a->st.group_rank = a->rd.group_rank;
   a->st.group_world_size = (int)a->rd.nmembers;
@@ -264,14 +266,53 @@ static void publish_round(agent_t *a) {
   agent_state_unlock(&a->st);
 }
 
-typedef enum { RDZV_OK, RDZV_STORE_LOST, RDZV_TIMEOUT, RDZV_STOPPED } rdzv_outcome_t;
+/* Joins round >= a->next_round. The store host first starts a fresh, empty store for that round's
+ * workers and names its port in its record (see rdzv.h: attempt isolation); the previous round's
+ * store goes once the new one is published (that round's workers here are stopped by now, and
+ * those left on other nodes only lose a store they are about to be stopped for). 0 ok, -1 the
+ * agents' store failed (a->rd.err), -2 no workers' store could be started (logged). */
+static int join_round(agent_t *a) {
+  tdist_store_server_t *old = a->worker_server, *fresh = NULL;
+  if (a->server) {
+    tdist_store_server_options_t so = TDIST_STORE_SERVER_OPTIONS_INIT;
+    so.host = a->cfg.standalone ? "127.0.0.1" : NULL;
+    so.port = 0;
+    if (tdist_store_server_create(&so, &fresh) != TDIST_OK) {
+      char msg[400];
+      snprintf(msg, sizeof msg, "cannot start the workers' store for the next round: %s",
+               tdist_last_error());
+      AGENT_ERROR("%s", msg);
+      set_error(a, msg);
+      return -2;
+    }
+    a->rd.worker_port = tdist_store_server_port(fresh);
+  }
+  agent_rdzv_result_t res = agent_rdzv_join(&a->rd, a->next_round, a->attempt, a->failures);
+  if (a->server) {
+    if (res < 0) {
+      tdist_store_server_destroy(fresh); /* the old one stays: nobody was told of the new one */
+      a->rd.worker_port = old ? tdist_store_server_port(old) : 0;
+      return -1;
+    }
+    agent_state_lock(&a->st);
+    a->st.worker_store_server = fresh;
+    agent_state_unlock(&a->st);
+    a->worker_server = fresh;
+    tdist_store_server_destroy(old);
+    AGENT_DEBUG("workers' store of round %" PRId64 " on port %d", a->rd.round, a->rd.worker_port);
+  }
+  return res < 0 ? -1 : 0;
+}
+
+typedef enum { RDZV_OK, RDZV_STORE_LOST, RDZV_TIMEOUT, RDZV_STOPPED, RDZV_FATAL } rdzv_outcome_t;
 
 /* Joins rounds until this agent is a member of one. */
 static rdzv_outcome_t rendezvous(agent_t *a, int64_t deadline_ns) {
   set_state(a, AGENT_STATE_RENDEZVOUS);
   int64_t t0 = now_ns();
-  agent_rdzv_result_t res = agent_rdzv_join(&a->rd, a->next_round, a->attempt, a->failures);
-  if (res < 0) return RDZV_STORE_LOST;
+  int jr = join_round(a);
+  if (jr) return jr == -2 ? RDZV_FATAL : RDZV_STORE_LOST;
+  agent_rdzv_result_t res;
   char nn[32];
   AGENT_INFO("joined rendezvous round %" PRId64 " (run id '%s'), waiting for %s node(s)",
              a->rd.round, a->cfg.run_id, nnodes_str(&a->cfg, nn, sizeof nn));
@@ -282,8 +323,8 @@ static rdzv_outcome_t rendezvous(agent_t *a, int64_t deadline_ns) {
     if (res == AGENT_RDZV_MEMBER) break;
     if (res == AGENT_RDZV_ROUND_MOVED) {
       a->next_round = a->rd.round + 1;
-      res = agent_rdzv_join(&a->rd, a->next_round, a->attempt, a->failures);
-      if (res < 0) return RDZV_STORE_LOST;
+      jr = join_round(a);
+      if (jr) return jr == -2 ? RDZV_FATAL : RDZV_STORE_LOST;
       continue;
     }
     if (res == AGENT_RDZV_WAITER && !waiter_logged) {
@@ -314,9 +355,9 @@ static rdzv_outcome_t rendezvous(agent_t *a, int64_t deadline_ns) {
   agent_state_unlock(&a->st);
   publish_round(a);
   AGENT_INFO("round %" PRId64 " complete in %.2f s: %" PRId64
-             " node(s), group rank %d, world size %d, attempt %d",
+             " node(s), group rank %d, world size %d, attempt %d, workers' store port %d",
              a->rd.round, secs, a->rd.nmembers, a->rd.group_rank, a->rd.world_size,
-             a->rd.attempt);
+             a->rd.attempt, a->rd.worker_store_port);
   return RDZV_OK;
 }
 
@@ -487,7 +528,7 @@ static round_outcome_t run_round(agent_t *a, int *local_failed) {
   char err[512];
   agent_worker_spec_t spec = {&a->cfg,        a->rd.rank_base, a->rd.world_size,
                               a->rd.group_rank, (int)a->rd.nmembers, a->rd.attempt,
-                              a->master_ip,   a->master_port,  a->run_dir};
+                              a->master_ip,   a->rd.worker_store_port, a->run_dir};
   if (agent_workers_start(&a->ws, &spec, err, sizeof err)) {
     AGENT_ERROR("%s", err);
     set_error(a, err);
@@ -501,7 +542,7 @@ static round_outcome_t run_round(agent_t *a, int *local_failed) {
   set_state(a, AGENT_STATE_RUNNING);
   AGENT_INFO("started %d worker(s): global ranks %d..%d of %d, MASTER_ADDR=%s MASTER_PORT=%d",
              a->ws.n, a->rd.rank_base, a->rd.rank_base + a->ws.n - 1, a->rd.world_size,
-             a->master_ip, a->master_port);
+             a->master_ip, a->rd.worker_store_port);
   int marked_done = 0;
   for (;;) {
     wait_events(a, poll_ms(a));
@@ -570,6 +611,7 @@ static int run(agent_t *a) {
     rdzv_outcome_t ro = rendezvous(a, deadline);
     if (ro == RDZV_STOPPED) return 128 + a->stop_sig;
     if (ro == RDZV_TIMEOUT) return EXIT_UNAVAILABLE;
+    if (ro == RDZV_FATAL) return EXIT_INTERNAL;
     if (ro == RDZV_STORE_LOST) {
       AGENT_WARN("lost the store during rendezvous: %s; reconnecting", a->rd.err);
       drop_store(a);
@@ -793,8 +835,9 @@ int main(int argc, char **argv) {
   drop_store(a);
   agent_http_stop(a->http);
   agent_state_lock(&a->st);
-  a->st.store_server = NULL;
+  a->st.store_server = a->st.worker_store_server = NULL;
   agent_state_unlock(&a->st);
+  tdist_store_server_destroy(a->worker_server);
   tdist_store_server_destroy(a->server);
   agent_workers_free(&a->ws);
   agent_rdzv_free(&a->rd);

@@ -38,8 +38,8 @@ typedef struct {
   uint64_t rdzv_bucket[AGENT_RDZV_BUCKETS + 1];
   double rdzv_sum_s, last_rdzv_unix;
   uint64_t dns_failures, store_reconnects;
-  int have_store;
-  tdist_store_server_stats_t store;
+  int have_store, have_worker_store;
+  tdist_store_server_stats_t store, worker_store;
 } snapshot_t;
 
 static void take_snapshot(agent_state_t *st, snapshot_t *s) {
@@ -71,6 +71,10 @@ static void take_snapshot(agent_state_t *st, snapshot_t *s) {
   if (st->store_server) {
     s->have_store = 1;
     tdist_store_server_stats(st->store_server, &s->store);
+  }
+  if (st->worker_store_server) {
+    s->have_worker_store = 1;
+    tdist_store_server_stats(st->worker_store_server, &s->worker_store);
   }
   agent_state_unlock(st);
 }
@@ -309,6 +313,14 @@ static void render_agent(agent_buf_t *b, const snapshot_t *s) {
     gauge_u(b, "tdist_store_keys", "Keys in the hosted store.", s->store.keys);
     gauge_u(b, "tdist_store_waits_pending", "WAIT requests the hosted store has not answered yet.",
             s->store.waits_pending);
+  }
+  if (s->have_worker_store) {
+    /* A fresh store per round (attempt isolation): its counters start again, so gauges only. */
+    gauge_u(b, "tdist_worker_store_clients",
+            "Open connections to the workers' store of the current round (node 0).",
+            s->worker_store.connections_open);
+    gauge_u(b, "tdist_worker_store_keys",
+            "Keys in the workers' store of the current round (node 0).", s->worker_store.keys);
   }
 }
 

@@ -35,8 +35,10 @@ static void render(agent_buf_t *b, const agent_state_t *st) {
                    st->round, st->restart_count, st->max_restarts, st->group_rank,
                    st->group_world_size, st->world_size);
   JSON_FIELD(b, st, master_addr);
-  agent_buf_printf(b, ",\"master_port\":%d,\"is_store_host\":%s,\"members\":[", st->master_port,
-                   st->is_store_host ? "true" : "false");
+  agent_buf_printf(b,
+                   ",\"master_port\":%d,\"worker_master_port\":%d,\"is_store_host\":%s"
+                   ",\"members\":[",
+                   st->master_port, st->worker_master_port, st->is_store_host ? "true" : "false");
   for (int i = 0; st->members && i < st->nmembers; i++) {
     const agent_member_info_t *m = &st->members[i];
     agent_buf_printf(b, "%s{\"node_rank\":%d,\"group_rank\":%d,\"addr\":", i ? "," : "",

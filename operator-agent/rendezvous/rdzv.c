@@ -30,6 +30,7 @@ void agent_rdzv_reset_round(agent_rdzv_t *r) {
   r->nmembers = 0;
   r->group_rank = -1;
   r->world_size = r->rank_base = 0;
+  r->worker_store_port = 0;
   r->next_hb_ns = 0;
   r->waiters_checked = 0;
   r->end_reason = AGENT_RESTART_PEER_LOST;
@@ -125,9 +126,9 @@ static agent_rdzv_result_t read_records(agent_rdzv_t *r, int64_t first, int64_t 
     agent_rdzv_member_t *m = &recs[i];
     memset(m, 0, sizeof *m);
     m->idx = (int)(first + (int64_t)i);
-    if (sscanf(buf, "%d %d %d %d %63s %63s", &m->node_rank, &m->nproc, &m->attempt, &m->failures,
-               m->addr, m->host) != 6 ||
-        m->nproc < 1) {
+    if (sscanf(buf, "%d %d %d %d %63s %63s %d", &m->node_rank, &m->nproc, &m->attempt,
+               &m->failures, m->addr, m->host, &m->worker_port) != 7 ||
+        m->nproc < 1 || m->worker_port < 0 || m->worker_port > 65535) {
       snprintf(r->err, sizeof r->err, "malformed rendezvous record %s: '%s'", keys[i], buf);
       res = AGENT_RDZV_STORE_ERROR;
       goto out;
@@ -164,8 +165,8 @@ agent_rdzv_result_t agent_rdzv_join(agent_rdzv_t *r, int64_t want_round, int att
   snprintf(key, sizeof key, "%" PRId64 "/joined", cur);
   if ((res = add(r, key, 1, &r->idx)) < 0) return res;
   snprintf(key, sizeof key, "%" PRId64 "/node/%" PRId64, cur, r->idx);
-  snprintf(rec, sizeof rec, "%d %d %d %d %s %s", r->node_rank, r->nproc, attempt, failures,
-           r->addr[0] ? r->addr : "-", r->host[0] ? r->host : "-");
+  snprintf(rec, sizeof rec, "%d %d %d %d %s %s %d", r->node_rank, r->nproc, attempt, failures,
+           r->addr[0] ? r->addr : "-", r->host[0] ? r->host : "-", r->worker_port);
   if ((res = set_str(r, key, rec)) < 0) return res;
   snprintf(key, sizeof key, "%" PRId64 "/hb/%" PRId64, cur, r->idx);
   if ((res = set_str(r, key, "0")) < 0) return res;
@@ -177,6 +178,35 @@ static int member_cmp(const void *a, const void *b) {
   const agent_rdzv_member_t *x = a, *y = b;
   if (x->node_rank != y->node_rank) return x->node_rank < y->node_rank ? -1 : 1;
   return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* The store host arrived after the round closed (an elastic round that filled up without it):
+ * its record, and so the workers' store, is among the waiters'. Without one the round cannot run
+ * workers; ending it lets the next round include the store host. */
+static agent_rdzv_result_t find_store_host(agent_rdzv_t *r) {
+  char key[96];
+  int64_t joined;
+  snprintf(key, sizeof key, "%" PRId64 "/joined", r->round);
+  agent_rdzv_result_t res = add(r, key, 0, &joined);
+  if (res < 0) return res;
+  if (joined > r->nmembers) {
+    int64_t nw = joined - r->nmembers;
+    agent_rdzv_member_t *w = calloc((size_t)nw, sizeof *w);
+    if (!w) {
+      snprintf(r->err, sizeof r->err, "out of memory");
+      return AGENT_RDZV_STORE_ERROR;
+    }
+    res = read_records(r, r->nmembers + 1, joined, w);
+    for (int64_t i = 0; res >= 0 && i < nw; i++)
+      if (w[i].node_rank == 0 && w[i].worker_port > 0) r->worker_store_port = w[i].worker_port;
+    free(w);
+    if (res < 0) return res;
+  }
+  if (r->worker_store_port) return AGENT_RDZV_MEMBER;
+  res = agent_rdzv_end(r, AGENT_RESTART_MEMBERSHIP,
+                       "the round closed without the store host (node 0): it hosts the workers' "
+                       "store, so the next round must include it");
+  return res < 0 ? res : AGENT_RDZV_ROUND_MOVED;
 }
 
 static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns) {
@@ -192,8 +222,10 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns) {
   if (res < 0) return res;
   qsort(r->members, (size_t)n, sizeof *r->members, member_cmp);
   int attempt = 0, failures = 0, ws = 0;
+  r->worker_store_port = 0;
   for (int64_t i = 0; i < n; i++) {
     agent_rdzv_member_t *m = &r->members[i];
+    if (m->node_rank == 0 && m->worker_port > 0) r->worker_store_port = m->worker_port;
     if (m->idx == r->idx) {
       r->group_rank = (int)i;
       r->rank_base = ws;
@@ -208,6 +240,7 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns) {
   r->failures = failures;
   r->world_size = ws;
   r->next_hb_ns = 0;
+  if (!r->worker_store_port) return find_store_host(r);
   return AGENT_RDZV_MEMBER;
 }
 

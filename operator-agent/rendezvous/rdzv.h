@@ -4,7 +4,8 @@
  *   round                    the current round r (decimal; ADD-created). Moving it from r to r+1
  *                            (compare_set) ends round r for everybody.
  *   <r>/joined               ADD counter: arrival index of each agent that joined round r
- *   <r>/node/<idx>           the record of arrival idx: "node_rank nproc attempt failures addr host"
+ *   <r>/node/<idx>           the record of arrival idx:
+ *                            "node_rank nproc attempt failures addr host worker_port"
  *   <r>/closed               N: the first N arrivals are the members (first compare_set wins)
  *   <r>/hb/<idx>             heartbeat counter of arrival idx (set every heartbeat interval)
  *   <r>/end                  why round r ended: "<reason> <text>" (first compare_set wins)
@@ -15,6 +16,12 @@
  * there is room (N < MAX) or a waiter has the node rank of a member (a rescheduled pod), end the
  * round so it can be admitted. Group rank = position of the member in (node_rank, idx) order;
  * global rank base = sum of nproc of the lower group ranks.
+ *
+ * Attempt isolation: the store host (node rank 0) starts a fresh, empty store for the workers of
+ * every round it joins and puts its port in its record (worker_port; 0 in everybody else's).
+ * Members read it from the store host's record, so the workers of round r never see a key written
+ * by those of an earlier round (PyTorch >= 2.5 workers add no per-attempt prefix and rely on this,
+ * as they do on torchelastic's fresh store per retry); the agents' own keys stay in this store.
  *
  * Every function does a bounded number of store calls and never waits for peers by itself: the
  * caller polls, so signals and child exits stay responsive. Any store failure returns
@@ -39,7 +46,7 @@ typedef enum {
 } agent_rdzv_result_t;
 
 typedef struct {
-  int node_rank, nproc, attempt, failures, idx;
+  int node_rank, nproc, attempt, failures, idx, worker_port;
   char addr[64], host[64];
 } agent_rdzv_member_t;
 
@@ -51,6 +58,8 @@ typedef struct {
   /* this agent */
   int node_rank, nproc;
   char addr[64], host[64];
+  int worker_port;            /* store host: the port of the workers' store it started for the
+                               * round it joins next (set before agent_rdzv_join); others 0 */
 
   /* the round being joined / run */
   int64_t round;
@@ -61,6 +70,7 @@ typedef struct {
   int group_rank;
   int attempt, failures;      /* agreed: max over members of their records */
   int world_size, rank_base;
+  int worker_store_port;      /* members: the round's workers' store (the store host's record) */
 
   /* heartbeats */
   int64_t hb_counter;

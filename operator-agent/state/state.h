@@ -68,6 +68,7 @@ typedef struct {
   char backend[16];
   int is_store_host;         /* node rank 0: hosts the store */
   tdist_store_server_t *store_server; /* node 0 only; the HTTP thread reads its stats */
+  tdist_store_server_t *worker_store_server; /* node 0: the current round's workers' store */
 
   /* liveness: the main loop stamps this every iteration (CLOCK_MONOTONIC ns) */
   int64_t loop_tick_ns;
@@ -79,7 +80,8 @@ typedef struct {
   int max_restarts;
   int group_rank, group_world_size, world_size;
   char master_addr[256];
-  int master_port;
+  int master_port;           /* the agents' store */
+  int worker_master_port;    /* MASTER_PORT of the running workers: their round's store */
 
   agent_member_info_t *members; /* group_world_size entries (owned; replace under the lock) */
   int nmembers;

@@ -48,6 +48,8 @@ static void sim_open(sim_t *a, const char *run_id, int node_rank, int nproc, int
   a->r.nproc = nproc;
   snprintf(a->r.addr, sizeof a->r.addr, "10.0.0.%d", node_rank + 1);
   snprintf(a->r.host, sizeof a->r.host, "job-%d", node_rank);
+  /* The store host names the workers' store of the round it joins (main.c starts one). */
+  a->r.worker_port = node_rank == 0 ? 30000 : 0;
 }
 
 static void sim_close(sim_t *a) {
