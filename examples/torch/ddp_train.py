@@ -15,19 +15,54 @@ Options (for tests):
   --env-dump DIR          write the worker's environment to DIR/env.<rank>.json
   --wait-file PATH        block before training until PATH exists (lets a test inspect the agent)
   --step-sleep S          sleep S seconds after each step (a longer job to disturb)
-Exit status: 0 success, 1 exception (the error file names it), 2 a check failed.
+  --crash-until-attempt N while TORCHELASTIC_RESTART_COUNT < N, one rank crashes at one step
+                          after init_process_group, both picked at random from --seed and the
+                          attempt; the way it dies cycles through an exception, os._exit(1)
+                          and SIGKILL (restart tests)
+  --seed S                seed of those choices (default 1)
+  --check-fresh-store     before init, add 1 to a key in the launcher's store (MASTER_ADDR/PORT,
+                          no prefix) and exit 99 if the count exceeds WORLD_SIZE: a store that
+                          still holds an earlier attempt's keys (attempt isolation tests)
+Exit status: 0 success, 1 exception (the error file names it), 2 a check failed, 99 the
+store held an earlier attempt's keys (--check-fresh-store).
 """
 import argparse
 import gc
 import json
 import os
+import random
+import signal
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def check_fresh_store(rank):
+    world = int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          is_master=False, timeout=timedelta(seconds=60))
+    n = store.add("tdist_test/ranks_started", 1)
+    if n > world:
+        print(f"rank {rank}: the store already counted {n - 1} rank start(s) of a world of "
+              f"{world}: it holds keys of an earlier attempt", file=sys.stderr, flush=True)
+        os._exit(99)
+    del store
+
+
+def crash(attempt, rank, step):
+    how = attempt % 3
+    print(f"rank {rank}: crashing at step {step} on attempt {attempt} "
+          f"({['exception', 'os._exit(1)', 'SIGKILL'][how]})", flush=True)
+    if how == 0:
+        raise RuntimeError(f"deliberate crash of rank {rank} at step {step} on attempt {attempt}")
+    if how == 1:
+        os._exit(1)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @record
@@ -40,6 +75,9 @@ def main():
     p.add_argument("--env-dump", default="")
     p.add_argument("--wait-file", default="")
     p.add_argument("--step-sleep", type=float, default=0.0)
+    p.add_argument("--crash-until-attempt", type=int, default=0)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--check-fresh-store", action="store_true")
     args = p.parse_args()
 
     rank = int(os.environ["RANK"])
@@ -51,9 +89,18 @@ def main():
         while not os.path.exists(args.wait_file):
             time.sleep(0.05)
 
+    if args.check_fresh_store:
+        check_fresh_store(rank)
     dist.init_process_group("gloo")
     world = dist.get_world_size()
     assert dist.get_rank() == rank
+    crash_step = -1
+    if attempt < args.crash_until_attempt:
+        rng = random.Random(args.seed * 1000003 + attempt)
+        victim = rng.randrange(world)
+        if rank == victim:
+            crash_step = rng.randrange(1, max(2, args.steps))
+            print(f"rank {rank}: attempt {attempt} will crash at step {crash_step}", flush=True)
 
     if rank == args.fail_rank and attempt == args.fail_attempt:
         if args.fail_code:
@@ -69,6 +116,8 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     first = last = None
     for step in range(args.steps):
+        if step == crash_step:
+            crash(attempt, rank, step)
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()

@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,8 @@ typedef struct {
   model_t model;
   int64_t timeout_ms;
   const char *backend; /* NULL: TDIST_BACKEND, else gloo */
+  int crash_until_attempt;
+  int check_fresh_store;
 } opts_t;
 
 static void usage(FILE *f) {
@@ -68,11 +71,18 @@ static void usage(FILE *f) {
     "  --backend B        gloo (host memory) or nccl (GPU memory of device LOCAL_RANK, through\n"
     "                     NCCL; the CUDA runtime is loaded at run time); default: the\n"
     "                     TDIST_BACKEND variable (tdist-agent sets it), else gloo\n"
+    "  --crash-until-attempt N  (restart tests) while TORCHELASTIC_RESTART_COUNT < N, one\n"
+    "                     rank dies at one step, both picked from --seed and the attempt;\n"
+    "                     the way cycles through exit(1), SIGKILL and abort()\n"
+    "  --check-fresh-store  (attempt-isolation tests) before joining, add 1 to a key in the\n"
+    "                     launcher's store (MASTER_ADDR/MASTER_PORT, no prefix) and exit 4 if\n"
+    "                     the count exceeds WORLD_SIZE: the store kept an earlier attempt's keys\n"
     "  --help             this text\n"
     "\n"
     "At the end every rank checks that the parameters are bitwise identical on all ranks\n"
     "(all_gather) and that the loss decreased; the exit status is 0 only if both hold\n"
-    "(1: a check failed, 2: bad usage, 3: the process group failed).\n");
+    "(1: a check failed, 2: bad usage, 3: the process group failed, 4: --check-fresh-store\n"
+    "found an earlier attempt's keys).\n");
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out) {
@@ -84,12 +94,16 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 static int parse_opts(int argc, char **argv, opts_t *o) {
-  *o = (opts_t){200, 0.1, 16, 1024, 64, 1, 20, MODEL_LINEAR, 120000, NULL};
+  *o = (opts_t){200, 0.1, 16, 1024, 64, 1, 20, MODEL_LINEAR, 120000, NULL, 0, 0};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i];
     if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
       usage(stdout);
       exit(0);
+    }
+    if (!strcmp(k, "--check-fresh-store")) {
+      o->check_fresh_store = 1;
+      continue;
     }
     if (i + 1 >= argc) {
       fprintf(stderr, "train: %s needs a value (see --help)\n", k);
@@ -126,6 +140,9 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
     } else if (!strcmp(k, "--timeout-ms")) {
       if (parse_int(v, 1, 86400000L, &n)) goto bad;
       o->timeout_ms = n;
+    } else if (!strcmp(k, "--crash-until-attempt")) {
+      if (parse_int(v, 0, 1000000, &n)) goto bad;
+      o->crash_until_attempt = (int)n;
     } else if (!strcmp(k, "--backend")) {
       if (strcmp(v, "gloo") && strcmp(v, "nccl")) goto bad;
       o->backend = v;
@@ -335,6 +352,64 @@ static double loss_grad(const opts_t *o, const shard_t *sh, const float *p, int 
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* Restart and attempt-isolation tests */
+
+static int restart_count(void) {
+  const char *v = getenv("TORCHELASTIC_RESTART_COUNT");
+  return v && *v ? atoi(v) : 0;
+}
+
+/* The step at which this rank dies on this attempt (0: it does not). */
+static int crash_step(const opts_t *o, int rank, int world) {
+  int attempt = restart_count();
+  if (attempt >= o->crash_until_attempt) return 0;
+  uint64_t s = o->seed * 0x9E3779B97F4A7C15ull + (uint64_t)attempt * 0xBF58476D1CE4E5B9ull + 1;
+  int victim = (int)(next_u64(&s) % (uint64_t)world);
+  int step = 1 + (int)(next_u64(&s) % (uint64_t)(o->steps > 1 ? o->steps - 1 : 1));
+  if (rank != victim) return 0;
+  fprintf(stderr, "train: rank %d: attempt %d will crash at step %d\n", rank, attempt, step);
+  return step;
+}
+
+static void crash(int rank, int step) {
+  int how = restart_count() % 3;
+  static const char *const ways[] = {"exit(1)", "SIGKILL", "abort()"};
+  fprintf(stderr, "train: rank %d: crashing at step %d on attempt %d (%s)\n", rank, step,
+          restart_count(), ways[how]);
+  if (how == 0) _exit(1);
+  if (how == 1) raise(SIGKILL);
+  abort();
+}
+
+/* 0 if the launcher's store counted no more rank starts than the world has ranks. */
+static int check_fresh_store(void) {
+  const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+  const char *ws = getenv("WORLD_SIZE");
+  if (!addr || !port || !ws) {
+    fprintf(stderr, "train: --check-fresh-store needs MASTER_ADDR, MASTER_PORT and WORLD_SIZE\n");
+    return 2;
+  }
+  tdist_tcp_store_options_t so = TDIST_TCP_STORE_OPTIONS_INIT;
+  so.host = addr;
+  so.port = atoi(port);
+  tdist_store_t *s = NULL;
+  int64_t n = 0;
+  tdist_status_t st = tdist_tcp_store_connect(&so, &s);
+  if (!st) st = tdist_store_add(s, "tdist_test/ranks_started", 1, &n);
+  if (st) {
+    fprintf(stderr, "train: --check-fresh-store: store %s:%s: %s: %s\n", addr, port,
+            tdist_strerror(st), s ? tdist_store_last_error(s) : tdist_last_error());
+    tdist_store_destroy(s);
+    return 3;
+  }
+  tdist_store_destroy(s);
+  if (n > atoi(ws)) {
+    fprintf(stderr, "train: the store already counted %lld rank start(s) of a world of %s: it "
+            "holds keys of an earlier attempt\n", (long long)n - 1, ws);
+    return 4;
+  }
+  return 0;
+}
 
 static int pg_failed(tdist_pg_t *pg, int rank, const char *what, tdist_status_t st) {
   fprintf(stderr, "train: rank %d: %s failed: %s: %s\n", rank, what, tdist_strerror(st),
@@ -354,6 +429,10 @@ int main(int argc, char **argv) {
   opts_t o;
   setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines in order with stderr when piped */
   if (parse_opts(argc, argv, &o)) return 2;
+  if (o.check_fresh_store) {
+    int rc = check_fresh_store();
+    if (rc) return rc;
+  }
 
   tdist_pg_options_t po = TDIST_PG_OPTIONS_INIT;
   po.init_method = "env://";
@@ -406,7 +485,9 @@ int main(int argc, char **argv) {
   if ((st = global_loss(pg, &dv, &o, &sh, p, &loss0))) return pg_failed(pg, rank, "all_reduce", st);
   if (rank == 0) printf("step %6d  loss %.6f\n", 0, loss0);
 
+  int die_at = crash_step(&o, rank, world);
   for (int step = 1; step <= o.steps; step++) {
+    if (step == die_at) crash(rank, step);
     double batch_loss = loss_grad(&o, &sh, p, (int)(((long long)(step - 1) * o.batch) % sh.n),
                                   o.batch, gd);
     for (int j = 0; j < np; j++) g[j] = (float)gd[j];
@@ -453,8 +534,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train: rank %d: another rank's check failed\n", rank);
   if (bad) rc = 1;
   if (rank == 0 && !rc)
-    printf("train: OK: loss %.6f -> %.6f; parameters bitwise identical on all %d ranks\n",
-           loss0, loss1, world);
+    printf("train: OK: loss %.6f -> %.6f; parameters bitwise identical on all %d ranks "
+           "(attempt %d)\n", loss0, loss1, world, restart_count());
   if ((st = tdist_barrier(pg))) return pg_failed(pg, rank, "final barrier", st);
   if ((st = tdist_pg_finalize(pg)) && !rc) {
     fprintf(stderr, "train: rank %d: finalize: %s\n", rank, tdist_pg_last_error(pg));

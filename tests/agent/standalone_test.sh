@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # tdist-agent --standalone end to end: real agent binary, real workers (the C training example and
-# an unmodified PyTorch DDP script), real restarts, signals, exit codes and the HTTP endpoints
-# checked with curl, promtool and python's json module.
+# an unmodified PyTorch DDP script, under the PyTorch version of $TDIST_TORCH: 1.13 or 2.6, see
+# tests/testlib/torch.sh), real restarts, signals, exit codes and the HTTP endpoints checked with
+# curl, promtool and python's json module.
 #   args: AGENT TRAIN_BIN DDP_SCRIPT
 set -uo pipefail
 AGENT="$(realpath "$1")"; TRAIN="$(realpath "$2")"; DDP="$(realpath "$3")"
-PY=/usr/bin/python3
 T="${TEST_TMPDIR:-$(mktemp -d)}/standalone.$$"
 mkdir -p "$T"
 fails=0
@@ -14,13 +14,14 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 cleanup() { pkill -KILL -P $$ 2>/dev/null || true; }
 trap cleanup EXIT
 export TDIST_LOG_LEVEL=info
-export TDIST_PYTHON=$PY   # "x.py" workers run as $TDIST_PYTHON -u x.py (PyTorch is in /usr/bin/python3)
 
 # Every run is bounded: a hang fails that check (exit 124) instead of the whole test, and leaves
 # a report (process tree, native and Python stacks) on the test's stderr, fd 9.
 LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
 [ -f "$LIB/bounded.sh" ] || LIB="$(dirname "$(realpath "$0")")/../testlib"
 . "$LIB/bounded.sh"
+# PY and TDIST_PYTHON ("x.py" workers run as $TDIST_PYTHON -u x.py): the PyTorch under test.
+. "$LIB/torch.sh"
 exec 9>&2
 agent() { bounded 120 "$AGENT" --http-port -1 --monitor-interval 0.05 --stop-grace-period 3 "$@"; }
 
@@ -29,7 +30,8 @@ if agent --standalone --nproc-per-node 2 -- "$TRAIN" --steps 40 >"$T/c.out" 2>"$
   grep -q "started 2 worker(s)" "$T/c.err" && pass "C training example, 2 workers" ||
     fail "C example: no start line"; else fail "C example exit $? ($(tail -3 "$T/c.err"))"; fi
 
-# 2. PyTorch DDP (gloo) with 2 workers: env dump checked against the torchrun contract.
+# 2. PyTorch DDP (gloo) with 2 workers: env dump checked against the torchrun contract (workers of
+#    every version get both spellings of the NCCL async-error variable: see workers.c).
 mkdir -p "$T/env"
 if agent --standalone --nproc-per-node 2 -- "$DDP" --env-dump "$T/env" >"$T/py.out" 2>"$T/py.err"; then
   grep -q "params identical: True" "$T/py.out" && pass "PyTorch DDP script, 2 workers" ||
@@ -44,7 +46,8 @@ for r, e in enumerate(envs):
             "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": str(r), "ROLE_WORLD_SIZE": "2",
             "ROLE_NAME": "default", "MASTER_ADDR": "127.0.0.1", "TORCHELASTIC_RESTART_COUNT": "0",
             "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_USE_AGENT_STORE": "True",
-            "OMP_NUM_THREADS": "1", "NCCL_ASYNC_ERROR_HANDLING": "1"}
+            "OMP_NUM_THREADS": "1", "NCCL_ASYNC_ERROR_HANDLING": "1",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
     for k, v in want.items():
         assert e.get(k) == v, (r, k, e.get(k), v)
     assert 1 <= int(e["MASTER_PORT"]) <= 65535
