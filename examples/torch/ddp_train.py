@@ -94,6 +94,9 @@ def main():
     dist.init_process_group("gloo")
     world = dist.get_world_size()
     assert dist.get_rank() == rank
+    if rank == 0:
+        print(f"ddp_train: PyTorch {torch.__version__}, world {world}, attempt {attempt}",
+              flush=True)
     crash_step = -1
     if attempt < args.crash_until_attempt:
         rng = random.Random(args.seed * 1000003 + attempt)

@@ -52,6 +52,7 @@ fi
   pass "$N crashes mid-training, $N restarts, none failed" ||
   fail "expected $N crashes and $N restarts, saw $crashes and $restarts"
 if [ "$WORKER" = torch ]; then
+  grep -q "^ddp_train: PyTorch $TORCH_VERSION, world 2, attempt $N" "$T/out" &&
   grep -q "done: world 2 attempt $N .*params identical: True" "$T/out" &&
     pass "attempt $N trained to the end with identical parameters" ||
     fail "no final line of attempt $N: $(tail -n 2 "$T/out")"

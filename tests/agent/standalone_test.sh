@@ -34,7 +34,8 @@ if agent --standalone --nproc-per-node 2 -- "$TRAIN" --steps 40 >"$T/c.out" 2>"$
 #    every version get both spellings of the NCCL async-error variable: see workers.c).
 mkdir -p "$T/env"
 if agent --standalone --nproc-per-node 2 -- "$DDP" --env-dump "$T/env" >"$T/py.out" 2>"$T/py.err"; then
-  grep -q "params identical: True" "$T/py.out" && pass "PyTorch DDP script, 2 workers" ||
+  grep -q "^ddp_train: PyTorch $TORCH_VERSION, world 2" "$T/py.out" &&
+  grep -q "params identical: True" "$T/py.out" && pass "PyTorch $TORCH_VERSION DDP script, 2 workers" ||
     fail "DDP: no success line: $(tail -3 "$T/py.out")"
 else fail "DDP exit $? ($(tail -15 "$T/py.err"; tail -5 "$T/py.out"))"; fi
 if $PY - "$T/env" <<'PYEOF'

@@ -18,11 +18,17 @@
 # the PodMonitor's endpoint (/metrics); every pod but the last is probed before its peers exist
 # (readiness never waits on peers), the last one as soon as it starts. Every pod must exit 0 and
 # the job must have trained: the C example's "train: OK" line.
-#   args: AGENT TRAIN PODSPEC_PY PODS_SH K8S_BASE_KUSTOMIZATION
+#
+# With TDIST_SIM_WORKER=torch (simulate_torch_test_*) the job is a user's PyTorch job instead: the
+# same manifests with the ConfigMap's command set to the DDP example (examples/torch) and
+# TDIST_PYTHON=/opt/tdist/bin/python3 in the container's env, as a user's overlay over an image
+# with PyTorch would set them; that interpreter is the PyTorch of $TDIST_TORCH (1.13 or 2.6,
+# tests/testlib/torch.sh), run as the pod's user. The job must end with identical parameters.
+#   args: AGENT TRAIN PODSPEC_PY PODS_SH K8S_BASE_KUSTOMIZATION DDP_SCRIPT
 set -uo pipefail
 AGENT="$(realpath "$1")"; TRAIN="$(realpath "$2")"; PODSPEC="$(realpath "$3")"; PODS_SH="$(realpath "$4")"
-K8S_SRC="$(dirname "$(dirname "$5")")"
-PY=/usr/bin/python3
+K8S_SRC="$(dirname "$(dirname "$5")")"; DDP="$(realpath "$6")"
+WORKER="${TDIST_SIM_WORKER:-c}"
 OVERLAY=overlays/cpu-gloo
 T="${TEST_TMPDIR:-$(mktemp -d)}/simulate.$$"
 mkdir -p "$T"
@@ -38,6 +44,24 @@ finish() {
 [ "$(id -u)" -eq 0 ] || { echo "simulate_test: needs root (network namespaces)"; exit 1; }
 
 cp -rL "$K8S_SRC" "$T/k8s"
+bins=(--bin "tdist-agent=$AGENT" --bin "train=$TRAIN")
+if [ "$WORKER" = torch ]; then
+  LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
+  [ -f "$LIB/torch.sh" ] || LIB="$(dirname "$(realpath "$0")")/../testlib"
+  . "$LIB/torch.sh"
+  # The image's interpreter: 2.6's is the root's entry script itself (it finds the root by a
+  # fixed path); 1.13's a two-line shim, as Python must run from its own prefix.
+  if [ "$TORCH_TAG" = torch26 ]; then pybin="$PY"
+  else pybin="$T/python3"; printf '#!/bin/sh\nexec /usr/bin/python3 "$@"\n' >"$pybin"; chmod 755 "$pybin"; fi
+  bins+=(--bin "python3=$pybin" --bin "ddp_train.py=$DDP")
+  sed -i 's|^command: .*|command: [/opt/tdist/bin/ddp_train.py, --steps, "200", --check-fresh-store]|' \
+    "$T/k8s/base/agent.yaml"
+  sed -i 's|^          env:$|          env:\n            - name: TDIST_PYTHON\n              value: /opt/tdist/bin/python3|' \
+    "$T/k8s/base/job.yaml"
+  grep -q 'ddp_train.py' "$T/k8s/base/agent.yaml" && grep -q 'TDIST_PYTHON' "$T/k8s/base/job.yaml" ||
+    { fail "could not set the PyTorch command in the copied manifests"; finish; }
+fi
+PY="${PY:-/usr/bin/python3}"
 if ! kubectl kustomize "$T/k8s/$OVERLAY" >"$T/rendered.yaml" 2>"$T/render.err"; then
   fail "kubectl kustomize $OVERLAY: $(cat "$T/render.err")"
   finish
@@ -54,7 +78,8 @@ ns="${namespace:-ns-$(LC_ALL=C tr -dc a-z </dev/urandom | head -c 5)}"
 # shellcheck source-path=SCRIPTDIR source=../agent/pods/pods.sh
 source "$PODS_SH"
 pods_init "$job" "$svc" "$ns" cluster.local || exit 1
-ROOT="$(mktemp -d /var/tmp/tdist-k8s.XXXXXX)"
+# Not under /tmp (a fresh tmpfs in each pod); /srv is also where the PyTorch 2.6 root can see it.
+ROOT="$(mktemp -d "$([ -d /srv ] && echo /srv || echo /var/tmp)/tdist-k8s.XXXXXX")"
 chmod 755 "$ROOT"
 pods_at_exit "rm -rf '$ROOT'"
 prober=kubelet
@@ -95,7 +120,7 @@ for ((i = 0; i < completions; i++)); do
   name="$job-$i"
   IP[i]="$(pods_start "$name")" || { fail "start pod $name"; finish; }
   script="$("$PY" "$PODSPEC" pod "$T/rendered.yaml" --index "$i" --namespace "$ns" --pod-ip "${IP[$i]}" \
-    --root "$ROOT" --image-prefix /opt/tdist --bin "tdist-agent=$AGENT" --bin "train=$TRAIN")" ||
+    --root "$ROOT" --image-prefix /opt/tdist "${bins[@]}")" ||
     { fail "podspec pod $i"; finish; }
   echo "pod $name: ${IP[$i]}, $script"
   pods_exec "$name" -- bash "$script" >"$T/$name.log" 2>&1
@@ -123,10 +148,16 @@ for ((i = 0; i < completions; i++)); do
     tail -20 "$T/$name.log"
   fi
 done
-if grep -h "^train: OK" "$T"/"$job"-*.log; then
+if [ "$WORKER" = torch ]; then ok='^done: world .* params identical: True'; else ok='^train: OK'; fi
+if [ "$WORKER" = torch ]; then
+  grep -qh "^ddp_train: PyTorch $TORCH_VERSION," "$T"/"$job"-*.log &&
+    pass "the pods' workers ran PyTorch $TORCH_VERSION" ||
+    fail "no worker reported PyTorch $TORCH_VERSION: $(grep -h '^ddp_train: PyTorch' "$T"/"$job"-*.log | head -1)"
+fi
+if grep -h "$ok" "$T"/"$job"-*.log; then
   pass "the job trained (rank 0's check line)"
 else
-  fail "no 'train: OK' line from rank 0"
+  fail "no '$ok' line from rank 0"
   for f in "$T"/"$job"-*.log; do echo "== $f"; tail -15 "$f"; done
 fi
 finish

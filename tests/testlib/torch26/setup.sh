@@ -32,7 +32,11 @@ print("torch26: PyTorch", torch.__version__, "ready in", __import__("sys").prefi
 install_hook() {
   local dir="$root/usr/lib/python3/dist-packages"
   cmp -s "$here/no_libuv.py" "$dir/tdist_no_libuv.py" || cp "$here/no_libuv.py" "$dir/tdist_no_libuv.py"
-  echo "import tdist_no_libuv" >"$dir/tdist_no_libuv.pth"
+  [ "$(cat "$dir/tdist_no_libuv.pth" 2>/dev/null)" = "import tdist_no_libuv" ] ||
+    echo "import tdist_no_libuv" >"$dir/tdist_no_libuv.pth"
+  # Mount points python3 binds the host's directories on (it cannot make them on a read-only /).
+  local d
+  for d in /work /srv /mnt /opt /home /root; do [ -d "$root$d" ] || mkdir -p "$root$d"; done
 }
 
 if [ -f "$stamp" ]; then
