@@ -13,7 +13,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-bash .ci/setup </dev/null
+TDIST_SETUP_TORCH26=0 bash .ci/setup </dev/null
 echo "== building //operator-agent:tdist-agent //examples/train:train"
 bazel build --color=no --curses=no -c opt //operator-agent:tdist-agent //examples/train:train \
   </dev/null 2>&1 | tail -2

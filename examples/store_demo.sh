@@ -8,7 +8,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-bash .ci/setup </dev/null
+TDIST_SETUP_TORCH26=0 bash .ci/setup </dev/null
 
 echo "== building //runtime/store:tdist-store"
 bazel build --color=no --curses=no //runtime/store:tdist-store </dev/null 2>&1 | tail -3

@@ -20,6 +20,9 @@ Options (for tests):
                           attempt; the way it dies cycles through an exception, os._exit(1)
                           and SIGKILL (restart tests)
   --seed S                seed of those choices (default 1)
+  --events FILE           append "EVENT ATTEMPT RANK UNIX_TIME" lines to FILE: "crash" right before
+                          a --crash-until-attempt crash, "step0" when step 0 of training starts
+                          (restart benchmarks: bench/agent/restart.sh)
   --check-fresh-store     before init, add 1 to a key in the launcher's store (MASTER_ADDR/PORT,
                           no prefix) and exit 99 if the count exceeds WORLD_SIZE: a store that
                           still holds an earlier attempt's keys (attempt isolation tests)
@@ -54,7 +57,14 @@ def check_fresh_store(rank):
     del store
 
 
-def crash(attempt, rank, step):
+def event(path, name, attempt, rank):
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{name} {attempt} {rank} {time.time():.6f}\n")
+
+
+def crash(attempt, rank, step, events=""):
+    event(events, "crash", attempt, rank)
     how = attempt % 3
     print(f"rank {rank}: crashing at step {step} on attempt {attempt} "
           f"({['exception', 'os._exit(1)', 'SIGKILL'][how]})", flush=True)
@@ -78,6 +88,7 @@ def main():
     p.add_argument("--crash-until-attempt", type=int, default=0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--check-fresh-store", action="store_true")
+    p.add_argument("--events", default="")
     args = p.parse_args()
 
     rank = int(os.environ["RANK"])
@@ -119,8 +130,10 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     first = last = None
     for step in range(args.steps):
+        if step == 0:
+            event(args.events, "step0", attempt, rank)
         if step == crash_step:
-            crash(attempt, rank, step)
+            crash(attempt, rank, step, args.events)
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()

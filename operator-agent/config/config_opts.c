@@ -35,8 +35,10 @@ const cfg_opt_t agent_cfg__opts[CFG_NOPTS] = {
                          .plain = "MASTER_PORT", .type = CFG_T_INT, .min = 0, .max = 65535,
                          .off = OFF(master_port), .metavar = "PORT",
                          .def = "29500 (standalone: 0 = ephemeral)",
-                         .help = "Port of the store on node rank 0, 1..65535 (0 only with "
-                                 "--standalone)."},
+                         .help = "Port of the agents' store on node rank 0, 1..65535 (0 only "
+                                 "with --standalone). Workers get MASTER_PORT of their own "
+                                 "store instead: a fresh one per attempt, on an ephemeral port "
+                                 "of node rank 0."},
     [CFG_RUN_ID] = {.flag = "run-id", .flag2 = "rdzv-id", .yaml = "run_id", .yaml2 = "rdzv_id",
                     .pet = "PET_RDZV_ID", .type = CFG_T_STR, .sclass = CFG_S_ID,
                     .off = OFF(run_id), .metavar = "ID",
