@@ -113,7 +113,32 @@ static void test_fixed(unsigned seed) {
     base += nproc[g];
   }
   for (int i = 0; i < N; i++) CHECK_EQ_INT(a[i].r.world_size, base);
+  /* Every member's workers get the workers' store the store host named in its record. */
+  for (int i = 0; i < N; i++) CHECK_EQ_INT(a[i].r.worker_store_port, 30000);
   for (int i = 0; i < N; i++) sim_close(&a[i]);
+}
+
+/* Attempt isolation needs the store host in every round that runs workers: an elastic round that
+ * closes without it is ended (membership) and the next one, with it, names the store host's new
+ * workers' store. */
+static void test_round_without_store_host(void) {
+  sim_t a[3];
+  for (int i = 0; i < 3; i++) sim_open(&a[i], "nohost", i, 1, 2, 3);
+  join_all(a + 1, 2, 0); /* nodes 1 and 2 */
+  CHECK(agent_rdzv_join_poll(&a[1].r, 10 * S) == AGENT_RDZV_PENDING);
+  CHECK(agent_rdzv_join_poll(&a[2].r, 10 * S) == AGENT_RDZV_PENDING);
+  CHECK(agent_rdzv_join_poll(&a[1].r, 13 * S) == AGENT_RDZV_ROUND_MOVED);
+  CHECK(a[1].r.end_reason == AGENT_RESTART_MEMBERSHIP);
+  CHECK(strstr(a[1].r.end_text, "store host") != NULL);
+  CHECK(agent_rdzv_join_poll(&a[2].r, 13 * S) == AGENT_RDZV_ROUND_MOVED);
+  a[0].r.worker_port = 30001; /* the store host's workers' store for the round it joins */
+  for (int i = 0; i < 3; i++) CHECK(agent_rdzv_join(&a[i].r, 1, 0, 0) == AGENT_RDZV_PENDING);
+  CHECK_EQ_INT(poll_until_closed(a, 3, 14 * S), 3);
+  for (int i = 0; i < 3; i++) {
+    CHECK_EQ_INT(a[i].r.round, 1);
+    CHECK_EQ_INT(a[i].r.worker_store_port, 30001);
+  }
+  for (int i = 0; i < 3; i++) sim_close(&a[i]);
 }
 
 /* MIN:MAX with last call: closes only after last_call once MIN joined; a later arrival is a
@@ -266,6 +291,7 @@ int main(void) {
   unsigned seed = (unsigned)getpid();
   for (unsigned i = 0; i < 5; i++) test_fixed(seed + i);
   test_elastic();
+  test_round_without_store_host();
   test_replaced_and_agreement();
   test_heartbeat();
   test_end_done_fresh();
