@@ -76,6 +76,7 @@ static void fill_state(agent_state_t *st) {
   st->world_size = st->nmembers * st->nproc_per_node;
   snprintf(st->master_addr, sizeof st->master_addr, "job-node-0-0.job");
   st->master_port = 1024 + (int)rnd_below(60000);
+  st->worker_master_port = 1024 + (int)rnd_below(60000);
   st->members = calloc((size_t)st->nmembers, sizeof *st->members);
   CHECK(st->members != NULL);
   for (int i = 0; i < st->nmembers; i++) {
@@ -211,7 +212,7 @@ static const char kStatusPy[] =
     "    return str(v)\n"
     "print('keys', ','.join(d.keys()))\n"
     "for k in ('node_rank', 'round', 'restart_count', 'max_restarts', 'group_rank',\n"
-    "          'group_world_size', 'world_size', 'master_port'):\n"
+    "          'group_world_size', 'world_size', 'master_port', 'worker_master_port'):\n"
     "    print(k, i(d[k]))\n"
     "assert type(d['is_store_host']) is bool\n"
     "print('is_store_host', int(d['is_store_host']))\n"
@@ -243,14 +244,16 @@ static void check_status_json(const char *body, size_t len, agent_state_t *st) {
   agent_state_lock(st);
   agent_buf_puts(&want,
                  "keys state,node_rank,run_id,role,backend,round,restart_count,max_restarts,"
-                 "group_rank,group_world_size,world_size,master_addr,master_port,is_store_host,"
+                 "group_rank,group_world_size,world_size,master_addr,master_port,worker_master_port,"
+                 "is_store_host,"
                  "members,workers,last_error,ranks,collectives\n");
   agent_buf_printf(&want,
                    "node_rank %d\nround %lld\nrestart_count %d\nmax_restarts %d\ngroup_rank %d\n"
-                   "group_world_size %d\nworld_size %d\nmaster_port %d\nis_store_host %d\n",
+                   "group_world_size %d\nworld_size %d\nmaster_port %d\nworker_master_port %d\n"
+                   "is_store_host %d\n",
                    st->node_rank, (long long)st->round, st->restart_count, st->max_restarts,
                    st->group_rank, st->group_world_size, st->world_size, st->master_port,
-                   st->is_store_host);
+                   st->worker_master_port, st->is_store_host);
   hexs(hx, sizeof hx, agent_run_state_name(st->state));
   agent_buf_printf(&want, "state %s\n", hx);
   hexs(hx, sizeof hx, st->run_id);

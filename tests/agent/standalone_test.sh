@@ -157,6 +157,7 @@ curl -s -D "$T/hdr" "http://127.0.0.1:$P/metrics" >"$T/metrics"
 grep -qi '^content-type: text/plain; version=0.0.4' "$T/hdr" && pass "metrics content type" || fail "content type: $(cat "$T/hdr")"
 promtool check metrics <"$T/metrics" >"$T/promtool" 2>&1 && pass "promtool check metrics" || fail "promtool: $(cat "$T/promtool")"
 grep -q '^tdist_workers{state="running"} 2$' "$T/metrics" && grep -q '^tdist_store_clients ' "$T/metrics" &&
+  grep -qE '^tdist_worker_store_clients [1-9]' "$T/metrics" && grep -qE '^tdist_worker_store_keys [0-9]' "$T/metrics" &&
   grep -q '^tdist_build_info{' "$T/metrics" && grep -q '^process_resident_memory_bytes ' "$T/metrics" &&
   pass "metrics values" || fail "metrics: $(grep -E '^tdist_(workers|store_clients)' "$T/metrics")"
 curl -s "http://127.0.0.1:$P/status" >"$T/status.json"
@@ -164,7 +165,8 @@ if $PY -c '
 import json,sys; s=json.load(open(sys.argv[1]))
 assert s["state"]=="running", s; assert s["world_size"]==2 and len(s["workers"])==2, s
 assert all(w["state"]=="running" and w["pid"]>0 for w in s["workers"]), s
-assert [w["global_rank"] for w in s["workers"]]==[0,1], s' "$T/status.json"; then pass "/status JSON"; else fail "/status: $(cat "$T/status.json")"; fi
+assert [w["global_rank"] for w in s["workers"]]==[0,1], s
+assert 0 < s["worker_master_port"] < 65536 and s["worker_master_port"] != s["master_port"], s' "$T/status.json"; then pass "/status JSON"; else fail "/status: $(cat "$T/status.json")"; fi
 touch "$T/go"; wait $apid; rc=$?
 [ $rc -eq 0 ] && pass "job under HTTP inspection completed" || fail "http job exit $rc"
 
