@@ -185,7 +185,10 @@ TDIST_EXTERN tdist_status_t tdist_store_multi_set(tdist_store_t *s, const char *
                                                   size_t n);
 
 /* Queues (PyTorch post-2.6): push wakes one waiting pop. pop with timeout_ms == 0 does not
- * wait and returns TDIST_ERR_NOT_FOUND on an empty queue; < 0 waits the handle's timeout. */
+ * wait and returns TDIST_ERR_NOT_FOUND on an empty queue; < 0 waits the handle's timeout.
+ * A server without queues (PyTorch 1.13 and 2.6) gets TDIST_ERR_NOT_AVAILABLE at once, push and
+ * blocking pop included; on a 2.x connection the first queue call finds out with one QUEUE_LEN
+ * round trip (PyTorch 2.6's server hangs up on it; the client reconnects). */
 TDIST_EXTERN tdist_status_t tdist_store_queue_push(tdist_store_t *s, const char *key,
                                                    const void *value, size_t len);
 TDIST_EXTERN tdist_status_t tdist_store_queue_pop(tdist_store_t *s, const char *key,

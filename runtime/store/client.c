@@ -5,7 +5,13 @@
  * a wait timeout) and falls back to 1.13 when the server resets the connection on VALIDATE, which
  * is what a 1.13 server does. It must never leave the connection out of step with the server: any
  * failure in the middle of a request/reply, and a 1.13 wait timeout (1.13 has no cancel, so the
- * server would later send a stray reply), drop the connection; the next call reconnects. */
+ * server would later send a stray reply), drop the connection; the next call reconnects.
+ *
+ * Queues (QUEUE_PUSH/POP/LEN) came after PyTorch 2.6, and nothing in the 2.x handshake says
+ * whether a server has them: PyTorch 2.6's server closes the connection on their opcodes, and a
+ * push has no reply, so it would "succeed" and break the next call. The first queue call on a
+ * connection therefore probes with a QUEUE_LEN of its key; if the server hangs up on it and still
+ * takes connections, every queue call is refused with NOT_AVAILABLE. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -34,6 +40,7 @@ typedef struct {
   int64_t connect_timeout_ms;
   tdist_store_dialect_t want;    /* what the caller asked for */
   tdist__dialect_t dialect;      /* what the current/last connection speaks */
+  int queues;                    /* the server has QUEUE_*: 1 yes, -1 no, 0 not known yet */
   int fd;                        /* -1 while disconnected */
   uint8_t *buf;                  /* request being built */
   size_t len, cap;
@@ -225,6 +232,7 @@ static tdist_status_t do_connect(tcp_store_t *t, int64_t deadline, const char *w
       if (r == 0) {
         t->fd = fd;
         t->dialect = try_v113 ? TDIST__DIALECT_V1_13 : TDIST__DIALECT_V2;
+        t->queues = 0; /* perhaps another server now: probe again (need_queues) */
         return TDIST_OK;
       }
       close(fd);
@@ -282,6 +290,38 @@ static tdist_status_t need_v2(tcp_store_t *t, const char *op) {
                            "store %s: the server at %s speaks PyTorch 1.13's protocol, which has "
                            "no %s",
                            op, t->where, op);
+}
+
+static tdist_status_t no_queues(tcp_store_t *t, const char *op) {
+  return tdist__store_fail(&t->base, TDIST_ERR_NOT_AVAILABLE,
+                           "store %s: the server at %s has no queue operations (it closed the "
+                           "connection on QUEUE_LEN; PyTorch 2.6's and older TCPStore servers "
+                           "have no queues)",
+                           op, t->where);
+}
+
+/* Before a queue op: the 2.x dialect, and a server that knows QUEUE_* (see the top comment).
+ * The probe is a QUEUE_LEN of `key`, which changes nothing. */
+static tdist_status_t need_queues(tcp_store_t *t, const char *op, const char *key, int64_t dl) {
+  tdist_status_t st = need_v2(t, op);
+  if (st || t->queues > 0) return st;
+  if (t->queues < 0) return no_queues(t, op);
+  req_op(t, TDIST__OP_QUEUE_LEN);
+  req_key(t, key);
+  if ((st = req_send(t, op, dl))) return st;
+  uint8_t b[8];
+  int r = tdist__sock_recv_reply(t->fd, b, 8, dl);
+  if (r == 0) {
+    t->queues = 1;
+    return TDIST_OK;
+  }
+  if (r != -TDIST__ECLOSED && r != -ECONNRESET) return io_fail(t, op, r);
+  /* Hung up on QUEUE_LEN: if it still takes connections, it does not know the opcode. */
+  drop(t);
+  if (do_connect(t, dl, op) != TDIST_OK) return io_fail(t, op, r);
+  if (t->dialect != TDIST__DIALECT_V2) return need_v2(t, op);
+  t->queues = -1;
+  return no_queues(t, op);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -523,7 +563,7 @@ static tdist_status_t tcp_queue_push(tdist_store_t *s, const char *key, const vo
   tcp_store_t *t = T(s);
   int64_t dl;
   tdist_status_t st = begin(t, "queue_push", to, &dl);
-  if (st || (st = need_v2(t, "queue_push"))) return st;
+  if (st || (st = need_queues(t, "queue_push", key, dl))) return st;
   req_op(t, TDIST__OP_QUEUE_PUSH);
   req_key(t, key);
   req_bytes(t, v, n);
@@ -535,7 +575,7 @@ static tdist_status_t tcp_queue_pop(tdist_store_t *s, const char *key, int64_t w
   tcp_store_t *t = T(s);
   int64_t dl;
   tdist_status_t st = begin(t, "queue_pop", to, &dl);
-  if (st || (st = need_v2(t, "queue_pop"))) return st;
+  if (st || (st = need_queues(t, "queue_pop", key, dl))) return st;
   int64_t wait_deadline = tdist__now_ms() + wait_ms;
   for (;;) {
     if (wait_ms > 0) {
@@ -560,7 +600,7 @@ static tdist_status_t tcp_queue_len(tdist_store_t *s, const char *key, int64_t *
   tcp_store_t *t = T(s);
   int64_t dl;
   tdist_status_t st = begin(t, "queue_len", to, &dl);
-  if (st || (st = need_v2(t, "queue_len"))) return st;
+  if (st || (st = need_queues(t, "queue_len", key, dl))) return st;
   req_op(t, TDIST__OP_QUEUE_LEN);
   req_key(t, key);
   if ((st = req_send(t, "queue_len", dl))) return st;

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # End-to-end test of the tdist-store program: `serve` on an ephemeral port with --port-file, a
 # set/get/add/wait/delete/num-keys round trip with random data through the client subcommands,
-# a real PyTorch TCPStore client reading what the CLI wrote (and the reverse), usage errors (exit
-# 2, the bad flag named), timeouts (exit 3), a port already in use, and SIGTERM/SIGINT stopping the
-# server with exit 0 within two seconds. Every wait is bounded; no fixed ports.
+# usage errors (exit 2, the bad flag named), timeouts (exit 3), a port already in use, and
+# SIGTERM/SIGINT stopping the server with exit 0 within two seconds. Every wait is bounded; no
+# fixed ports.
 #
-# usage: tdist_store_cli_test.sh TDIST_STORE_BINARY VERSION_H TORCH_PEER_PY
+# PART=torch (tdist_store_cli_torch_test, a torch_sh_test: once per PyTorch version, 1.13 and 2.6)
+# runs only the PyTorch part instead: a real PyTorch TCPStore client (tests/testlib/torch.sh picks
+# the interpreter of $TDIST_TORCH) reads what the CLI wrote, and the CLI reads what it wrote.
+#
+# usage: tdist_store_cli_test.sh TDIST_STORE_BINARY VERSION_H TORCH_PEER_PY [cli|torch]
 set -euo pipefail
 
 bin="$1"
 version_h="$2"
 torch_peer="$3"
+part="${4:-cli}"
 case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
-torch_python=/usr/bin/python3  # the python3 first on PATH has no torch
 
 servers=()
 cleanup() {
@@ -75,6 +79,56 @@ stop_server() {
 }
 
 rand_hex() { head -c "$1" /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+
+# ---------------------------------------------------------------------------------------------
+# PART=torch: a real PyTorch TCPStore client (the version of $TDIST_TORCH) and the CLI read each
+# other's keys through `serve`: a value, a binary value with NULs, a counter both add to, and
+# num_keys over the lot.
+if [ "$part" = torch ]; then
+  # shellcheck source=../testlib/torch.sh
+  . "$(dirname "$torch_peer")/../testlib/torch.sh"
+  start_server torchsrv
+  c=(--host 127.0.0.1 --port "$port" --timeout-ms 5000)
+  counter="cnt_$(rand_hex 4)"
+  total=0
+  for i in 1 2 3; do
+    delta=$((RANDOM - 16384))
+    total=$((total + delta))
+    run "$tmp/out" "$tmp/err" add "$counter" "$delta" "${c[@]}"
+    [ "$rc" -eq 0 ] && [ "$(cat "$tmp/out")" = "$total" ] || fail "add $delta: rc $rc: $(cat "$tmp/err")"
+  done
+  from_cli="from_cli_$(rand_hex 4)"
+  from_cli_val="$(rand_hex 16)"
+  for_cli="for_cli_$(rand_hex 4)"
+  for_cli_hex="$(rand_hex 24)00ff"
+  run "$tmp/out" "$tmp/err" set "$from_cli" "$from_cli_val" "${c[@]}"
+  [ "$rc" -eq 0 ] || fail "set: rc $rc: $(cat "$tmp/err")"
+  want_hex="$(printf '%s' "$from_cli_val" | od -An -tx1 | tr -d ' \n')"
+  prc=0
+  timeout --signal=KILL 60 "$PY" "$torch_peer" "$port" "$from_cli" "$want_hex" \
+    "$for_cli" "$for_cli_hex" "$counter" >"$tmp/torch.out" 2>"$tmp/torch.err" || prc=$?
+  [ "$prc" -eq 0 ] || fail "PyTorch $TORCH_VERSION peer exited $prc: $(cat "$tmp/torch.err")"
+  [ "$(sed -n 1p "$tmp/torch.out")" = $((total + 1000)) ] ||
+    fail "PyTorch add on the CLI's counter gave '$(sed -n 1p "$tmp/torch.out")', want $((total + 1000))"
+  [ "$(sed -n 2p "$tmp/torch.out")" = 3 ] ||
+    fail "PyTorch num_keys '$(sed -n 2p "$tmp/torch.out")', want 3"
+  run "$tmp/out" "$tmp/err" get "$for_cli" "${c[@]}"
+  [ "$(od -An -tx1 "$tmp/out" | tr -d ' \n')" = "$for_cli_hex" ] ||
+    fail "the CLI read '$(od -An -tx1 "$tmp/out" | tr -d ' \n')' for PyTorch's '$for_cli_hex'"
+  # Both dialects the CLI can speak see PyTorch's writes.
+  for d in auto v2 v1.13; do
+    run "$tmp/out" "$tmp/err" add "$counter" 0 "${c[@]}" --dialect "$d"
+    [ "$(cat "$tmp/out")" = $((total + 1000)) ] ||
+      fail "the CLI (--dialect $d) does not see PyTorch's add: '$(cat "$tmp/out")' $(cat "$tmp/err")"
+  done
+  run "$tmp/out" "$tmp/err" num-keys "${c[@]}"
+  [ "$(cat "$tmp/out")" = 3 ] || fail "CLI num-keys '$(cat "$tmp/out")', want 3"
+  echo "ok: PyTorch $TORCH_VERSION TCPStore client and the CLI see each other's keys"
+  stop_server "$server_pid" TERM "$tmp/torchsrv.err"
+  echo "PASS ($TORCH_TAG)"
+  exit 0
+fi
+[ "$part" = cli ] || fail "unknown part '$part' (cli or torch)"
 
 # ---------------------------------------------------------------------------------------------
 # --version and --help
@@ -225,28 +279,6 @@ run "$tmp/out" "$tmp/err" add "$key" 1 "${c[@]}"
 [ "$rc" -eq 1 ] && [ -s "$tmp/err" ] || fail "add on a non-number: rc $rc, want 1"
 echo "ok: set/get/add/wait/delete/num-keys round trip, timeouts exit 3"
 
-# ---------------------------------------------------------------------------------------------
-# A real PyTorch TCPStore client: reads what the CLI wrote, writes what the CLI reads.
-from_cli="from_cli_$(rand_hex 4)"
-from_cli_val="$(rand_hex 16)"
-for_cli="for_cli_$(rand_hex 4)"
-for_cli_hex="$(rand_hex 24)00ff"
-run "$tmp/out" "$tmp/err" set "$from_cli" "$from_cli_val" "${c[@]}"
-want_hex="$(printf '%s' "$from_cli_val" | od -An -tx1 | tr -d ' \n')"
-prc=0
-timeout --signal=KILL 60 "$torch_python" "$torch_peer" "$port" "$from_cli" "$want_hex" \
-  "$for_cli" "$for_cli_hex" "$counter" >"$tmp/torch.out" 2>"$tmp/torch.err" || prc=$?
-[ "$prc" -eq 0 ] || fail "PyTorch peer exited $prc: $(cat "$tmp/torch.err")"
-[ "$(sed -n 1p "$tmp/torch.out")" = $((total + 1000)) ] ||
-  fail "PyTorch add on the CLI's counter gave '$(sed -n 1p "$tmp/torch.out")', want $((total + 1000))"
-[ "$(sed -n 2p "$tmp/torch.out")" = 5 ] ||
-  fail "PyTorch num_keys '$(sed -n 2p "$tmp/torch.out")', want 5"
-run "$tmp/out" "$tmp/err" get "$for_cli" "${c[@]}"
-[ "$(od -An -tx1 "$tmp/out" | tr -d ' \n')" = "$for_cli_hex" ] ||
-  fail "the CLI read '$(od -An -tx1 "$tmp/out" | tr -d ' \n')' for PyTorch's '$for_cli_hex'"
-run "$tmp/out" "$tmp/err" add "$counter" 0 "${c[@]}"
-[ "$(cat "$tmp/out")" = $((total + 1000)) ] || fail "the CLI does not see PyTorch's add"
-echo "ok: PyTorch 1.13 TCPStore client and the CLI see each other's keys"
 
 # ---------------------------------------------------------------------------------------------
 # Port already in use: a clear error naming the port, exit 1, promptly.

@@ -6,7 +6,8 @@
  * Then the failure paths: wait/get timeouts and the calls right after them (a timeout must never
  * leave the connection out of step, including a wait released just at its deadline), connect
  * timeouts and backoff retries, a server that disappears under a waiting client, ADD on a
- * non-integer, one handle per thread, argument validation, status strings and the version.
+ * non-integer, a 2.x server without queue ops (PyTorch 2.6: refused, not hung), one handle per
+ * thread, argument validation, status strings and the version.
  * Every blocking call carries a timeout and a global alarm turns any hang into a failure.
  * Set TDIST_TEST_SEED to replay a run; the seed is printed at start. */
 #define _GNU_SOURCE
@@ -1130,6 +1131,148 @@ static void test_dual_stack(void) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* A 2.x server without queues (PyTorch 2.6)                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Just enough of PyTorch 2.6's legacy TCPStoreBackend, one connection at a time: VALIDATE, PING,
+ * SET (no reply), GETNUMKEYS; any opcode it does not know (QUEUE_PUSH/POP/LEN among them) closes
+ * the connection, as 2.6 does. It counts the queue opcodes it was sent. */
+typedef struct {
+  int lfd, port;
+  volatile int stop;
+  int queue_ops, queue_pushes, connections;
+  int64_t keys;
+  pthread_t th;
+} noq_server_t;
+
+static int read_full(int fd, void *p, size_t n) {
+  for (size_t got = 0; got < n;) {
+    ssize_t r = read(fd, (char *)p + got, n - got);
+    if (r <= 0) return -1;
+    got += (size_t)r;
+  }
+  return 0;
+}
+
+static int skip_str(int fd) {
+  uint64_t n;
+  if (read_full(fd, &n, 8) || n > 1 << 20) return -1;
+  char buf[256];
+  while (n) {
+    size_t k = n < sizeof buf ? (size_t)n : sizeof buf;
+    if (read_full(fd, buf, k)) return -1;
+    n -= k;
+  }
+  return 0;
+}
+
+static void *noq_serve(void *p) {
+  noq_server_t *q = p;
+  while (!q->stop) {
+    int fd = accept(q->lfd, NULL, NULL);
+    if (fd < 0) continue;
+    __atomic_add_fetch(&q->connections, 1, __ATOMIC_SEQ_CST);
+    uint8_t hello[5];
+    if (read_full(fd, hello, 5) || hello[0] != 0x00) goto done; /* VALIDATE */
+    for (;;) {
+      uint8_t op;
+      if (read_full(fd, &op, 1)) break;
+      if (op == 0x0d) { /* PING: echo the nonce */
+        uint8_t nonce[4];
+        if (read_full(fd, nonce, 4) || write(fd, nonce, 4) != 4) break;
+      } else if (op == 0x01) { /* SET */
+        if (skip_str(fd) || skip_str(fd)) break;
+        __atomic_add_fetch(&q->keys, 1, __ATOMIC_SEQ_CST);
+      } else if (op == 0x07) { /* GETNUMKEYS */
+        int64_t k = __atomic_load_n(&q->keys, __ATOMIC_SEQ_CST);
+        if (write(fd, &k, 8) != 8) break;
+      } else {
+        if (op >= 0x0e && op <= 0x10) __atomic_add_fetch(&q->queue_ops, 1, __ATOMIC_SEQ_CST);
+        if (op == 0x0e) __atomic_add_fetch(&q->queue_pushes, 1, __ATOMIC_SEQ_CST);
+        break; /* "Unexpected query type": the connection is closed */
+      }
+    }
+  done:
+    close(fd);
+  }
+  return NULL;
+}
+
+static void expect_no_queues(tdist_store_t *s, tdist_status_t st, int64_t t0) {
+  CHECK_STATUS(st, TDIST_ERR_NOT_AVAILABLE, s);
+  CHECK(strstr(tdist_store_last_error(s), "no queue") != NULL);
+  int64_t el = now_ms() - t0;
+  if (el > 2000) {
+    fprintf(stderr, "a queue op on a server without queues was refused only after %" PRId64
+            " ms\n", el);
+    exit(1);
+  }
+}
+
+/* PyTorch 2.6's server has no QUEUE_* and the 2.x handshake does not say so: every queue call
+ * must be refused with NOT_AVAILABLE at once (a push must not "succeed" into a closed connection,
+ * a blocking pop must not wait its timeout out), without losing the handle, and after the first
+ * refusal without asking the server again. */
+static void test_server_without_queues(void) {
+  TEST_LOG("2.x server without queues");
+  noq_server_t q;
+  memset(&q, 0, sizeof q);
+  q.lfd = socket(AF_INET, SOCK_STREAM, 0);
+  CHECK(q.lfd >= 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK(bind(q.lfd, (struct sockaddr *)&a, sizeof a) == 0);
+  CHECK(listen(q.lfd, 16) == 0);
+  socklen_t al = sizeof a;
+  CHECK(getsockname(q.lfd, (struct sockaddr *)&a, &al) == 0);
+  q.port = ntohs(a.sin_port);
+  CHECK(pthread_create(&q.th, NULL, noq_serve, &q) == 0);
+
+  tdist_store_t *s = connect_store(q.port, TDIST_STORE_DIALECT_AUTO, 5000);
+  CHECK_EQ_INT(tdist_tcp_store_dialect(s), TDIST_STORE_DIALECT_V2);
+  CHECK_SOK(tdist_store_set(s, "k", "v", 1), s);
+  int64_t n = -1;
+  CHECK_SOK(tdist_store_num_keys(s, &n), s);
+  CHECK_EQ_INT(n, 1);
+
+  int64_t t0 = now_ms();
+  expect_no_queues(s, tdist_store_queue_push(s, "q", "item", 4), t0);
+  CHECK_SOK(tdist_store_num_keys(s, &n), s); /* the handle still works */
+  CHECK_EQ_INT(n, 1);
+  void *v = NULL;
+  size_t vn = 0;
+  int64_t len = -1;
+  t0 = now_ms();
+  expect_no_queues(s, tdist_store_queue_len(s, "q", &len), t0);
+  expect_no_queues(s, tdist_store_queue_pop(s, "q", 0, &v, &vn), t0);
+  expect_no_queues(s, tdist_store_queue_pop(s, "q", 3000, &v, &vn), t0);
+  CHECK(v == NULL);
+  /* One probe (a QUEUE_LEN, never the push itself) for all of them. */
+  CHECK_EQ_INT(__atomic_load_n(&q.queue_ops, __ATOMIC_SEQ_CST), 1);
+  CHECK_EQ_INT(__atomic_load_n(&q.queue_pushes, __ATOMIC_SEQ_CST), 0);
+  CHECK_SOK(tdist_store_set(s, "k2", "v", 1), s);
+  CHECK_SOK(tdist_store_num_keys(s, &n), s);
+  CHECK_EQ_INT(n, 2);
+  tdist_store_destroy(s);
+
+  /* A fresh handle's first call is a blocking pop: refused at once, not after 3 s. */
+  s = connect_store(q.port, TDIST_STORE_DIALECT_V2, 5000);
+  t0 = now_ms();
+  expect_no_queues(s, tdist_store_queue_pop(s, "q", 3000, &v, &vn), t0);
+  CHECK_SOK(tdist_store_num_keys(s, &n), s);
+  CHECK_EQ_INT(n, 2);
+  CHECK_EQ_INT(__atomic_load_n(&q.queue_ops, __ATOMIC_SEQ_CST), 2);
+  tdist_store_destroy(s);
+
+  q.stop = 1;
+  shutdown(q.lfd, SHUT_RDWR); /* wakes the accept() */
+  pthread_join(q.th, NULL);
+  close(q.lfd);
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* One handle per thread                                                                       */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -1355,6 +1498,7 @@ int main(void) {
     test_server_dies_mid_wait(dialects[d]);
   }
   test_silent_listener();
+  test_server_without_queues();
   test_threads(port);
   test_dual_stack();
   tdist_store_server_destroy(srv);

@@ -1,6 +1,10 @@
 # Shell helpers shared by the PyTorch interop sh_tests: start a TCPStore server (a real PyTorch
-# 1.13 master in its own process, or our `tdist-store serve`), wait (bounded) for the port it
-# wrote, and kill every server this script started when the script exits, however it exits.
+# master in its own process, or our `tdist-store serve`), wait (bounded) for the port it wrote,
+# and kill every server this script started when the script exits, however it exits.
+#
+# The PyTorch is the one of $TDIST_TORCH (1.13 or 2.6; torch_sh_test in tests/testlib/torch.bzl
+# sets it per test variant, default 1.13): tests/testlib/torch.sh picks and checks the
+# interpreter, $PYTHON below, and sets TORCH_TAG / TORCH_MAJOR_MINOR / TORCH_VERSION.
 #
 # Sourced, not executed. Must never leave a server running and never wait without a bound.
 # Everything goes under $INTEROP_TMP ($TEST_TMPDIR under bazel).
@@ -8,8 +12,9 @@
 set -u
 
 INTEROP_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# The `python3` first on PATH has no torch; PyTorch 1.13 lives in Debian's interpreter.
-PYTHON="${INTEROP_PYTHON:-/usr/bin/python3}"
+# shellcheck source=../../testlib/torch.sh
+source "$INTEROP_DIR/../../testlib/torch.sh"
+PYTHON="$PY"
 INTEROP_TMP="${TEST_TMPDIR:-$(mktemp -d /tmp/tdist-interop.XXXXXX)}"
 INTEROP_PIDS=()
 
@@ -53,7 +58,7 @@ interop_pick_seed() {
     INTEROP_SEED="$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')"
   fi
   export INTEROP_SEED
-  interop_log "seed=${INTEROP_SEED} (set INTEROP_SEED to replay)"
+  interop_log "seed=${INTEROP_SEED} (set INTEROP_SEED to replay), PyTorch $TORCH_VERSION"
 }
 
 # interop_wait_port FILE PID TIMEOUT_S -> prints the port; fails if PID dies or time runs out.
@@ -78,7 +83,7 @@ interop_wait_port() {
 }
 
 # interop_start_server KIND NAME TDIST_STORE_BIN -> sets SERVER_PID and SERVER_PORT.
-# KIND is "torch" (PyTorch 1.13 master) or "tdist" (our tdist-store serve).
+# KIND is "torch" (a PyTorch master of $TORCH_VERSION) or "tdist" (our tdist-store serve).
 interop_start_server() {
   local kind="$1" name="$2" bin="${3:-}"
   local port_file="$INTEROP_TMP/$name.port" log="$INTEROP_TMP/$name.log"
@@ -151,7 +156,7 @@ interop_dump_logs() {
 interop_compare() {
   local a="$1" b="$2" what="$3"
   if ! diff -u "$a" "$b" >"$INTEROP_TMP/diff.txt"; then
-    echo "--- transcripts differ ($what): - torch server, + tdist server ---" >&2
+    echo "--- transcripts differ ($what): - torch $TORCH_VERSION server, + tdist server ---" >&2
     head -n 200 "$INTEROP_TMP/diff.txt" >&2
     interop_fail "$what: transcripts differ"
   fi

@@ -3,16 +3,19 @@
  *
  * It connects with dialect AUTO, performs a fixed sequence of operations (random data from
  * --seed) and prints one canonical transcript line per answer on stdout, so the caller can run it
- * against a real PyTorch 1.13 master server and against tdist-store and compare the two outputs.
- * Every answer is also checked here against the value the reference says it must have; failures
- * go to stderr and make the exit status 1. Things that legitimately differ between the two
- * servers (the dialect, 2.x-only ops, timings) are checked but kept out of the transcript.
+ * against a real PyTorch master server (1.13 or 2.x) and against tdist-store and compare the two
+ * outputs. Every answer is also checked here against the value the reference says it must have;
+ * failures go to stderr and make the exit status 1. Things that legitimately differ between the
+ * servers (the dialect, 2.x-only ops, queues, timings) are checked but kept out of the transcript.
  *
- *   store_driver --port P --seed S --expect-dialect v1_13|v2 [--host H]
+ *   store_driver --port P --seed S --expect-dialect v1_13|v2 --expect-queues yes|no [--host H]
  *                [--check-manifest FILE]   keys a Python client wrote first: "keyhex valhex" lines
  *                                          and "#num_keys N"
  *                [--manifest-out FILE]     the keys this run leaves behind, same format, for a
  *                                          Python client to read back
+ *
+ * --expect-queues: whether the server has QUEUE_PUSH/POP/LEN (ours on a 2.x connection: yes;
+ * PyTorch 1.13 and 2.6: no, and every queue op must then be refused at once with NOT_AVAILABLE).
  *
  * It never waits without a deadline: every call is bounded by the handle's timeout (10 s). */
 #define _POSIX_C_SOURCE 200809L
@@ -354,42 +357,119 @@ static const char *dialect_name(tdist_store_dialect_t d) {
   return "?";
 }
 
-/* Ops whose outcome depends on the dialect: checked, kept out of the transcript. */
-static void dialect_specific(tdist_store_t *h, tdist_store_dialect_t d) {
+/* `what` must fail with `want` promptly (a refusal, not a timeout) and say why. */
+static void expect_refused(tdist_store_t *h, const char *what, tdist_status_t st, int64_t t0,
+                           tdist_status_t want, const char *must_mention) {
+  int64_t dt = now_ms() - t0;
+  const char *err = tdist_store_last_error(h);
+  if (st != want) fail("%s: %s, want %s (%s)", what, sname(st), sname(want), err);
+  else if (dt > 3000) fail("%s: refused only after %" PRId64 " ms", what, dt);
+  else if (!strstr(err, must_mention))
+    fail("%s: the error does not mention '%s': '%s'", what, must_mention, err);
+  else fprintf(stderr, "%s: %s in %" PRId64 " ms: %s\n", what, sname(st), dt, err);
+}
+
+/* The connection still answers correctly after refused operations. */
+static void still_works(tdist_store_t *h, const char *after) {
+  void *v = NULL;
+  size_t n = 0;
+  tdist_status_t st = tdist_store_get(h, "c/str", &v, &n);
+  if (st != TDIST_OK || n != 5 || memcmp(v, "hello", 5) != 0)
+    fail("get after %s: %s (%s)", after, sname(st), tdist_store_last_error(h));
+  tdist_free(v);
+  int64_t k = -1;
+  st = tdist_store_num_keys(h, &k);
+  if (st != TDIST_OK || k != g_keys)
+    fail("num_keys after %s: %s %" PRId64 ", model %" PRId64, after, sname(st), k, g_keys);
+}
+
+/* Queues on a 2.x server that has them (ours): push / len / pop, an empty pop. */
+static void queues_work(tdist_store_t *h) {
   tdist_status_t st;
+  int64_t len = -1;
+  void *v = NULL;
+  size_t n = 0;
+  if ((st = tdist_store_queue_len(h, "c/q", &len)) != TDIST_OK || len != 0)
+    fail("queue_len of a new queue: %s %" PRId64 " (%s)", sname(st), len,
+         tdist_store_last_error(h));
+  if ((st = tdist_store_queue_push(h, "c/q", "q1", 2)) != TDIST_OK ||
+      (st = tdist_store_queue_push(h, "c/q", "", 0)) != TDIST_OK)
+    fail("queue_push: %s (%s)", sname(st), tdist_store_last_error(h));
+  if ((st = tdist_store_queue_len(h, "c/q", &len)) != TDIST_OK || len != 2)
+    fail("queue_len after 2 pushes: %s %" PRId64, sname(st), len);
+  st = tdist_store_queue_pop(h, "c/q", 0, &v, &n);
+  if (st != TDIST_OK || n != 2 || memcmp(v, "q1", 2) != 0) fail("queue_pop #1: %s", sname(st));
+  tdist_free(v);
+  v = NULL;
+  st = tdist_store_queue_pop(h, "c/q", 1000, &v, &n);
+  if (st != TDIST_OK || n != 0) fail("queue_pop #2 (empty item): %s len %zu", sname(st), n);
+  tdist_free(v);
+  v = NULL;
+  int64_t t0 = now_ms();
+  st = tdist_store_queue_pop(h, "c/q", 0, &v, &n);
+  expect_refused(h, "queue_pop of an empty queue, no wait", st, t0, TDIST_ERR_NOT_FOUND, "empty");
+  tdist_free(v);
+}
+
+/* Ops whose outcome depends on the server: checked, kept out of the transcript. `queues`: the
+ * server has QUEUE_* (ours, speaking 2.x), or not (PyTorch 1.13 and 2.6). */
+static void dialect_specific(tdist_store_t *h, tdist_store_dialect_t d, int queues) {
+  tdist_status_t st;
+  int64_t t0, len;
+  void *v = NULL;
+  size_t n = 0;
   if (d == TDIST_STORE_DIALECT_V1_13) {
+    t0 = now_ms();
     st = tdist_store_append(h, "c/app", "x", 1);
-    if (st != TDIST_ERR_NOT_AVAILABLE)
-      fail("append on a 1.13 server: %s, want TDIST_ERR_NOT_AVAILABLE", sname(st));
+    expect_refused(h, "append on a 1.13 server", st, t0, TDIST_ERR_NOT_AVAILABLE, "1.13");
+    t0 = now_ms();
     st = tdist_store_queue_push(h, "c/q", "x", 1);
-    if (st != TDIST_ERR_NOT_AVAILABLE)
-      fail("queue_push on a 1.13 server: %s, want TDIST_ERR_NOT_AVAILABLE", sname(st));
+    expect_refused(h, "queue_push on a 1.13 server", st, t0, TDIST_ERR_NOT_AVAILABLE, "1.13");
     /* Refusing locally must not have broken the connection. */
-    void *v = NULL;
-    size_t n = 0;
-    st = tdist_store_get(h, "c/str", &v, &n);
-    if (st != TDIST_OK || n != 5 || memcmp(v, "hello", 5) != 0)
-      fail("get after refused 2.x-only ops: %s", sname(st));
-    tdist_free(v);
+    still_works(h, "refused 2.x-only ops");
     return;
   }
   st = tdist_store_append(h, "c/app", "ab", 2);
   if (st != TDIST_OK) fail("append (create) on V2: %s (%s)", sname(st), tdist_store_last_error(h));
   st = tdist_store_append(h, "c/app", "\0c", 2);
   if (st != TDIST_OK) fail("append on V2: %s (%s)", sname(st), tdist_store_last_error(h));
-  void *v = NULL;
-  size_t n = 0;
   st = tdist_store_get(h, "c/app", &v, &n);
   if (st != TDIST_OK || n != 4 || memcmp(v, "ab\0c", 4) != 0)
     fail("get after append on V2: %s len=%zu", sname(st), n);
   tdist_free(v);
+  v = NULL;
   int deleted = 0;
   st = tdist_store_delete_key(h, "c/app", &deleted);
   if (st != TDIST_OK || deleted != 1) fail("delete c/app on V2: %s %d", sname(st), deleted);
+  if (queues) {
+    queues_work(h);
+    still_works(h, "queue ops");
+    return;
+  }
+  /* A 2.x server without queues (PyTorch 2.6): each queue op is refused with NOT_AVAILABLE at
+   * once, naming what is missing, never a hang or a bare "connection closed"; the blocking pop
+   * too, on a fresh handle that has not learnt it yet. */
+  t0 = now_ms();
+  st = tdist_store_queue_push(h, "c/q", "x", 1);
+  expect_refused(h, "queue_push on a 2.x server without queues", st, t0,
+                 TDIST_ERR_NOT_AVAILABLE, "queue");
+  still_works(h, "a refused queue_push");
+  t0 = now_ms();
+  st = tdist_store_queue_len(h, "c/q", &len);
+  expect_refused(h, "queue_len on a 2.x server without queues", st, t0,
+                 TDIST_ERR_NOT_AVAILABLE, "queue");
+  t0 = now_ms();
+  st = tdist_store_queue_pop(h, "c/q", 0, &v, &n);
+  expect_refused(h, "queue_pop on a 2.x server without queues", st, t0,
+                 TDIST_ERR_NOT_AVAILABLE, "queue");
+  tdist_free(v);
+  v = NULL;
+  still_works(h, "refused queue ops");
 }
 
 int main(int argc, char **argv) {
   const char *host = "127.0.0.1", *check_path = NULL, *out_path = NULL, *want_dialect = NULL;
+  const char *want_queues = NULL;
   int port = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--host")) host = argv[i + 1];
@@ -398,14 +478,16 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--expect-dialect")) want_dialect = argv[i + 1];
     else if (!strcmp(argv[i], "--check-manifest")) check_path = argv[i + 1];
     else if (!strcmp(argv[i], "--manifest-out")) out_path = argv[i + 1];
+    else if (!strcmp(argv[i], "--expect-queues")) want_queues = argv[i + 1];
     else {
       fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
     }
   }
-  if (port <= 0 || !want_dialect) {
-    fprintf(stderr, "usage: %s --port P --seed S --expect-dialect v1_13|v2 [--host H] "
-            "[--check-manifest F] [--manifest-out F]\n", argv[0]);
+  if (port <= 0 || !want_dialect || !want_queues ||
+      (strcmp(want_queues, "yes") && strcmp(want_queues, "no"))) {
+    fprintf(stderr, "usage: %s --port P --seed S --expect-dialect v1_13|v2 --expect-queues yes|no "
+            "[--host H] [--check-manifest F] [--manifest-out F]\n", argv[0]);
     return 2;
   }
   g_rng = g_seed;
@@ -571,7 +653,21 @@ int main(int argc, char **argv) {
 
   do_num_keys(h, " (final)");
 
-  dialect_specific(h, d);
+  dialect_specific(h, d, !strcmp(want_queues, "yes"));
+
+  /* A blocking pop on a fresh handle (nothing learnt about the server yet). */
+  if (d == TDIST_STORE_DIALECT_V2 && strcmp(want_queues, "no") == 0) {
+    tdist_store_t *h4 = connect_or_die(host, port);
+    void *v = NULL;
+    size_t vn = 0;
+    int64_t t0 = now_ms();
+    tdist_status_t st = tdist_store_queue_pop(h4, "c/q", 5000, &v, &vn);
+    expect_refused(h4, "blocking queue_pop (5 s) on a 2.x server without queues", st, t0,
+                   TDIST_ERR_NOT_AVAILABLE, "queue");
+    tdist_free(v);
+    still_works(h4, "a refused blocking queue_pop");
+    tdist_store_destroy(h4);
+  }
 
   if (out_path) {
     kv_t kvs[] = {

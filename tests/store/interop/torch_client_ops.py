@@ -1,12 +1,21 @@
-"""Drives every operation of PyTorch 1.13's Python TCPStore API against one server and writes a
-canonical transcript of the answers.
+"""Drives every operation of the Python TCPStore API of the PyTorch that runs it (1.13 or 2.x)
+against one server and writes a canonical transcript of the answers.
 
-The same script, with the same seed, runs once against a real PyTorch 1.13 master server and once
-against `tdist-store serve`; the caller asserts the two transcripts are identical. On its own the
-script also checks the answers against values written down here from the reference
-(shared/reference/torch-contracts.md §1.5-1.8, and 1.13 behaviour observed live), so that two
-equally broken servers cannot pass. Timing facts (a wait really blocked, a timeout fired on time)
-are checked but kept out of the transcript, which must be deterministic.
+The same script, with the same seed and the same PyTorch, runs once against that PyTorch's own
+master server and once against `tdist-store serve`; the caller asserts the two transcripts are
+identical. On its own the script also checks the answers against values written down here from the
+reference (shared/reference/torch-contracts.md §1.5-1.8, 1.13 and 2.6 behaviour observed live), so
+that two equally broken servers cannot pass. Timing facts (a wait really blocked, a timeout fired on
+time) and the few things in which our dual-dialect server legitimately differs from PyTorch's
+(--label torch|tdist) are checked but kept out of the transcript, which must be deterministic.
+
+What runs depends on the client, chosen by version and feature, never by the server:
+  * 1.13: raw requests in the 1.13 numbering; a timed-out client is desynchronised and thrown
+    away (no CANCEL_WAIT); errors are plain RuntimeError.
+  * 2.x: raw requests in the 2.x numbering after VALIDATE (PING, CANCEL_WAIT, APPEND, MULTI_*);
+    a timed-out client stays usable (CANCEL_WAIT); errors are DistStoreError (timeouts) and
+    DistNetworkError (the server hung up); and, where TCPStore has them, check, append,
+    multi_get and multi_set.
 
 Exit status: 0 all checks passed, 1 a check failed (all failures are listed), 3 watchdog fired.
 """
@@ -22,6 +31,7 @@ import struct
 import sys
 import threading
 import time
+import warnings
 
 WATCHDOG_S = 100.0
 CLIENT_TIMEOUT_S = 15.0
@@ -39,6 +49,9 @@ def render(v):
         if len(v) <= 48:
             return "bytes[%d]=%s" % (len(v), v.hex())
         return "bytes[%d] sha256=%s" % (len(v), hashlib.sha256(v).hexdigest())
+    if isinstance(v, (list, tuple)) and any(isinstance(x, (bytes, bytearray)) for x in v):
+        return "%s%s%s" % ("[" if isinstance(v, list) else "(", ", ".join(render(x) for x in v),
+                           "]" if isinstance(v, list) else ")")
     return repr(v)
 
 
@@ -56,6 +69,12 @@ class Exc:
     def __repr__(self):
         return "Exc(%s: %s)" % (self.name, self.msg)
 
+    @classmethod
+    def named(cls, name):
+        e = cls(Exception())
+        e.name, e.msg = name, "(expected)"
+        return e
+
 
 def outcome(fn):
     try:
@@ -68,19 +87,36 @@ def wire_key(key):
     return b"/" + (key.encode("utf-8") if isinstance(key, str) else bytes(key))
 
 
-class Raw113:
-    """A minimal PyTorch 1.13 wire client (opcodes from reference §1.2) for the raw `init/` key,
-    which the Python API cannot reach (it prefixes every key with "/")."""
+class RawClient:
+    """A minimal wire client (opcodes from reference §1.2) for what the Python API cannot send:
+    the raw `init/` key (the API prefixes every key with "/"), bad requests, CANCEL_WAIT, PING.
+    v2=False speaks 1.13's numbering; v2=True sends VALIDATE first and uses 2.x's."""
 
-    SET, COMPARE_SET, GET, ADD, CHECK, WAIT, GETNUMKEYS = range(7)
+    OPS_113 = dict(SET=0, COMPARE_SET=1, GET=2, ADD=3, CHECK=4, WAIT=5, GETNUMKEYS=6,
+                   WATCH_KEY=7, DELETE_KEY=8)
+    OPS_2 = dict(VALIDATE=0, SET=1, COMPARE_SET=2, GET=3, ADD=4, CHECK=5, WAIT=6, GETNUMKEYS=7,
+                 DELETE_KEY=8, APPEND=9, MULTI_GET=10, MULTI_SET=11, CANCEL_WAIT=12, PING=13,
+                 QUEUE_PUSH=14, QUEUE_POP=15, QUEUE_LEN=16)
+    VALIDATE_MAGIC = 0x3C85F7CE
 
-    def __init__(self, host, port, timeout_s):
+    def __init__(self, host, port, timeout_s, v2, validate=True):
+        self.v2 = v2
+        self.op = self.OPS_2 if v2 else self.OPS_113
         self.sock = socket.create_connection((host, port), timeout=timeout_s)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if v2 and validate:
+            self.sock.sendall(bytes([self.op["VALIDATE"]]) + struct.pack("<I", self.VALIDATE_MAGIC))
+
+    def opb(self, name):
+        return bytes([self.op[name]])
 
     @staticmethod
     def _str(b):
         return struct.pack("<Q", len(b)) + b
+
+    @classmethod
+    def _keys(cls, keys):
+        return struct.pack("<Q", len(keys)) + b"".join(cls._str(k) for k in keys)
 
     def _recv(self, n):
         out = b""
@@ -91,25 +127,50 @@ class Raw113:
             out += chunk
         return out
 
-    def add(self, key, delta):
-        self.sock.sendall(bytes([self.ADD]) + self._str(key) + struct.pack("<q", delta))
-        return struct.unpack("<q", self._recv(8))[0]
-
-    def wait(self, keys):
-        msg = bytes([self.WAIT]) + struct.pack("<Q", len(keys))
-        for k in keys:
-            msg += self._str(k)
-        self.sock.sendall(msg)
-        return self._recv(1)
-
-    def get(self, key):
-        self.sock.sendall(bytes([self.GET]) + self._str(key))
+    def recv_bytes(self):
         n = struct.unpack("<Q", self._recv(8))[0]
         return self._recv(n)
 
-    def num_keys(self):
-        self.sock.sendall(bytes([self.GETNUMKEYS]))
+    def add(self, key, delta):
+        self.sock.sendall(self.opb("ADD") + self._str(key) + struct.pack("<q", delta))
         return struct.unpack("<q", self._recv(8))[0]
+
+    def wait(self, keys):
+        self.sock.sendall(self.opb("WAIT") + self._keys(keys))
+        return self._recv(1)
+
+    def get(self, key):
+        self.sock.sendall(self.opb("GET") + self._str(key))
+        return self.recv_bytes()
+
+    def num_keys(self):
+        self.sock.sendall(self.opb("GETNUMKEYS"))
+        return struct.unpack("<q", self._recv(8))[0]
+
+    def check(self, keys):
+        self.sock.sendall(self.opb("CHECK") + self._keys(keys))
+        return self._recv(1)[0]
+
+    def silent(self, s):
+        """True if nothing arrives within s seconds (no stray reply); restores the timeout."""
+        old = self.sock.gettimeout()
+        self.sock.settimeout(s)
+        try:
+            return self.sock.recv(1) == b"never"
+        except socket.timeout:
+            return True
+        finally:
+            self.sock.settimeout(old)
+
+    def closed(self):
+        """After an error the server closes the connection: the next read sees EOF/reset."""
+        self.sock.settimeout(5)
+        try:
+            return self.sock.recv(1) == b""
+        except socket.timeout:
+            return False  # still open after 5 s
+        except OSError:
+            return True  # reset
 
     def close(self):
         self.sock.close()
@@ -165,12 +226,22 @@ class ForkedSetter:
 
 
 class Run:
-    def __init__(self, args, TCPStore):
+    def __init__(self, args, TCPStore, torch_version):
         self.host = args.host
         self.port = args.port
         self.seed = args.seed
+        self.label = args.label  # "torch" or "tdist": only for checks kept out of the transcript
         self.rng = random.Random(args.seed)
         self.TCPStore = TCPStore
+        # The client's wire dialect follows its version (2.x: VALIDATE, CANCEL_WAIT, ...).
+        self.v2 = int(torch_version.split(".")[0]) >= 2
+        # The 2.x-only Python API, by feature: whatever this TCPStore exposes.
+        self.ext = [m for m in ("check", "append", "multi_get", "multi_set") if hasattr(TCPStore, m)]
+        # What each version raises: 1.13 a plain RuntimeError for everything; 2.x DistStoreError
+        # for a wait/get timeout and DistNetworkError when the server hung up (both subclasses of
+        # RuntimeError).
+        self.E_TIMEOUT = Exc.named("DistStoreError" if self.v2 else "RuntimeError")
+        self.E_DROPPED = Exc.named("DistNetworkError" if self.v2 else "RuntimeError")
         self.lines = []
         self.failures = []
         self.keys = set()  # independent model of which wire keys exist (for num_keys)
@@ -233,7 +304,7 @@ class Run:
         """reference §1.8: every TCPStore built with world_size and wait_for_workers=True sends
         ADD "init/" 1 (raw key, no "/"); the master polls WAIT+GET "init/" until >= world_size."""
         self.begin("init")
-        master = Raw113(self.host, self.port, CLIENT_TIMEOUT_S)
+        master = RawClient(self.host, self.port, CLIENT_TIMEOUT_S, self.v2)
         self.expect("master ADD init/ 1", master.add(b"init/", 1), 1)
         self.keys.add(b"init/")
 
@@ -440,8 +511,7 @@ class Run:
         self.expect_num_keys(b)
         short = self.client()
         short.set_timeout(td(0.5))
-        self.expect("get deleted key times out", outcome(lambda: short.get("k2")),
-                    Exc(RuntimeError()))
+        self.expect("get deleted key times out", outcome(lambda: short.get("k2")), self.E_TIMEOUT)
         self.m_set(b, "k2", b"again")
         self.expect("get re-set key", a.get("k2"), b"again")
         self.expect("delete counter", a.delete_key("ctr"), True)
@@ -520,8 +590,10 @@ class Run:
         self.expect_num_keys(a)
 
     def s_timeouts(self):
-        """Each timed-out client is thrown away: after a timeout a 1.13 client is desynchronised
-        if the key ever arrives (reference §1.6)."""
+        """1.13: each timed-out client is thrown away: it has no cancel, so it is desynchronised
+        if the key ever arrives (reference §1.6). 2.x: the client sends CANCEL_WAIT after a
+        timeout and must stay usable, in step, on the same connection, even once the key is set
+        (no stray STOP_WAITING)."""
         self.begin("timeouts")
         a = self.client()
         cases = []
@@ -539,7 +611,7 @@ class Run:
             t0 = time.monotonic()
             r = outcome(fn)
             dt = time.monotonic() - t0
-            self.expect(label, r, Exc(RuntimeError()))
+            self.expect(label, r, self.E_TIMEOUT)
             self.check(label + " timing", 0.3 <= dt <= 5, "took %.3fs" % dt)
         t6 = self.client()
         t6.set_timeout(td(0.4))
@@ -552,15 +624,35 @@ class Run:
         th.join(10)
         self.keys.add(wire_key("late/t6"))
         self.check("t6 wait blocked", time.monotonic() - t0 >= 0.5)
-        # Drop clients that still have waits registered, then set their keys: the server must
-        # discard those waits without tripping over the closed connections.
-        for c in (t1, t3):
-            self.clients.remove(c)
-        del t1, t3, cases
-        time.sleep(0.1)
-        self.m_set(a, "never/1", b"x")
-        self.m_set(a, "never/3", b"x")
-        self.expect_num_keys(a, "num_keys (waits create no keys)")
+        if self.v2:
+            # Set the keys the timed-out clients waited for: the server must have forgotten the
+            # cancelled waits, so each client's next reply is the one it asked for.
+            self.expect_num_keys(a, "num_keys (waits create no keys)")
+            for i in (1, 2, 3, 4):
+                self.m_set(a, "never/%d" % i, b"x%d" % i)
+            time.sleep(0.1)  # a stray reply, if the server sent one, is there by now
+            for i, c in ((1, t1), (2, t2), (3, t3), (4, t4)):
+                self.expect("same client after its timeout: num_keys", outcome(c.num_keys),
+                            len(self.keys))
+                self.expect("same client after its timeout: get never/%d" % i,
+                            outcome(lambda: c.get("never/%d" % i)), b"x%d" % i)
+            t2.set_timeout(td(20))
+            th = threading.Thread(target=lambda: (time.sleep(0.3), a.set("late/t2", b"ok")))
+            th.start()
+            self.expect("same client waits again after a timeout",
+                        outcome(lambda: t2.wait(["late/t2"])), None)
+            th.join(10)
+            self.keys.add(wire_key("late/t2"))
+        else:
+            # Drop clients that still have waits registered, then set their keys: the server must
+            # discard those waits without tripping over the closed connections.
+            for c in (t1, t3):
+                self.clients.remove(c)
+            del t1, t3, cases
+            time.sleep(0.1)
+            self.m_set(a, "never/1", b"x")
+            self.m_set(a, "never/3", b"x")
+            self.expect_num_keys(a, "num_keys (waits create no keys)")
         self.expect("other client still fine", a.get("k1"), b"v2")
 
     def s_bad_add(self):
@@ -577,8 +669,9 @@ class Run:
                            ("s-bin", b"\x00\x01"), ("s-dash", b"-"), ("s-space", b"   ")):
             self.m_set(a, key, value)
             bad = self.client()
-            self.expect("add 1 to %r" % value, outcome(lambda: bad.add(key, 1)), Exc(RuntimeError()))
-            self.expect("that client's next call", outcome(bad.num_keys), Exc(RuntimeError()))
+            self.expect("add 1 to %r" % value, outcome(lambda: bad.add(key, 1)), self.E_DROPPED)
+            # Neither version reconnects: the client stays broken.
+            self.expect("that client's next call", outcome(bad.num_keys), self.E_DROPPED)
             self.expect("value unchanged", a.get(key), value)
         self.expect_num_keys(a, "num_keys from a healthy client")
         self.expect("a new client works", self.client().get("s"), b"abc")
@@ -602,53 +695,226 @@ class Run:
             self.expect("text of %r + 1" % value, a.get(key), str(want).encode())
 
     def s_raw(self):
-        """1.13 requests the Python API cannot send, over raw sockets (reference §1.3-1.5)."""
-        self.begin("raw-1.13")
+        """Requests the Python API cannot send, over raw sockets in the client's own numbering
+        (reference §1.2-1.6); for 2.x also PING, CANCEL_WAIT, APPEND and MULTI_* on the wire."""
+        v2 = self.v2
+        self.begin("raw-2.x" if v2 else "raw-1.13")
 
-        def fresh():
-            return Raw113(self.host, self.port, CLIENT_TIMEOUT_S)
-
-        def closed(r):
-            """After an error the server closes the connection: the next read sees EOF/reset."""
-            r.sock.settimeout(5)
-            try:
-                return r.sock.recv(1) == b""
-            except socket.timeout:
-                return False  # still open after 5 s
-            except OSError:
-                return True  # reset
+        def fresh(**kw):
+            return RawClient(self.host, self.port, CLIENT_TIMEOUT_S, v2, **kw)
+        S = RawClient._str
 
         r = fresh()
-        r.sock.sendall(bytes([Raw113.GET]) + Raw113._str(b"/raw/missing"))
-        self.expect("GET of a missing key closes the connection", closed(r), True)
+        r.sock.sendall(r.opb("GET") + S(b"/raw/missing"))
+        if not v2:
+            self.expect("GET of a missing key closes the connection", r.closed(), True)
+        elif self.label == "torch":
+            # 2.x legacy backend (what PyTorch 2.6 without libuv runs): it closes, like 1.13.
+            self.check("2.x GET of a missing key: PyTorch's legacy server closes", r.closed())
+        else:
+            # Ours answers an empty value on a 2.x connection, like 2.x's libuv backend (§1.5).
+            got = outcome(r.recv_bytes)
+            self.check("2.x GET of a missing key: tdist answers an empty value", got == b"",
+                       repr(got))
         r = fresh()
-        self.expect("CHECK [/k1]", self.raw_check(r, [b"/k1"]), 0)
-        self.expect("CHECK [/k1, /raw/missing]", self.raw_check(r, [b"/k1", b"/raw/missing"]), 1)
-        self.expect("CHECK []", self.raw_check(r, []), 0)
-        self.expect("CHECK [k1] (no '/' prefix)", self.raw_check(r, [b"k1"]), 1)
+        self.expect("CHECK [/k1]", r.check([b"/k1"]), 0)
+        self.expect("CHECK [/k1, /raw/missing]", r.check([b"/k1", b"/raw/missing"]), 1)
+        self.expect("CHECK []", r.check([]), 0)
+        self.expect("CHECK [k1] (no '/' prefix)", r.check([b"k1"]), 1)
         self.expect("WAIT []", r.wait([]), b"\x00")
-        r.sock.sendall(bytes([9]))
-        self.expect("opcode 9 (not in 1.13) closes the connection", closed(r), True)
+        if v2:
+            r.sock.sendall(bytes([0x11]))
+            self.expect("opcode 0x11 (in no version) closes the connection", r.closed(), True)
+        else:
+            r.sock.sendall(bytes([9]))
+            self.expect("opcode 9 (not in 1.13) closes the connection", r.closed(), True)
         # Requests split into single bytes, and several requests in one segment.
         r = fresh()
-        msg = bytes([Raw113.ADD]) + Raw113._str(b"/raw/ctr") + struct.pack("<q", -5)
+        msg = r.opb("ADD") + S(b"/raw/ctr") + struct.pack("<q", -5)
         for i in range(len(msg)):
             r.sock.sendall(msg[i:i + 1])
             time.sleep(0.001)
         self.expect("ADD sent byte by byte", struct.unpack("<q", r._recv(8))[0], -5)
         self.keys.add(b"/raw/ctr")
-        r.sock.sendall(msg * 3 + bytes([Raw113.GETNUMKEYS]))
+        r.sock.sendall(msg * 3 + r.opb("GETNUMKEYS"))
         got = struct.unpack("<qqqq", r._recv(32))
         self.expect("3 pipelined ADDs + GETNUMKEYS", got, (-10, -15, -20, len(self.keys)))
         r.close()
+        if v2:
+            self.raw_v2()
 
-    @staticmethod
-    def raw_check(r, keys):
-        msg = bytes([Raw113.CHECK]) + struct.pack("<Q", len(keys))
-        for k in keys:
-            msg += Raw113._str(k)
-        r.sock.sendall(msg)
-        return r._recv(1)[0]
+    def raw_v2(self):
+        S, K = RawClient._str, RawClient._keys
+
+        def fresh(**kw):
+            return RawClient(self.host, self.port, CLIENT_TIMEOUT_S, True, **kw)
+        r, other = fresh(), fresh()
+        nonce = self.rng.randrange(0, 2 ** 32)
+        r.sock.sendall(r.opb("PING") + struct.pack("<I", nonce))
+        self.expect("PING echoes the nonce", struct.unpack("<I", r._recv(4))[0] == nonce, True)
+        r.sock.sendall(r.opb("CANCEL_WAIT"))
+        self.expect("CANCEL_WAIT with no wait pending", r._recv(1), b"\x01")
+        # A cancelled wait is forgotten: setting its key later sends nothing.
+        r.sock.sendall(r.opb("WAIT") + K([b"/raw/w1"]))
+        self.expect("WAIT [/raw/w1] (missing): no reply yet", r.silent(0.3), True)
+        r.sock.sendall(r.opb("CANCEL_WAIT"))
+        self.expect("CANCEL_WAIT of a pending wait", r._recv(1), b"\x01")
+        other.sock.sendall(other.opb("SET") + S(b"/raw/w1") + S(b"1"))
+        other.num_keys()  # a round trip: the SET is applied (see m_set)
+        self.keys.add(b"/raw/w1")
+        self.expect("no stray STOP_WAITING after the cancelled key is set", r.silent(0.3), True)
+        self.expect("connection in step after the cancel", r.num_keys(), len(self.keys))
+        # Two waits pending on one connection: one CANCEL_WAIT clears both, one reply.
+        r.sock.sendall(r.opb("WAIT") + K([b"/raw/w2"]) + r.opb("WAIT") + K([b"/raw/w3", b"/k1"]))
+        time.sleep(0.1)
+        r.sock.sendall(r.opb("CANCEL_WAIT"))
+        self.expect("one CANCEL_WAIT for two pending waits", r._recv(1), b"\x01")
+        other.sock.sendall(other.opb("SET") + S(b"/raw/w2") + S(b"") +
+                           other.opb("SET") + S(b"/raw/w3") + S(b"x"))
+        other.num_keys()
+        self.keys.update({b"/raw/w2", b"/raw/w3"})
+        self.expect("nothing after both keys are set", r.silent(0.3), True)
+        # A wait that ends, then a cancel: STOP_WAITING, then WAIT_CANCELED (nothing pending).
+        r.sock.sendall(r.opb("WAIT") + K([b"/raw/w4"]))
+        time.sleep(0.05)
+        other.sock.sendall(other.opb("SET") + S(b"/raw/w4") + S(b"y"))
+        self.keys.add(b"/raw/w4")
+        self.expect("WAIT [/raw/w4] released by a set", r._recv(1), b"\x00")
+        r.sock.sendall(r.opb("CANCEL_WAIT"))
+        self.expect("CANCEL_WAIT after the wait ended", r._recv(1), b"\x01")
+        # APPEND (no reply), MULTI_SET (no reply, the count as i64), MULTI_GET, pipelined.
+        r.sock.sendall(r.opb("APPEND") + S(b"/raw/app") + S(b"ab\x00") +
+                       r.opb("APPEND") + S(b"/raw/app") + S(b"") +
+                       r.opb("APPEND") + S(b"/raw/app") + S(b"cd") +
+                       r.opb("GET") + S(b"/raw/app"))
+        self.keys.add(b"/raw/app")
+        self.expect("APPEND x3 then GET", r.recv_bytes(), b"ab\x00cd")
+        mv = self.rng.randbytes(2000)
+        r.sock.sendall(r.opb("MULTI_SET") + struct.pack("<q", 3) + S(b"/raw/m1") + S(mv) +
+                       S(b"/raw/m2") + S(b"") + S(b"/raw/m1") + S(mv[::-1]) +
+                       r.opb("MULTI_GET") + K([b"/raw/m2", b"/raw/m1", b"/raw/app", b"/raw/m2"]))
+        self.keys.update({b"/raw/m1", b"/raw/m2"})
+        got = [r.recv_bytes() for _ in range(4)]
+        self.expect("MULTI_SET (a key twice: the last wins) then MULTI_GET",
+                    got, [b"", mv[::-1], b"ab\x00cd", b""])
+        r.sock.sendall(r.opb("MULTI_GET") + K([]) + r.opb("MULTI_SET") + struct.pack("<q", 0) +
+                       r.opb("GETNUMKEYS"))
+        self.expect("MULTI_GET [] and MULTI_SET [] answer nothing",
+                    struct.unpack("<q", r._recv(8))[0], len(self.keys))
+        r.sock.sendall(r.opb("COMPARE_SET") + S(b"/raw/app") + S(b"ab\x00cd") + S(b"z") +
+                       r.opb("DELETE_KEY") + S(b"/raw/m2") + r.opb("DELETE_KEY") + S(b"/raw/m2"))
+        self.keys.discard(b"/raw/m2")
+        self.expect("COMPARE_SET, DELETE_KEY x2",
+                    (r.recv_bytes(), r._recv(8), r._recv(8)),
+                    (b"z", struct.pack("<q", 1), struct.pack("<q", 0)))
+        r.sock.sendall(r.opb("VALIDATE") + struct.pack("<I", RawClient.VALIDATE_MAGIC))
+        self.expect("a second VALIDATE closes the connection", r.closed(), True)
+        # QUEUE_* (post-2.6): PyTorch 2.6's server does not know them and closes; ours has them.
+        q = fresh()
+        q.sock.sendall(q.opb("QUEUE_LEN") + S(b"/raw/q"))
+        if self.label == "torch":
+            self.check("QUEUE_LEN: PyTorch 2.6's server closes the connection", q.closed())
+        else:
+            q.sock.sendall(q.opb("QUEUE_PUSH") + S(b"/raw/q") + S(b"item") +
+                           q.opb("QUEUE_LEN") + S(b"/raw/q") + q.opb("QUEUE_POP") + S(b"/raw/q"))
+            got = outcome(lambda: (struct.unpack("<qqq", q._recv(24)), q.recv_bytes()))
+            self.check("QUEUE_LEN, PUSH, LEN, POP on tdist", got == ((0, 1, 1), b"item"), repr(got))
+        self.expect_num_keys(other)
+        r.close()
+        other.close()
+        q.close()
+
+    def s_ext(self):
+        """The 2.x-only Python API (check, append, multi_get, multi_set), each where this
+        TCPStore has it; every call goes over the wire (reference §1.3)."""
+        self.begin("extended-api")
+        self.rec("methods", self.ext)
+        a, b = self.client(), self.client()
+        if hasattr(a, "has_extended_api"):
+            self.expect("has_extended_api", a.has_extended_api(), True)
+        if "check" in self.ext:
+            self.expect("check [k1]", a.check(["k1"]), True)
+            self.expect("check [k1, empty, ctr]", a.check(["k1", "empty", "ctr"]), True)
+            self.expect("check [k1, missing]", a.check(["k1", "ext/missing"]), False)
+            self.expect("check []", a.check([]), True)
+            self.m_set(b, "ext/c", b"")
+            self.expect("check a key set by another client", a.check(["ext/c"]), True)
+            self.expect("delete it", b.delete_key("ext/c"), True)
+            self.keys.discard(wire_key("ext/c"))
+            self.expect("check after delete", a.check(["ext/c"]), False)
+        if "append" in self.ext:
+            # APPEND has no reply: a round trip on the same connection orders it before
+            # another client's request (see m_set).
+            a.append("ext/app", "ab")
+            a.num_keys()
+            self.keys.add(wire_key("ext/app"))
+            self.expect("append creates", b.get("ext/app"), b"ab")
+            a.append("ext/app", "")
+            a.num_keys()
+            b.append("ext/app", "c\u00e9")
+            b.num_keys()
+            self.expect("append '' and 'cé' from two clients", a.get("ext/app"), b"abc\xc3\xa9")
+            self.m_set(a, "ext/appnum", "12")
+            b.append("ext/appnum", "3")
+            b.num_keys()
+            self.expect("add after append to a number", a.add("ext/appnum", 1), 124)
+            self.m_set(a, "ext/appempty", b"")
+            b.append("ext/appempty", "x")
+            b.num_keys()
+            self.expect("append to an empty value", a.get("ext/appempty"), b"x")
+            w = self.client()
+            t0 = time.monotonic()
+            th = threading.Thread(target=lambda: (time.sleep(0.3), b.append("ext/applate", "z")))
+            th.start()
+            self.expect("wait released by an append", outcome(lambda: w.wait(["ext/applate"])),
+                        None)
+            self.check("append wait blocked", time.monotonic() - t0 >= 0.25)
+            th.join(10)
+            self.keys.add(wire_key("ext/applate"))
+            self.expect_num_keys(a)
+        if "multi_set" in self.ext and "multi_get" in self.ext:
+            keys = ["ext/m%d" % i for i in range(5)]
+            vals = [self.rng.randbytes(self.rng.randrange(1, 200)).hex() for _ in keys]
+            vals[2] = ""
+            a.multi_set(keys, vals)
+            self.keys.update(wire_key(k) for k in keys)
+            a.num_keys()
+            self.expect("multi_get of multi_set keys (other client)", b.multi_get(keys),
+                        [v.encode() for v in vals])
+            self.expect("multi_get reversed, with duplicates and old keys",
+                        b.multi_get(keys[::-1] + ["k1", keys[0]]),
+                        [v.encode() for v in vals[::-1]] + [b"v2", vals[0].encode()])
+            self.expect("multi_get []", b.multi_get([]), [])
+            a.multi_set([], [])
+            self.expect_num_keys(a, "num_keys after multi_set []")
+            b.multi_set(["ext/m0", "ext/mnew", "ext/m0"], ["over", "new", "twice"])
+            self.keys.add(wire_key("ext/mnew"))
+            b.num_keys()
+            self.expect("multi_set overwrites, last pair wins", a.multi_get(["ext/m0", "ext/mnew"]),
+                        [b"twice", b"new"])
+            self.expect("get agrees with multi_get", a.get("ext/m0"), b"twice")
+            # multi_get waits for every key; a multi_set of another client releases it.
+            t0 = time.monotonic()
+            th = threading.Thread(target=lambda: (time.sleep(0.3),
+                                                  b.multi_set(["ext/ml1", "ext/ml2"], ["1", "2"])))
+            th.start()
+            self.expect("multi_get released by a later multi_set",
+                        outcome(lambda: a.multi_get(["k1", "ext/ml1", "ext/ml2"])),
+                        [b"v2", b"1", b"2"])
+            self.check("multi_get blocked", time.monotonic() - t0 >= 0.25)
+            th.join(10)
+            self.keys.update({wire_key("ext/ml1"), wire_key("ext/ml2")})
+            # A multi_get of a missing key times out (CANCEL_WAIT) and the client goes on.
+            c = self.client()
+            c.set_timeout(td(0.4))
+            t0 = time.monotonic()
+            self.expect("multi_get with a missing key times out",
+                        outcome(lambda: c.multi_get(["k1", "ext/never"])), self.E_TIMEOUT)
+            self.check("multi_get timeout timing", 0.3 <= time.monotonic() - t0 <= 5)
+            self.m_set(a, "ext/never", b"now")
+            self.expect("same client after the multi_get timeout",
+                        outcome(lambda: c.multi_get(["ext/never", "k1"])), [b"now", b"v2"])
+            self.expect_num_keys(c)
 
     def s_end(self):
         self.begin("end")
@@ -677,14 +943,27 @@ def main():
     wd.start()
 
     import torch  # noqa: F401  (before the fork: the child must not pay the import again)
+    # Python >= 3.12 warns on fork() with other threads alive; the only other thread here is the
+    # watchdog timer, which the children neither inherit nor need.
+    warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
     forked = ForkedSetter(args.host, args.port)
     from torch.distributed import TCPStore
 
-    run = Run(args, TCPStore)
+    run = Run(args, TCPStore, torch.__version__)
+    if run.v2 and len(run.ext) != 4:
+        # Every 2.x TCPStore has them: a missing one would silently shrink the test.
+        run.failures.append("[start] PyTorch %s's TCPStore lacks some of check, append, "
+                            "multi_get, multi_set (has %r)" % (torch.__version__, run.ext))
+    print("%s: PyTorch %s clients, %s dialect, extended API %r" % (
+        args.label, torch.__version__, "2.x" if run.v2 else "1.13", run.ext), file=sys.stderr,
+        flush=True)
     t_start = time.monotonic()
     sections = [run.s_start, run.s_init_counting, run.s_set_get, run.s_binary, run.s_keys,
                 run.s_add, run.s_compare_set, run.s_delete, lambda: run.s_wait(forked),
-                run.s_timeouts, run.s_bad_add, run.s_lenient_int, run.s_raw, run.s_end]
+                run.s_timeouts, run.s_bad_add, run.s_lenient_int, run.s_raw]
+    if run.ext:
+        sections.append(run.s_ext)
+    sections.append(run.s_end)
     for sec in sections:
         try:
             sec()

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Acceptance test: real PyTorch 1.13 Python clients drive every TCPStore operation against
-# (a) a PyTorch 1.13 master server and (b) our `tdist-store serve`; the two transcripts must be
-# identical, and each run also checks its answers against the reference on its own.
+# Acceptance test: real PyTorch Python clients drive every TCPStore operation against (a) a
+# master server of the same PyTorch and (b) our `tdist-store serve`; the two transcripts must be
+# identical, and each run also checks its answers against the reference on its own. The PyTorch
+# is $TDIST_TORCH's (torch_sh_test: the _torch113 and _torch26 variants); with 2.x the clients
+# also run the 2.x-only API (check, append, multi_get, multi_set, CANCEL_WAIT after timeouts)
+# and raw 2.x requests (torch_client_ops.py).
 #
 # usage: torch_client_vs_tdist_server_test.sh TDIST_STORE_BIN   (bazel passes $(rootpath ...))
 source "$(dirname "${BASH_SOURCE[0]}")/interop_lib.sh"
@@ -33,11 +36,11 @@ run_against torch
 run_against tdist
 if [ -s "$INTEROP_TMP/transcript.torch" ] && [ -s "$INTEROP_TMP/transcript.tdist" ]; then
   (interop_compare "$INTEROP_TMP/transcript.torch" "$INTEROP_TMP/transcript.tdist" \
-    "PyTorch 1.13 clients") || ERRORS+=("transcripts differ")
+    "PyTorch $TORCH_VERSION clients") || ERRORS+=("transcripts differ")
 else
   ERRORS+=("a transcript is missing")
 fi
 if [ "${#ERRORS[@]}" != 0 ]; then
   interop_fail "$(IFS=';'; echo "${ERRORS[*]}")"
 fi
-echo "PASS: torch_client_vs_tdist_server_test (seed $INTEROP_SEED)"
+echo "PASS: torch_client_vs_tdist_server_test_$TORCH_TAG (PyTorch $TORCH_VERSION, seed $INTEROP_SEED)"

@@ -1,4 +1,5 @@
-"""Many PyTorch 1.13 client processes hammering one TCPStore server at once.
+"""Many PyTorch client processes (1.13 or 2.x: whichever runs this) hammering one TCPStore server
+at once.
 
 Phase "add": N forked processes, each with its own TCPStore, start together (a barrier on the
 store) and add random deltas to a few shared keys. The final totals must equal the sum computed
@@ -20,6 +21,7 @@ import random
 import sys
 import threading
 import time
+import warnings
 
 STORE_TIMEOUT_S = 30
 POS_KEYS = ["conc/a", "conc/b", "conc/c"]
@@ -112,6 +114,9 @@ def main():
     wd.start()
 
     import torch  # noqa: F401  (imported once, before forking)
+    # Python >= 3.12 warns on fork() with other threads alive; the only other thread here is the
+    # watchdog timer, which the children neither inherit nor need.
+    warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
     from torch.distributed import TCPStore
     td = datetime.timedelta(seconds=STORE_TIMEOUT_S)
     n = args.workers

@@ -1,4 +1,5 @@
-"""PyTorch 1.13 clients on either side of the C driver (store_driver.c) in the interop test.
+"""PyTorch clients (1.13 or 2.x: whichever runs this) on either side of the C driver
+(store_driver.c) in the interop test.
 
   preseed  --port P --seed S --manifest-out F
       writes a few keys with a PyTorch client (random values with NULs, an empty value, a counter)
@@ -8,7 +9,8 @@
   readback --port P --manifest F
       reads every key the C driver says it left (its --manifest-out) with a PyTorch client and
       compares; also checks a few values written down here (not taken from the manifest) and,
-      over a raw 1.13 connection, that the C client stored its keys under "/" + key like PyTorch.
+      over a raw connection in the client version's dialect, that the C client stored its keys
+      under "/" + key like PyTorch.
 
 Exit status 0 when everything matched, 1 otherwise (all mismatches are listed).
 """
@@ -25,11 +27,12 @@ import threading
 TIMEOUT_S = 10
 
 
-def raw_check(host, port, wire_keys):
-    """1.13 CHECK (opcode 4): 0 = READY, 1 = NOT_READY."""
+def raw_check(host, port, wire_keys, v2):
+    """CHECK (1.13: opcode 4; 2.x: VALIDATE, then opcode 5): 0 = READY, 1 = NOT_READY."""
     s = socket.create_connection((host, port), timeout=TIMEOUT_S)
     try:
-        msg = bytes([4]) + struct.pack("<Q", len(wire_keys))
+        validate = b"\x00" + struct.pack("<I", 0x3C85F7CE) if v2 else b""
+        msg = validate + bytes([5 if v2 else 4]) + struct.pack("<Q", len(wire_keys))
         for k in wire_keys:
             msg += struct.pack("<Q", len(k)) + k
         s.sendall(msg)
@@ -57,7 +60,9 @@ def main():
     t.daemon = True
     t.start()
 
+    import torch
     from torch.distributed import TCPStore
+    v2 = int(torch.__version__.split(".")[0]) >= 2
     td = datetime.timedelta(seconds=TIMEOUT_S)
     failures = []
 
@@ -117,8 +122,14 @@ def main():
         expect("len(c/big)", len(store.get("c/big")), 2 * 1024 * 1024 + 3)
         expect("num_keys", store.num_keys(), want_keys)
         # The C client must put "/" in front of keys exactly like PyTorch's client does.
-        expect("raw CHECK /c/str", raw_check(args.host, args.port, [b"/c/str"]), 0)
-        expect("raw CHECK c/str (no prefix)", raw_check(args.host, args.port, [b"c/str"]), 1)
+        expect("raw CHECK /c/str", raw_check(args.host, args.port, [b"/c/str"], v2), 0)
+        expect("raw CHECK c/str (no prefix)", raw_check(args.host, args.port, [b"c/str"], v2), 1)
+        if hasattr(store, "check"):  # 2.x: the same through the API
+            expect("check [c/str, c/m2]", store.check(["c/str", "c/m2"]), True)
+            expect("check [c/q]: queues are not keys", store.check(["c/q"]), False)
+        if hasattr(store, "multi_get"):
+            expect("multi_get [c/late, c/cas1]", store.multi_get(["c/late", "c/cas1"]),
+                   [b"late-value", b"newer"])
         # And a PyTorch add on the C client's counter continues from its value.
         expect("add c/ctr from python", store.add("c/ctr", 1), 5)
 
@@ -126,7 +137,8 @@ def main():
         for m in failures:
             print("FAIL (%s %s): %s" % (args.mode, args.label, m), file=sys.stderr)
         os._exit(1)
-    print("%s against %s: ok" % (args.mode, args.label), file=sys.stderr, flush=True)
+    print("%s against %s (PyTorch %s): ok" % (args.mode, args.label, torch.__version__),
+          file=sys.stderr, flush=True)
     os._exit(0)
 
 
