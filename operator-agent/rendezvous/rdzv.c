@@ -180,28 +180,38 @@ static int member_cmp(const void *a, const void *b) {
   return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
+/* The records of the agents that arrived after round r closed (arrivals nmembers+1..joined) into
+ * *w (caller frees; NULL when there are none), their count into *nw. */
+static agent_rdzv_result_t read_waiters(agent_rdzv_t *r, int64_t joined, agent_rdzv_member_t **w,
+                                        int64_t *nw) {
+  *w = NULL;
+  *nw = joined > r->nmembers ? joined - r->nmembers : 0;
+  if (!*nw) return AGENT_RDZV_PENDING;
+  if (!(*w = calloc((size_t)*nw, sizeof **w))) {
+    snprintf(r->err, sizeof r->err, "out of memory");
+    return AGENT_RDZV_STORE_ERROR;
+  }
+  return read_records(r, r->nmembers + 1, joined, *w);
+}
+
+static agent_rdzv_result_t joined_count(agent_rdzv_t *r, int64_t *joined) {
+  char key[96];
+  snprintf(key, sizeof key, "%" PRId64 "/joined", r->round);
+  return add(r, key, 0, joined);
+}
+
 /* The store host arrived after the round closed (an elastic round that filled up without it):
  * its record, and so the workers' store, is among the waiters'. Without one the round cannot run
  * workers; ending it lets the next round include the store host. */
 static agent_rdzv_result_t find_store_host(agent_rdzv_t *r) {
-  char key[96];
-  int64_t joined;
-  snprintf(key, sizeof key, "%" PRId64 "/joined", r->round);
-  agent_rdzv_result_t res = add(r, key, 0, &joined);
+  int64_t joined, nw = 0;
+  agent_rdzv_member_t *w = NULL;
+  agent_rdzv_result_t res = joined_count(r, &joined);
+  if (res >= 0) res = read_waiters(r, joined, &w, &nw);
+  for (int64_t i = 0; res >= 0 && i < nw; i++)
+    if (w[i].node_rank == 0 && w[i].worker_port > 0) r->worker_store_port = w[i].worker_port;
+  free(w);
   if (res < 0) return res;
-  if (joined > r->nmembers) {
-    int64_t nw = joined - r->nmembers;
-    agent_rdzv_member_t *w = calloc((size_t)nw, sizeof *w);
-    if (!w) {
-      snprintf(r->err, sizeof r->err, "out of memory");
-      return AGENT_RDZV_STORE_ERROR;
-    }
-    res = read_records(r, r->nmembers + 1, joined, w);
-    for (int64_t i = 0; res >= 0 && i < nw; i++)
-      if (w[i].node_rank == 0 && w[i].worker_port > 0) r->worker_store_port = w[i].worker_port;
-    free(w);
-    if (res < 0) return res;
-  }
   if (r->worker_store_port) return AGENT_RDZV_MEMBER;
   res = agent_rdzv_end(r, AGENT_RESTART_MEMBERSHIP,
                        "the round closed without the store host (node 0): it hosts the workers' "
@@ -386,20 +396,13 @@ static agent_rdzv_result_t heartbeat(agent_rdzv_t *r, int64_t now_ns) {
 /* Agents that arrived after the round closed: admit them by ending the round when there is room,
  * or when one carries the node rank of a member (that member's pod was replaced). */
 static agent_rdzv_result_t check_waiters(agent_rdzv_t *r) {
-  char key[96];
-  int64_t joined;
-  snprintf(key, sizeof key, "%" PRId64 "/joined", r->round);
-  agent_rdzv_result_t res = add(r, key, 0, &joined);
+  int64_t joined, nw;
+  agent_rdzv_result_t res = joined_count(r, &joined);
   /* Spare agents that can't be admitted stay in the count: read their records once. */
   if (res < 0 || joined <= r->nmembers || joined <= r->waiters_checked) return res;
   r->waiters_checked = joined;
-  int64_t nw = joined - r->nmembers;
-  agent_rdzv_member_t *w = calloc((size_t)nw, sizeof *w);
-  if (!w) {
-    snprintf(r->err, sizeof r->err, "out of memory");
-    return AGENT_RDZV_STORE_ERROR;
-  }
-  res = read_records(r, r->nmembers + 1, joined, w);
+  agent_rdzv_member_t *w;
+  res = read_waiters(r, joined, &w, &nw);
   char text[200] = "";
   for (int64_t i = 0; res >= 0 && i < nw && !text[0]; i++) {
     for (int64_t m = 0; m < r->nmembers; m++)
