@@ -82,10 +82,6 @@ static tdist_status_t fail_locked(tdist_pg_t *pg, tdist_status_t st, const char 
     vsnprintf(g->fail_msg, sizeof g->fail_msg, fmt, ap);
     va_end(ap);
     g->fail_st = st;
-    /* Failed before the abort: ncclCommAbort can complete the operation in flight, and a waiter
-     * that then sees its event done must not take it for a success (wait_done checks failed
-     * after the event). */
-    atomic_store(&g->failed, 1);
     if (g->comm) {
       tdist__log(TDIST__LOG_WARN, "nccl", "group '%s' rank %d: aborting the NCCL communicator: %s",
                  pg->name, pg->rank, g->fail_msg);
@@ -94,6 +90,7 @@ static tdist_status_t fail_locked(tdist_pg_t *pg, tdist_status_t st, const char 
         tdist__log(TDIST__LOG_WARN, "nccl", "ncclCommAbort returned %s", result_name(r));
       g->comm = NULL;
     }
+    atomic_store(&g->failed, 1);
   }
   return tdist__pg_fail(pg, g->fail_st, "%s", g->fail_msg);
 }
@@ -204,7 +201,6 @@ static tdist_status_t wait_done(tdist_pg_t *pg, int64_t dl, const char *what) {
   int64_t t0 = tdist__now_ns(), last_check = t0;
   for (;;) {
     cudaError_t e = g->lib.cudaEventQuery(g->ev);
-    /* After the query: an abort may have completed the event (fail_locked). */
     if (atomic_load(&g->failed)) return recorded(pg);
     if (e == cudaSuccess) return TDIST_OK;
     if (e != cudaErrorNotReady) {
