@@ -70,8 +70,10 @@ static void cuda_text(tdist__nccl_t *g, cudaError_t e, char *buf, size_t cap) {
 
 /* Under mu. Records the first failure, aborts the communicator (kernels and proxy threads stop
  * waiting for peers) and puts the recorded text in the group's error. Returns the recorded status:
- * an earlier failure wins. `failed` is raised only once the abort returned: an op that fails
- * returns after its kernel is gone, so the caller may free its buffers at once. */
+ * an earlier failure wins. `failing` goes up before the abort, `failed` once it returned: an
+ * abort may complete the op in flight, and a waiter that then sees its event done must still
+ * report the failure (it checks `failing` after the event), but only once the abort is over
+ * (it takes mu), so the caller may free its buffers at once. */
 static tdist_status_t fail_locked(tdist_pg_t *pg, tdist_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static tdist_status_t fail_locked(tdist_pg_t *pg, tdist_status_t st, const char *fmt, ...) {
@@ -82,6 +84,7 @@ static tdist_status_t fail_locked(tdist_pg_t *pg, tdist_status_t st, const char 
     vsnprintf(g->fail_msg, sizeof g->fail_msg, fmt, ap);
     va_end(ap);
     g->fail_st = st;
+    atomic_store(&g->failing, 1);
     if (g->comm) {
       tdist__log(TDIST__LOG_WARN, "nccl", "group '%s' rank %d: aborting the NCCL communicator: %s",
                  pg->name, pg->rank, g->fail_msg);
@@ -201,7 +204,11 @@ static tdist_status_t wait_done(tdist_pg_t *pg, int64_t dl, const char *what) {
   int64_t t0 = tdist__now_ns(), last_check = t0;
   for (;;) {
     cudaError_t e = g->lib.cudaEventQuery(g->ev);
-    if (atomic_load(&g->failed)) return recorded(pg);
+    if (atomic_load(&g->failing)) {
+      pthread_mutex_lock(&g->mu); /* the abort under way (watchdog) finishes first */
+      pthread_mutex_unlock(&g->mu);
+      return recorded(pg);
+    }
     if (e == cudaSuccess) return TDIST_OK;
     if (e != cudaErrorNotReady) {
       char t[160];

@@ -33,6 +33,7 @@ typedef struct tdist__nccl {
   pthread_mutex_t mu;
   ncclComm_t comm;         /* NULL once aborted or destroyed */
   _Atomic int failed;      /* the communicator failed: fail_st/fail_msg say how (set once) */
+  _Atomic int failing;     /* fail_locked began (under mu): fail_st/fail_msg are set */
   tdist_status_t fail_st;
   char fail_msg[TDIST__ERRMSG_MAX];
   _Atomic int64_t inflight_dl; /* deadline (ms) of the op in flight, 0 = none */

@@ -37,6 +37,13 @@ install_hook() {
   # Mount points python3 binds the host's directories on (it cannot make them on a read-only /).
   local d
   for d in /work /srv /mnt /opt /home /root; do [ -d "$root$d" ] || mkdir -p "$root$d"; done
+  # ... and the one holding this checkout, wherever CI clones it (/builds, /ci, ...).
+  local top
+  top="/$(realpath "$here" | cut -d/ -f2)"
+  case "$top" in
+    /bin | /boot | /dev | /etc | /lib* | /proc | /run | /sbin | /sys | /usr | /var) ;;
+    *) [ -d "$root$top" ] || mkdir -p "$root$top" ;;
+  esac
 }
 
 if [ -f "$stamp" ]; then
