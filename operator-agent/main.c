@@ -51,7 +51,7 @@ typedef struct {
   agent_http_t *http;
   tdist_store_server_t *server;        /* node 0: the agents' store (--master-port) */
   tdist_store_server_t *worker_server; /* node 0: the workers' store of the round last joined */
-  tdist_store_t *client, *store; /* TCP client and its "tdist/<run_id>" prefix view */
+  tdist_store_t *client, *store;       /* TCP client and its "tdist/<run_id>" prefix view */
   agent_rdzv_t rd;
   agent_workers_t ws;
   int sfd;
@@ -60,9 +60,9 @@ typedef struct {
   char master_ip[64];    /* the store host as workers reach it */
   int master_port;
   char run_dir[400];
-  int stop_sig;          /* a terminating signal arrived */
-  int exec_failed;       /* the worker command could not be started (exit 127 if final) */
-  int dump_requested;    /* SIGUSR1: dump the flight recorders */
+  int stop_sig;                /* a terminating signal arrived */
+  int exec_failed;             /* the worker command could not be started (exit 127 if final) */
+  int dump_requested;          /* SIGUSR1: dump the flight recorders */
   char last_stall_shape[1024]; /* the stall last logged, without its duration */
   int64_t next_progress_ns;
   int64_t next_round;
@@ -120,8 +120,10 @@ static void wait_events(agent_t *a, int timeout_ms) {
          * other one (unmodified PyTorch scripts among them). */
         a->dump_requested = 1;
         int n = agent_workers_signal_handlers(&a->ws, sig);
-        AGENT_INFO("SIGUSR1: dumping the flight recorders; forwarded to %d of %d worker(s) "
-                   "(those with a SIGUSR1 handler)", n, agent_workers_running(&a->ws));
+        AGENT_INFO(
+            "SIGUSR1: dumping the flight recorders; forwarded to %d of %d worker(s) "
+            "(those with a SIGUSR1 handler)",
+            n, agent_workers_running(&a->ws));
         continue;
       } else {
         AGENT_INFO("forwarding %s to the workers", strsignal(sig));
@@ -137,8 +139,10 @@ static void wait_events(agent_t *a, int timeout_ms) {
 
 /* "3" or "2:4". */
 static const char *nnodes_str(const agent_cfg_t *c, char *buf, size_t cap) {
-  if (c->nnodes_min == c->nnodes_max) snprintf(buf, cap, "%d", c->nnodes_min);
-  else snprintf(buf, cap, "%d:%d", c->nnodes_min, c->nnodes_max);
+  if (c->nnodes_min == c->nnodes_max)
+    snprintf(buf, cap, "%d", c->nnodes_min);
+  else
+    snprintf(buf, cap, "%d:%d", c->nnodes_min, c->nnodes_max);
   return buf;
 }
 
@@ -232,9 +236,12 @@ static int connect_store(agent_t *a, int64_t deadline_ns) {
     /* Node 0's workers reach the store the way the user named it (torchrun passes
      * --master-addr through), else by this pod's address: never by loopback in a multi-node
      * job, since a backend may advertise the address it used to reach the store. */
-    if (a->cfg.standalone) snprintf(a->rd.addr, sizeof a->rd.addr, "127.0.0.1");
-    else agent_local_ip(NULL, a->rd.addr, sizeof a->rd.addr);
-    copy_str(a->master_ip, sizeof a->master_ip, a->cfg.master_addr ? a->cfg.master_addr : a->rd.addr);
+    if (a->cfg.standalone)
+      snprintf(a->rd.addr, sizeof a->rd.addr, "127.0.0.1");
+    else
+      agent_local_ip(NULL, a->rd.addr, sizeof a->rd.addr);
+    copy_str(a->master_ip, sizeof a->master_ip,
+             a->cfg.master_addr ? a->cfg.master_addr : a->rd.addr);
   }
   agent_state_lock(&a->st);
   snprintf(a->st.master_addr, sizeof a->st.master_addr, "%s", a->master_ip);
@@ -356,8 +363,8 @@ static rdzv_outcome_t rendezvous(agent_t *a, int64_t deadline_ns) {
   publish_round(a);
   AGENT_INFO("round %" PRId64 " complete in %.2f s: %" PRId64
              " node(s), group rank %d, world size %d, attempt %d, workers' store port %d",
-             a->rd.round, secs, a->rd.nmembers, a->rd.group_rank, a->rd.world_size,
-             a->rd.attempt, a->rd.worker_store_port);
+             a->rd.round, secs, a->rd.nmembers, a->rd.group_rank, a->rd.world_size, a->rd.attempt,
+             a->rd.worker_store_port);
   return RDZV_OK;
 }
 
@@ -433,8 +440,8 @@ static void describe_failure(agent_t *a, char *out, size_t cap) {
 
 static void dump_flight(agent_t *a, const char *why) {
   char path[600], err[300];
-  if (agent_flight_dump(&a->ws, a->node_rank, a->rd.round, a->run_dir, why, path, sizeof path,
-                        err, sizeof err))
+  if (agent_flight_dump(&a->ws, a->node_rank, a->rd.round, a->run_dir, why, path, sizeof path, err,
+                        sizeof err))
     AGENT_WARN("flight recorder dump failed: %s", err);
   else
     AGENT_INFO("flight recorders of this node's ranks (%s) written to %s", why, path);
@@ -516,19 +523,19 @@ static void publish_progress(agent_t *a) {
 }
 
 typedef enum {
-  ROUND_SUCCEEDED,    /* every member done: exit 0 */
-  ROUND_RESTART,      /* round ended: restart (rd.end_reason) */
-  ROUND_STORE_LOST,   /* store gone: reconnect, restart */
-  ROUND_STOPPED       /* a terminating signal */
+  ROUND_SUCCEEDED,  /* every member done: exit 0 */
+  ROUND_RESTART,    /* round ended: restart (rd.end_reason) */
+  ROUND_STORE_LOST, /* store gone: reconnect, restart */
+  ROUND_STOPPED     /* a terminating signal */
 } round_outcome_t;
 
 /* Runs the workers of one round until it ends. */
 static round_outcome_t run_round(agent_t *a, int *local_failed) {
   *local_failed = 0;
   char err[512];
-  agent_worker_spec_t spec = {&a->cfg,        a->rd.rank_base, a->rd.world_size,
-                              a->rd.group_rank, (int)a->rd.nmembers, a->rd.attempt,
-                              a->master_ip,   a->rd.worker_store_port, a->run_dir};
+  agent_worker_spec_t spec = {&a->cfg,          a->rd.rank_base,         a->rd.world_size,
+                              a->rd.group_rank, (int)a->rd.nmembers,     a->rd.attempt,
+                              a->master_ip,     a->rd.worker_store_port, a->run_dir};
   if (agent_workers_start(&a->ws, &spec, err, sizeof err)) {
     AGENT_ERROR("%s", err);
     set_error(a, err);
@@ -647,8 +654,8 @@ static int run(agent_t *a) {
       reason = a->rd.end_reason;
     }
     if (!local_failed)
-      AGENT_WARN("round %" PRId64 " ended (%s): %s", a->rd.round,
-                 agent_restart_reason_name(reason), a->rd.end_text);
+      AGENT_WARN("round %" PRId64 " ended (%s): %s", a->rd.round, agent_restart_reason_name(reason),
+                 a->rd.end_text);
     stop_workers(a, SIGTERM, 0);
     if (a->stop_sig) return 128 + a->stop_sig;
     int counts = reason != AGENT_RESTART_MEMBERSHIP;
@@ -702,8 +709,8 @@ static int setup(agent_t *a) {
   if (a->node_rank != 0) {
     if (c->master_addr) {
       snprintf(a->master_name, sizeof a->master_name, "%s", c->master_addr);
-    } else if (agent_master_name(c, environ, NULL, NULL, a->master_name, sizeof a->master_name,
-                                 err, sizeof err)) {
+    } else if (agent_master_name(c, environ, NULL, NULL, a->master_name, sizeof a->master_name, err,
+                                 sizeof err)) {
       AGENT_ERROR("cannot name the store host: %s (or pass --master-addr)", err);
       return EXIT_USAGE;
     }
@@ -723,8 +730,8 @@ static int setup(agent_t *a) {
   st->loop_tick_ns = now_ns();
 
   if (c->http_port >= 0) {
-    a->http = agent_http_start(st, c->http_host, c->http_port, c->monitor_interval_s, err,
-                               sizeof err);
+    a->http =
+        agent_http_start(st, c->http_host, c->http_port, c->monitor_interval_s, err, sizeof err);
     if (!a->http) {
       AGENT_ERROR("cannot serve HTTP: %s (choose another --http-port, or -1 to disable)", err);
       return EXIT_UNAVAILABLE;
@@ -822,14 +829,17 @@ int main(int argc, char **argv) {
   agent_rdzv_init(&a->rd);
   a->ws.first_failed = -1;
   char nn[32];
-  AGENT_INFO("tdist-agent %s starting: nnodes %s, nproc_per_node %d, max_restarts %d, "
-             "run id '%s'%s",
-             tdist_version(), nnodes_str(&a->cfg, nn, sizeof nn), a->cfg.nproc_per_node,
-             a->cfg.max_restarts, a->cfg.run_id, a->cfg.standalone ? ", standalone" : "");
+  AGENT_INFO(
+      "tdist-agent %s starting: nnodes %s, nproc_per_node %d, max_restarts %d, "
+      "run id '%s'%s",
+      tdist_version(), nnodes_str(&a->cfg, nn, sizeof nn), a->cfg.nproc_per_node,
+      a->cfg.max_restarts, a->cfg.run_id, a->cfg.standalone ? ", standalone" : "");
   int rc = setup(a);
   if (!rc) rc = run(a);
-  if (rc == 0) set_state(a, AGENT_STATE_SUCCEEDED);
-  else set_state(a, AGENT_STATE_FAILED);
+  if (rc == 0)
+    set_state(a, AGENT_STATE_SUCCEEDED);
+  else
+    set_state(a, AGENT_STATE_FAILED);
   stop_workers(a, SIGKILL, 0);
   AGENT_INFO("exiting with code %d", rc);
   drop_store(a);

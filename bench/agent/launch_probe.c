@@ -146,8 +146,9 @@ static int sweep_orphans(void) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: launch_probe --out FILE [--sample-rss] [--timeout SECONDS] -- "
-                  "LAUNCHER [ARGS...]\n");
+  fprintf(stderr,
+          "usage: launch_probe --out FILE [--sample-rss] [--timeout SECONDS] -- "
+          "LAUNCHER [ARGS...]\n");
   return 2;
 }
 

@@ -20,8 +20,10 @@ int main(int argc, char **argv) {
 
   const char *dir = getenv("OUTDIR"), *rank = getenv("LOCAL_RANK");
   if (!dir || !*dir || !rank || !*rank) {
-    fprintf(stderr, "stamp: OUTDIR (%s) and LOCAL_RANK (%s) must be set by the launcher's "
-                    "environment\n", dir ? dir : "unset", rank ? rank : "unset");
+    fprintf(stderr,
+            "stamp: OUTDIR (%s) and LOCAL_RANK (%s) must be set by the launcher's "
+            "environment\n",
+            dir ? dir : "unset", rank ? rank : "unset");
     return 2;
   }
   char path[4096], line[64];

@@ -20,16 +20,20 @@ int bench_coll_parse(const char *name) {
   return -1;
 }
 
-/* Splits a comma list of non-negative integers (K/M/G suffixes allowed). Returns the count or -1. */
+/* Splits a comma list of non-negative integers (K/M/G suffixes allowed). Returns the count or -1.
+ */
 static int parse_list(const char *s, size_t *out, int cap) {
   int n = 0;
   while (s && *s) {
     char *end;
     unsigned long long v = strtoull(s, &end, 10);
     if (end == s) return -1;
-    if (*end == 'K' || *end == 'k') v <<= 10, end++;
-    else if (*end == 'M' || *end == 'm') v <<= 20, end++;
-    else if (*end == 'G' || *end == 'g') v <<= 30, end++;
+    if (*end == 'K' || *end == 'k')
+      v <<= 10, end++;
+    else if (*end == 'M' || *end == 'm')
+      v <<= 20, end++;
+    else if (*end == 'G' || *end == 'g')
+      v <<= 30, end++;
     if (n == cap || (*end && *end != ',')) return -1;
     out[n++] = (size_t)v;
     s = *end ? end + 1 : end;
@@ -45,8 +49,10 @@ int bench_plan_parse(bench_plan_t *p, const char *colls, const char *sizes, cons
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     int c = bench_coll_parse(tok);
     if (c < 0 || p->ncolls == COLL_COUNT) {
-      fprintf(stderr, "unknown collective '%s' (all_reduce, all_gather, reduce_scatter, "
-              "broadcast, all_to_all)\n", tok);
+      fprintf(stderr,
+              "unknown collective '%s' (all_reduce, all_gather, reduce_scatter, "
+              "broadcast, all_to_all)\n",
+              tok);
       return -1;
     }
     p->colls[p->ncolls++] = c;
@@ -56,7 +62,8 @@ int bench_plan_parse(bench_plan_t *p, const char *colls, const char *sizes, cons
   int ni = parse_list(iters, it, BENCH_MAX_SIZES);
   int nw = parse_list(warmup, wu, BENCH_MAX_SIZES);
   if (ns <= 0 || ni != ns || nw != ns || p->ncolls == 0) {
-    fprintf(stderr, "bad plan: need --colls, and --sizes, --iters, --warmup lists of the same "
+    fprintf(stderr,
+            "bad plan: need --colls, and --sizes, --iters, --warmup lists of the same "
             "length\n");
     return -1;
   }
@@ -81,12 +88,9 @@ size_t bench_total_count(bench_coll_t c, size_t bytes, int n) {
 
 double bench_busbw_factor(bench_coll_t c, int n) {
   switch (c) {
-    case COLL_ALL_REDUCE:
-      return 2.0 * (n - 1) / n;
-    case COLL_BROADCAST:
-      return 1.0;
-    default:
-      return (double)(n - 1) / n;
+    case COLL_ALL_REDUCE: return 2.0 * (n - 1) / n;
+    case COLL_BROADCAST: return 1.0;
+    default: return (double)(n - 1) / n;
   }
 }
 
@@ -106,17 +110,10 @@ static void buf_counts(bench_coll_t c, size_t total, int n, size_t *in, size_t *
   size_t blk = total / (size_t)n;
   switch (c) {
     case COLL_ALL_REDUCE:
-    case COLL_BROADCAST:
-      *in = 0, *out = total;
-      break;
-    case COLL_ALL_GATHER:
-      *in = blk, *out = total;
-      break;
-    case COLL_REDUCE_SCATTER:
-      *in = total, *out = blk;
-      break;
-    default:
-      *in = total, *out = total;
+    case COLL_BROADCAST: *in = 0, *out = total; break;
+    case COLL_ALL_GATHER: *in = blk, *out = total; break;
+    case COLL_REDUCE_SCATTER: *in = total, *out = blk; break;
+    default: *in = total, *out = total;
   }
 }
 
@@ -149,7 +146,8 @@ static long long check(bench_coll_t c, int rank, size_t total, int n, const floa
       break;
     case COLL_ALL_GATHER:
       for (int j = 0; j < n; j++)
-        for (size_t i = 0; i < blk; i++) wrong += out[(size_t)j * blk + i] != bench_val(3, (uint64_t)j, i);
+        for (size_t i = 0; i < blk; i++)
+          wrong += out[(size_t)j * blk + i] != bench_val(3, (uint64_t)j, i);
       break;
     case COLL_REDUCE_SCATTER:
       for (size_t i = 0; i < blk; i++) {
@@ -182,8 +180,8 @@ static int warm_up(int rank, bench_run_fn run, void *ctx, float *buf) {
   return 0;
 }
 
-int bench_sweep(const bench_plan_t *p, int n, int rank, bench_run_fn run, void *ctx,
-                FILE *tsv, const char *impl) {
+int bench_sweep(const bench_plan_t *p, int n, int rank, bench_run_fn run, void *ctx, FILE *tsv,
+                const char *impl) {
   size_t max_in = 1, max_out = 1;
   int max_iters = 1;
   for (int ci = 0; ci < p->ncolls; ci++)
@@ -228,8 +226,8 @@ int bench_sweep(const bench_plan_t *p, int n, int rank, bench_run_fn run, void *
       int k = p->iters[si];
       int64_t med = k % 2 ? t[k / 2] : (t[k / 2 - 1] + t[k / 2]) / 2;
       fprintf(tsv, "%s\t%d\t%d\t%s\t%zu\t%zu\t%lld\t%lld\t%lld\t%d\n", impl, n, rank,
-              bench_coll_names[c], total * sizeof(float), total, (long long)med,
-              (long long)t[0], wrong, k);
+              bench_coll_names[c], total * sizeof(float), total, (long long)med, (long long)t[0],
+              wrong, k);
       fflush(tsv);
     }
   }

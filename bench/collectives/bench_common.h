@@ -70,7 +70,7 @@ typedef int (*bench_run_fn)(void *ctx, bench_coll_t c, float *out, const float *
  * in-place sums stay bounded). Writes one TSV line per cell to `tsv`:
  *   impl nranks rank coll bytes total_count median_ns min_ns wrong iters
  * Returns 0, or the first non-zero from `run`. */
-int bench_sweep(const bench_plan_t *p, int n, int rank, bench_run_fn run, void *ctx,
-                FILE *tsv, const char *impl);
+int bench_sweep(const bench_plan_t *p, int n, int rank, bench_run_fn run, void *ctx, FILE *tsv,
+                const char *impl);
 
 #endif

@@ -41,20 +41,13 @@ static int run_tdist(void *ctx, bench_coll_t c, float *out, const float *in, siz
   tdist_pg_t *pg = ctx;
   tdist_status_t st;
   switch (c) {
-    case COLL_ALL_REDUCE:
-      st = tdist_all_reduce(pg, out, count, TDIST_FLOAT32, TDIST_SUM);
-      break;
-    case COLL_ALL_GATHER:
-      st = tdist_all_gather(pg, out, in, count, TDIST_FLOAT32);
-      break;
+    case COLL_ALL_REDUCE: st = tdist_all_reduce(pg, out, count, TDIST_FLOAT32, TDIST_SUM); break;
+    case COLL_ALL_GATHER: st = tdist_all_gather(pg, out, in, count, TDIST_FLOAT32); break;
     case COLL_REDUCE_SCATTER:
       st = tdist_reduce_scatter(pg, out, in, count, TDIST_FLOAT32, TDIST_SUM);
       break;
-    case COLL_BROADCAST:
-      st = tdist_broadcast(pg, out, count, TDIST_FLOAT32, 0);
-      break;
-    default:
-      st = tdist_all_to_all(pg, out, in, count, TDIST_FLOAT32);
+    case COLL_BROADCAST: st = tdist_broadcast(pg, out, count, TDIST_FLOAT32, 0); break;
+    default: st = tdist_all_to_all(pg, out, in, count, TDIST_FLOAT32);
   }
   if (st) {
     fprintf(stderr, "rank %d: %s: %s: %s\n", tdist_pg_rank(pg), bench_coll_names[c],
@@ -64,7 +57,8 @@ static int run_tdist(void *ctx, bench_coll_t c, float *out, const float *in, siz
   return 0;
 }
 
-/* --worker [--impl NAME] [--group G] [--rank R --world N --store-port P] --out DIR --colls .. --sizes .. --iters ..
+/* --worker [--impl NAME] [--group G] [--rank R --world N --store-port P] --out DIR --colls ..
+ * --sizes .. --iters ..
  * --warmup .. [--timeout-s S]. Without --store-port the group is created with env:// (RANK,
  * WORLD_SIZE, MASTER_ADDR, MASTER_PORT), which lets one run a rank by hand under a profiler. */
 static int worker_main(int argc, char **argv) {
@@ -74,17 +68,28 @@ static int worker_main(int argc, char **argv) {
   long timeout_s = 300;
   for (int i = 2; i + 1 < argc; i += 2) {
     const char *k = argv[i], *v = argv[i + 1];
-    if (!strcmp(k, "--impl")) impl = v;
-    else if (!strcmp(k, "--group")) group = v;
-    else if (!strcmp(k, "--rank")) rank = atoi(v);
-    else if (!strcmp(k, "--world")) world = atoi(v);
-    else if (!strcmp(k, "--store-port")) port = atoi(v);
-    else if (!strcmp(k, "--out")) dir = v;
-    else if (!strcmp(k, "--colls")) colls = v;
-    else if (!strcmp(k, "--sizes")) sizes = v;
-    else if (!strcmp(k, "--iters")) iters = v;
-    else if (!strcmp(k, "--warmup")) warmup = v;
-    else if (!strcmp(k, "--timeout-s")) timeout_s = atol(v);
+    if (!strcmp(k, "--impl"))
+      impl = v;
+    else if (!strcmp(k, "--group"))
+      group = v;
+    else if (!strcmp(k, "--rank"))
+      rank = atoi(v);
+    else if (!strcmp(k, "--world"))
+      world = atoi(v);
+    else if (!strcmp(k, "--store-port"))
+      port = atoi(v);
+    else if (!strcmp(k, "--out"))
+      dir = v;
+    else if (!strcmp(k, "--colls"))
+      colls = v;
+    else if (!strcmp(k, "--sizes"))
+      sizes = v;
+    else if (!strcmp(k, "--iters"))
+      iters = v;
+    else if (!strcmp(k, "--warmup"))
+      warmup = v;
+    else if (!strcmp(k, "--timeout-s"))
+      timeout_s = atol(v);
     else {
       fprintf(stderr, "coll_bench --worker: unknown argument %s\n", k);
       return 2;
@@ -160,45 +165,50 @@ typedef struct {
 } opts_t;
 
 static void usage(FILE *f) {
-  fprintf(f,
-    "usage: coll_bench [options]        (normally started by bench/collectives/run.sh)\n"
-    "Times all_reduce, all_gather, reduce_scatter, broadcast and all_to_all (float32, sum) with\n"
-    "tdist's gloo backend (over loopback TCP and over shared memory) and with the peers\n"
-    "(PyTorch 1.13 gloo, Open MPI over TCP and over shared memory), real processes on this\n"
-    "machine, and prints nccl-tests style tables with tdist/peer time ratios (< 1: tdist is\n"
-    "faster) and the issue's goals. Exit status 1 if a run failed or a result was wrong.\n"
-    "  --ranks LIST        world sizes (default 2,4)\n"
-    "  --colls LIST        collectives (default all five)\n"
-    "  --min-bytes B       smallest size (default 8); sizes go 8, 64, 256, ... by 4\n"
-    "  --max-bytes B       largest size (default 64M); K/M/G suffixes allowed\n"
-    "  --sizes LIST        explicit sizes instead of --min/--max-bytes\n"
-    "  --iters-scale F     multiply the iteration counts (default 1; minimum 3 timed)\n"
-    "  --quick             2 ranks, sizes 8,4K,256K,4M,64M, --iters-scale 0.3, --repeat 1\n"
-    "  --transports LIST   tdist transports: tcp,shm (default both). tcp = TDIST_SHM=0 (loopback\n"
-    "                      TCP); shm = TDIST_SHM=1 (same-host shared-memory rings)\n"
-    "  --peers LIST        torch,ompi-tcp,ompi-shm (default all) or none\n"
-    "  --repeat R          run every implementation R times, interleaved, and keep each cell's\n"
-    "                      best time (machines like this one are shared and noisy; default 2,\n"
-    "                      --quick: 1)\n"
-    "  --python PATH       interpreter with torch (default /usr/bin/python3)\n"
-    "  --torch-peer PATH   torch_peer.py (default bench/collectives/torch_peer.py)\n"
-    "  --mpi-peer PATH     mpi_peer binary (built by run.sh); without it Open MPI is skipped\n"
-    "  --mpirun PATH       (default mpirun)\n"
-    "  --timeout-s S       limit for each implementation's run (default 300)\n"
-    "  --tsv FILE          also write every rank's raw results there\n"
-    "  --keep              keep the temporary directory (logs, per-rank TSV)\n"
-    "Iterations per size (before --iters-scale): <=64K 100 timed + 10 warm-up, 256K 40+5,\n"
-    "1M 20+3, 4M 10+2, 16M 6+1, larger 5+1; plus one checked iteration per size.\n"
-    "Environment reaches every rank (e.g. TDIST_ALGO_ALLREDUCE=ring|rd, TDIST_SPIN_US).\n");
+  fprintf(
+      f,
+      "usage: coll_bench [options]        (normally started by bench/collectives/run.sh)\n"
+      "Times all_reduce, all_gather, reduce_scatter, broadcast and all_to_all (float32, sum) with\n"
+      "tdist's gloo backend (over loopback TCP and over shared memory) and with the peers\n"
+      "(PyTorch 1.13 gloo, Open MPI over TCP and over shared memory), real processes on this\n"
+      "machine, and prints nccl-tests style tables with tdist/peer time ratios (< 1: tdist is\n"
+      "faster) and the issue's goals. Exit status 1 if a run failed or a result was wrong.\n"
+      "  --ranks LIST        world sizes (default 2,4)\n"
+      "  --colls LIST        collectives (default all five)\n"
+      "  --min-bytes B       smallest size (default 8); sizes go 8, 64, 256, ... by 4\n"
+      "  --max-bytes B       largest size (default 64M); K/M/G suffixes allowed\n"
+      "  --sizes LIST        explicit sizes instead of --min/--max-bytes\n"
+      "  --iters-scale F     multiply the iteration counts (default 1; minimum 3 timed)\n"
+      "  --quick             2 ranks, sizes 8,4K,256K,4M,64M, --iters-scale 0.3, --repeat 1\n"
+      "  --transports LIST   tdist transports: tcp,shm (default both). tcp = TDIST_SHM=0 "
+      "(loopback\n"
+      "                      TCP); shm = TDIST_SHM=1 (same-host shared-memory rings)\n"
+      "  --peers LIST        torch,ompi-tcp,ompi-shm (default all) or none\n"
+      "  --repeat R          run every implementation R times, interleaved, and keep each cell's\n"
+      "                      best time (machines like this one are shared and noisy; default 2,\n"
+      "                      --quick: 1)\n"
+      "  --python PATH       interpreter with torch (default /usr/bin/python3)\n"
+      "  --torch-peer PATH   torch_peer.py (default bench/collectives/torch_peer.py)\n"
+      "  --mpi-peer PATH     mpi_peer binary (built by run.sh); without it Open MPI is skipped\n"
+      "  --mpirun PATH       (default mpirun)\n"
+      "  --timeout-s S       limit for each implementation's run (default 300)\n"
+      "  --tsv FILE          also write every rank's raw results there\n"
+      "  --keep              keep the temporary directory (logs, per-rank TSV)\n"
+      "Iterations per size (before --iters-scale): <=64K 100 timed + 10 warm-up, 256K 40+5,\n"
+      "1M 20+3, 4M 10+2, 16M 6+1, larger 5+1; plus one checked iteration per size.\n"
+      "Environment reaches every rank (e.g. TDIST_ALGO_ALLREDUCE=ring|rd, TDIST_SPIN_US).\n");
 }
 
 static int parse_bytes(const char *s, size_t *out) {
   char *end;
   unsigned long long v = strtoull(s, &end, 10);
   if (end == s) return -1;
-  if (*end == 'K' || *end == 'k') v <<= 10, end++;
-  else if (*end == 'M' || *end == 'm') v <<= 20, end++;
-  else if (*end == 'G' || *end == 'g') v <<= 30, end++;
+  if (*end == 'K' || *end == 'k')
+    v <<= 10, end++;
+  else if (*end == 'M' || *end == 'm')
+    v <<= 20, end++;
+  else if (*end == 'G' || *end == 'g')
+    v <<= 30, end++;
   if (*end) return -1;
   *out = (size_t)v;
   return 0;
@@ -206,12 +216,18 @@ static int parse_bytes(const char *s, size_t *out) {
 
 static void plan_iters(size_t bytes, double scale, int *iters, int *warmup) {
   int it, wu;
-  if (bytes <= (64u << 10)) it = 100, wu = 10;
-  else if (bytes <= (256u << 10)) it = 40, wu = 5;
-  else if (bytes <= (1u << 20)) it = 20, wu = 3;
-  else if (bytes <= (4u << 20)) it = 10, wu = 2;
-  else if (bytes <= (16u << 20)) it = 6, wu = 1;
-  else it = 5, wu = 1;
+  if (bytes <= (64u << 10))
+    it = 100, wu = 10;
+  else if (bytes <= (256u << 10))
+    it = 40, wu = 5;
+  else if (bytes <= (1u << 20))
+    it = 20, wu = 3;
+  else if (bytes <= (4u << 20))
+    it = 10, wu = 2;
+  else if (bytes <= (16u << 20))
+    it = 6, wu = 1;
+  else
+    it = 5, wu = 1;
   it = (int)lround(it * scale);
   wu = (int)lround(wu * scale);
   *iters = it < 3 ? 3 : it;
@@ -296,9 +312,12 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       char buf[128];
       snprintf(buf, sizeof buf, "%s", v);
       for (char *s = NULL, *t = strtok_r(buf, ",", &s); t; t = strtok_r(NULL, ",", &s)) {
-        if (!strcmp(t, "tcp")) o->use[IMPL_TDIST_TCP] = 1;
-        else if (!strcmp(t, "shm")) o->use[IMPL_TDIST_SHM] = 1;
-        else return fprintf(stderr, "coll_bench: unknown transport %s (tcp, shm)\n", t), -1;
+        if (!strcmp(t, "tcp"))
+          o->use[IMPL_TDIST_TCP] = 1;
+        else if (!strcmp(t, "shm"))
+          o->use[IMPL_TDIST_SHM] = 1;
+        else
+          return fprintf(stderr, "coll_bench: unknown transport %s (tcp, shm)\n", t), -1;
       }
     } else if (!strcmp(k, "--peers")) {
       o->use[IMPL_TORCH] = o->use[IMPL_OMPI_TCP] = o->use[IMPL_OMPI_SHM] = 0;
@@ -306,10 +325,14 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       snprintf(buf, sizeof buf, "%s", v);
       for (char *s = NULL, *t = strtok_r(buf, ",", &s); t; t = strtok_r(NULL, ",", &s)) {
         if (!strcmp(t, "none")) continue;
-        if (!strcmp(t, "torch") || !strcmp(t, "torch-gloo")) o->use[IMPL_TORCH] = 1;
-        else if (!strcmp(t, "ompi-tcp")) o->use[IMPL_OMPI_TCP] = 1;
-        else if (!strcmp(t, "ompi-shm")) o->use[IMPL_OMPI_SHM] = 1;
-        else return fprintf(stderr, "coll_bench: unknown peer %s\n", t), -1;
+        if (!strcmp(t, "torch") || !strcmp(t, "torch-gloo"))
+          o->use[IMPL_TORCH] = 1;
+        else if (!strcmp(t, "ompi-tcp"))
+          o->use[IMPL_OMPI_TCP] = 1;
+        else if (!strcmp(t, "ompi-shm"))
+          o->use[IMPL_OMPI_SHM] = 1;
+        else
+          return fprintf(stderr, "coll_bench: unknown peer %s\n", t), -1;
       }
     } else if (!strcmp(k, "--python")) {
       o->python = v;
@@ -354,7 +377,8 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
     if (p->sizes[p->nsizes - 1] != max_b && p->nsizes < BENCH_MAX_SIZES && max_b > min_b)
       p->sizes[p->nsizes++] = max_b;
   }
-  for (int i = 0; i < p->nsizes; i++) plan_iters(p->sizes[i], o->iters_scale, &p->iters[i], &p->warmup[i]);
+  for (int i = 0; i < p->nsizes; i++)
+    plan_iters(p->sizes[i], o->iters_scale, &p->iters[i], &p->warmup[i]);
   return 0;
 }
 
@@ -484,8 +508,8 @@ static void plan_args(const bench_plan_t *p, plan_args_t *a) {
   for (int i = 0; i < p->nsizes; i++) {
     ls += (size_t)snprintf(a->sizes + ls, sizeof a->sizes - ls, "%s%zu", i ? "," : "", p->sizes[i]);
     li += (size_t)snprintf(a->iters + li, sizeof a->iters - li, "%s%d", i ? "," : "", p->iters[i]);
-    lw += (size_t)snprintf(a->warmup + lw, sizeof a->warmup - lw, "%s%d", i ? "," : "",
-                           p->warmup[i]);
+    lw +=
+        (size_t)snprintf(a->warmup + lw, sizeof a->warmup - lw, "%s%d", i ? "," : "", p->warmup[i]);
   }
 }
 
@@ -496,9 +520,9 @@ typedef struct {
   int impl, world, coll;
   size_t bytes;
   long long pass_med, pass_wrong; /* this pass: slowest rank's median, wrong summed over ranks */
-  uint64_t pass_ranks;              /* ranks that reported this pass (bit per rank) */
-  long long best_ns; /* best pass; -1 = no complete pass */
-  long long wrong;   /* over all passes */
+  uint64_t pass_ranks;            /* ranks that reported this pass (bit per rank) */
+  long long best_ns;              /* best pass; -1 = no complete pass */
+  long long wrong;                /* over all passes */
   int passes;
 } cell_t;
 
@@ -528,7 +552,8 @@ static cell_t *cell_get(int impl, int world, int coll, size_t bytes, int create)
  * best pass. */
 static void collect(const char *dir, int impl, int world, int pass, int keep, FILE *raw) {
   const char *name = impl_names[impl];
-  for (int i = 0; i < ncells; i++) cells[i].pass_med = cells[i].pass_wrong = cells[i].pass_ranks = 0;
+  for (int i = 0; i < ncells; i++)
+    cells[i].pass_med = cells[i].pass_wrong = cells[i].pass_ranks = 0;
   for (int r = 0; r < world; r++) {
     char path[4200], line[512];
     snprintf(path, sizeof path, "%s/%s.%d.tsv", dir, name, r);
@@ -583,15 +608,19 @@ static size_t eff_bytes(int coll, size_t bytes, int world) {
 
 static void print_tables(const opts_t *o, int world, const char *notes[IMPL_COUNT]) {
   printf("\n# ======== %d ranks: float32, op sum, one host ========\n", world);
-  printf("# tdist-tcp: gloo backend over loopback TCP (TDIST_SHM=0); peers torch-gloo (PyTorch "
-         "1.13, TCP) and ompi-tcp (Open MPI, btl self,tcp on lo)\n");
-  printf("# tdist-shm: gloo backend over same-host shared-memory rings (TDIST_SHM=1); peer "
-         "ompi-shm (Open MPI, btl self,vader)\n");
-  printf("# time = median of the timed iterations of each rank, slowest rank%s; algbw = size/time;"
-         " busbw = algbw x nccl-tests factor\n",
-         o->repeat > 1 ? ", best of the passes" : "");
-  printf("# ratio = tdist time / peer time (< 1: tdist faster); torch-gloo and ompi-tcp against "
-         "tdist-tcp, ompi-shm against tdist-shm\n");
+  printf(
+      "# tdist-tcp: gloo backend over loopback TCP (TDIST_SHM=0); peers torch-gloo (PyTorch "
+      "1.13, TCP) and ompi-tcp (Open MPI, btl self,tcp on lo)\n");
+  printf(
+      "# tdist-shm: gloo backend over same-host shared-memory rings (TDIST_SHM=1); peer "
+      "ompi-shm (Open MPI, btl self,vader)\n");
+  printf(
+      "# time = median of the timed iterations of each rank, slowest rank%s; algbw = size/time;"
+      " busbw = algbw x nccl-tests factor\n",
+      o->repeat > 1 ? ", best of the passes" : "");
+  printf(
+      "# ratio = tdist time / peer time (< 1: tdist faster); torch-gloo and ompi-tcp against "
+      "tdist-tcp, ompi-shm against tdist-shm\n");
   for (int i = 0; i < IMPL_COUNT; i++)
     if (notes[i]) printf("# %s: %s\n", impl_names[i], notes[i]);
   for (int ci = 0; ci < o->plan.ncolls; ci++) {
@@ -601,18 +630,22 @@ static void print_tables(const opts_t *o, int world, const char *notes[IMPL_COUN
            c == COLL_REDUCE_SCATTER && o->use[IMPL_TORCH]
                ? "  [torch-gloo: emulated by all_reduce; gloo in torch 1.13 has no reduce_scatter]"
                : "");
-    printf("#%10s %10s %5s %5s |%10s %8s %8s %6s", "size(B)", "count", "type", "redop",
-           "tdist-tcp", "algbw", "busbw", "#wrong");
+    printf("#%10s %10s %5s %5s |%10s %8s %8s %6s", "size(B)", "count", "type", "redop", "tdist-tcp",
+           "algbw", "busbw", "#wrong");
     for (int i = 1; i < IMPL_COUNT; i++) {
       if (!o->use[i]) continue;
-      if (i == IMPL_TDIST_SHM) printf(" |%10s %8s %6s", "tdist-shm", "busbw", "#wrong");
-      else printf(" |%10s %6s", impl_names[i], "ratio");
+      if (i == IMPL_TDIST_SHM)
+        printf(" |%10s %8s %6s", "tdist-shm", "busbw", "#wrong");
+      else
+        printf(" |%10s %6s", impl_names[i], "ratio");
     }
     printf("\n#%10s %10s %5s %5s |%10s %8s %8s %6s", "", "", "", "", "us", "GB/s", "GB/s", "");
     for (int i = 1; i < IMPL_COUNT; i++) {
       if (!o->use[i]) continue;
-      if (i == IMPL_TDIST_SHM) printf(" |%10s %8s %6s", "us", "GB/s", "");
-      else printf(" |%10s %6s", "us", "");
+      if (i == IMPL_TDIST_SHM)
+        printf(" |%10s %8s %6s", "us", "GB/s", "");
+      else
+        printf(" |%10s %6s", "us", "");
     }
     printf("\n");
     int is_red = c == COLL_ALL_REDUCE || c == COLL_REDUCE_SCATTER;
@@ -641,14 +674,19 @@ static void print_tables(const opts_t *o, int world, const char *notes[IMPL_COUN
           continue;
         }
         const cell_t *base = result(ratio_base[i], world, c, b);
-        if (pr) printf(" |%10.2f", pr->best_ns / 1e3);
-        else printf(" |%10s", "-");
-        if (pr && base) printf(" %6.3f", (double)base->best_ns / (double)pr->best_ns);
-        else printf(" %6s", "-");
+        if (pr)
+          printf(" |%10.2f", pr->best_ns / 1e3);
+        else
+          printf(" |%10s", "-");
+        if (pr && base)
+          printf(" %6.3f", (double)base->best_ns / (double)pr->best_ns);
+        else
+          printf(" %6s", "-");
       }
       for (int i = 1; i < IMPL_COUNT; i++) {
         const cell_t *pr = cell_get(i, world, c, b, 0);
-        if (i != IMPL_TDIST_SHM && pr && pr->wrong) printf("  (%s: %lld wrong)", impl_names[i], pr->wrong);
+        if (i != IMPL_TDIST_SHM && pr && pr->wrong)
+          printf("  (%s: %lld wrong)", impl_names[i], pr->wrong);
       }
       printf("\n");
     }
@@ -684,8 +722,8 @@ static void print_goals(void) {
       printf("#   %-9s %-40s not measured in this run\n", impl_names[g[i].us], g[i].what);
       continue;
     }
-    double ratio = bw ? (double)pr->best_ns / (double)us->best_ns
-                      : (double)us->best_ns / (double)pr->best_ns;
+    double ratio =
+        bw ? (double)pr->best_ns / (double)us->best_ns : (double)us->best_ns / (double)pr->best_ns;
     int met = bw ? ratio >= g[i].want : ratio <= g[i].want;
     if (bw)
       printf("#   %-9s %-40s %.3f vs %s %.3f GB/s: %.2fx (goal >= %.2fx)  %s\n",
@@ -723,11 +761,31 @@ static int run_tdist_ranks(const opts_t *o, int impl, int world, int pass, const
   pid_t pids[64];
   for (int r = 0; r < world; r++) {
     snprintf(rank_s, sizeof rank_s, "%d", r);
-    char *argv[] = {exe, "--worker", "--impl", (char *)name, "--group", group, "--rank", rank_s,
-                    "--world", world_s,
-                    "--store-port", port_s, "--out", (char *)dir, "--colls", (char *)pa->colls,
-                    "--sizes", (char *)pa->sizes, "--iters", (char *)pa->iters, "--warmup",
-                    (char *)pa->warmup, "--timeout-s", to_s, NULL};
+    char *argv[] = {exe,
+                    "--worker",
+                    "--impl",
+                    (char *)name,
+                    "--group",
+                    group,
+                    "--rank",
+                    rank_s,
+                    "--world",
+                    world_s,
+                    "--store-port",
+                    port_s,
+                    "--out",
+                    (char *)dir,
+                    "--colls",
+                    (char *)pa->colls,
+                    "--sizes",
+                    (char *)pa->sizes,
+                    "--iters",
+                    (char *)pa->iters,
+                    "--warmup",
+                    (char *)pa->warmup,
+                    "--timeout-s",
+                    to_s,
+                    NULL};
     pids[r] = spawn(argv, envp, log);
   }
   int rc = wait_all(pids, world, now_ms() + o->timeout_s * 1000, name);
@@ -754,10 +812,23 @@ static int run_torch(const opts_t *o, int world, const char *dir, const plan_arg
       snprintf(env[r][4], 64, "WORLD_SIZE=%d", world);
       snprintf(env[r][5], 64, "OMP_NUM_THREADS=1");
       char *envp[] = {env[r][0], env[r][1], env[r][2], env[r][3], env[r][4], env[r][5], NULL};
-      char *argv[] = {(char *)o->python, (char *)o->torch_peer, "--impl", "torch-gloo", "--out",
-                      (char *)dir, "--colls", (char *)pa->colls, "--sizes", (char *)pa->sizes,
-                      "--iters", (char *)pa->iters, "--warmup", (char *)pa->warmup, "--timeout-s",
-                      to_s, NULL};
+      char *argv[] = {(char *)o->python,
+                      (char *)o->torch_peer,
+                      "--impl",
+                      "torch-gloo",
+                      "--out",
+                      (char *)dir,
+                      "--colls",
+                      (char *)pa->colls,
+                      "--sizes",
+                      (char *)pa->sizes,
+                      "--iters",
+                      (char *)pa->iters,
+                      "--warmup",
+                      (char *)pa->warmup,
+                      "--timeout-s",
+                      to_s,
+                      NULL};
       pids[r] = spawn(argv, envp, log);
     }
     rc = wait_all(pids, world, now_ms() + o->timeout_s * 1000, "torch-gloo");
@@ -773,12 +844,37 @@ static int run_ompi(const opts_t *o, int world, const char *dir, const plan_args
   snprintf(np, sizeof np, "%d", world);
   /* pml ob1 so the btl choice holds (the ucx pml would pick its own transports);
    * the TCP btl is pinned to loopback, the interface tdist and torch use here. */
-  char *argv[] = {(char *)o->mpirun, "--allow-run-as-root", "--oversubscribe", "-np", np,
-                  "--mca", "pml", "ob1", "--mca", "btl", shm ? "self,vader" : "self,tcp",
-                  "--mca", "btl_tcp_if_include", "lo", "--mca", "osc", "^ucx",
-                  (char *)o->mpi_peer, "--impl", (char *)name, "--out", (char *)dir, "--colls",
-                  (char *)pa->colls, "--sizes", (char *)pa->sizes, "--iters", (char *)pa->iters,
-                  "--warmup", (char *)pa->warmup, NULL};
+  char *argv[] = {(char *)o->mpirun,
+                  "--allow-run-as-root",
+                  "--oversubscribe",
+                  "-np",
+                  np,
+                  "--mca",
+                  "pml",
+                  "ob1",
+                  "--mca",
+                  "btl",
+                  shm ? "self,vader" : "self,tcp",
+                  "--mca",
+                  "btl_tcp_if_include",
+                  "lo",
+                  "--mca",
+                  "osc",
+                  "^ucx",
+                  (char *)o->mpi_peer,
+                  "--impl",
+                  (char *)name,
+                  "--out",
+                  (char *)dir,
+                  "--colls",
+                  (char *)pa->colls,
+                  "--sizes",
+                  (char *)pa->sizes,
+                  "--iters",
+                  (char *)pa->iters,
+                  "--warmup",
+                  (char *)pa->warmup,
+                  NULL};
   pid_t pid = spawn(argv, NULL, log);
   int rc = wait_all(&pid, 1, now_ms() + o->timeout_s * 1000, name);
   if (rc) print_log_tail(log);
@@ -863,8 +959,10 @@ int main(int argc, char **argv) {
   print_goals();
   if (raw) fclose(raw);
   tdist_store_server_destroy(srv);
-  if (o.keep) fprintf(stderr, "[coll_bench] logs and per-rank results kept in %s\n", dir);
-  else remove_dir(dir);
+  if (o.keep)
+    fprintf(stderr, "[coll_bench] logs and per-rank results kept in %s\n", dir);
+  else
+    remove_dir(dir);
   if (failures) fprintf(stderr, "[coll_bench] failed runs:%s\n", failed_what);
   if (wrong) fprintf(stderr, "[coll_bench] %d cells had wrong results\n", wrong);
   free(cells);

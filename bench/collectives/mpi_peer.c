@@ -27,27 +27,29 @@ static int run_mpi(void *ctx, bench_coll_t c, float *out, const float *in, size_
     case COLL_REDUCE_SCATTER:
       rc = MPI_Reduce_scatter_block(in, out, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       break;
-    case COLL_BROADCAST:
-      rc = MPI_Bcast(out, cnt, MPI_FLOAT, 0, MPI_COMM_WORLD);
-      break;
-    default:
-      rc = MPI_Alltoall(in, cnt, MPI_FLOAT, out, cnt, MPI_FLOAT, MPI_COMM_WORLD);
+    case COLL_BROADCAST: rc = MPI_Bcast(out, cnt, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
+    default: rc = MPI_Alltoall(in, cnt, MPI_FLOAT, out, cnt, MPI_FLOAT, MPI_COMM_WORLD);
   }
   if (rc != MPI_SUCCESS) fprintf(stderr, "mpi_peer: %s failed: %d\n", bench_coll_names[c], rc);
   return rc != MPI_SUCCESS;
 }
 
 int main(int argc, char **argv) {
-  const char *impl = "mpi", *dir = ".", *colls = NULL, *sizes = NULL, *iters = NULL,
-             *warmup = NULL;
+  const char *impl = "mpi", *dir = ".", *colls = NULL, *sizes = NULL, *iters = NULL, *warmup = NULL;
   MPI_Init(&argc, &argv);
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--impl")) impl = argv[i + 1];
-    else if (!strcmp(argv[i], "--out")) dir = argv[i + 1];
-    else if (!strcmp(argv[i], "--colls")) colls = argv[i + 1];
-    else if (!strcmp(argv[i], "--sizes")) sizes = argv[i + 1];
-    else if (!strcmp(argv[i], "--iters")) iters = argv[i + 1];
-    else if (!strcmp(argv[i], "--warmup")) warmup = argv[i + 1];
+    if (!strcmp(argv[i], "--impl"))
+      impl = argv[i + 1];
+    else if (!strcmp(argv[i], "--out"))
+      dir = argv[i + 1];
+    else if (!strcmp(argv[i], "--colls"))
+      colls = argv[i + 1];
+    else if (!strcmp(argv[i], "--sizes"))
+      sizes = argv[i + 1];
+    else if (!strcmp(argv[i], "--iters"))
+      iters = argv[i + 1];
+    else if (!strcmp(argv[i], "--warmup"))
+      warmup = argv[i + 1];
     else {
       fprintf(stderr, "mpi_peer: unknown argument %s\n", argv[i]);
       MPI_Abort(MPI_COMM_WORLD, 2);

@@ -82,8 +82,7 @@ int bench_server_start_inproc(bench_server_t *s) {
   int nafter = list_tids(after, 4096);
   for (int i = 0; i < nafter && s->ntids < BENCH_SERVER_MAX_TIDS; i++) {
     int old = 0;
-    for (int j = 0; j < nbefore && !old; j++)
-      old = before[j] == after[i];
+    for (int j = 0; j < nbefore && !old; j++) old = before[j] == after[i];
     if (!old) s->tids[s->ntids++] = after[i];
   }
   return 0;
@@ -239,9 +238,7 @@ void bench_server_stop(bench_server_t *s) {
 
 /* Linux encodes another thread's CPU clock as (~tid << 3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED;
  * glibc's pthread_getcpuclockid builds the same value, but we only know the tid. */
-static clockid_t thread_cpu_clock(pid_t tid) {
-  return (clockid_t)(((~(uint32_t)tid) << 3) | 6u);
-}
+static clockid_t thread_cpu_clock(pid_t tid) { return (clockid_t)(((~(uint32_t)tid) << 3) | 6u); }
 
 static int64_t read_clock_ns(clockid_t c) {
   struct timespec ts;
@@ -281,6 +278,4 @@ int64_t bench_machine_busy_ns(void) {
   return (int64_t)(busy * (1000000000ULL / (unsigned long long)(hz > 0 ? hz : 100)));
 }
 
-int64_t bench_self_cpu_ns(void) {
-  return read_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-}
+int64_t bench_self_cpu_ns(void) { return read_clock_ns(CLOCK_PROCESS_CPUTIME_ID); }

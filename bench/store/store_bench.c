@@ -111,13 +111,9 @@ static void publish(worker_t *w, uint64_t n) {
   atomic_store_explicit(&w->ops, n, memory_order_relaxed);
 }
 
-static int stopping(run_t *run) {
-  return atomic_load_explicit(&run->stop, memory_order_relaxed);
-}
+static int stopping(run_t *run) { return atomic_load_explicit(&run->stop, memory_order_relaxed); }
 
-static void wait_start(run_t *run) {
-  pthread_barrier_wait(&run->start);
-}
+static void wait_start(run_t *run) { pthread_barrier_wait(&run->start); }
 
 static void client_keys(char keys[KEYS_PER_CLIENT][64], const run_t *run, int index) {
   for (int i = 0; i < KEYS_PER_CLIENT; i++)
@@ -306,8 +302,7 @@ static void sleep_ms(int ms) {
 
 static uint64_t sum_ops(worker_t *w, int n) {
   uint64_t sum = 0;
-  for (int i = 0; i < n; i++)
-    sum += atomic_load_explicit(&w[i].ops, memory_order_relaxed);
+  for (int i = 0; i < n; i++) sum += atomic_load_explicit(&w[i].ops, memory_order_relaxed);
   return sum;
 }
 
@@ -447,8 +442,7 @@ static void measure(const bench_server_t *srv, op_t op, int clients, const optio
   pthread_mutex_lock(&run.mu);
   pthread_cond_broadcast(&run.cv);
   pthread_mutex_unlock(&run.mu);
-  for (int i = 0; i < started; i++)
-    pthread_join(w[i].thread, NULL);
+  for (int i = 0; i < started; i++) pthread_join(w[i].thread, NULL);
   alarm(0);
 
   if (atomic_load(&run.failed)) {

@@ -50,39 +50,41 @@ typedef struct {
 } opts_t;
 
 static void usage(FILE *f) {
-  fprintf(f,
-    "usage: train [options]\n"
-    "Data-parallel linear or logistic regression on synthetic data, one process per rank.\n"
-    "Joins its process group with env:// and needs RANK, WORLD_SIZE, MASTER_ADDR and\n"
-    "MASTER_PORT (LOCAL_RANK is reported; TORCHELASTIC_USE_AGENT_STORE=True joins an agent's\n"
-    "store instead of hosting one on rank 0). examples/train/run_local.sh N starts N ranks.\n"
-    "\n"
-    "  --steps N          optimisation steps (default 200)\n"
-    "  --lr X             learning rate of plain SGD (default 0.1)\n"
-    "  --features N       input features (default 16)\n"
-    "  --samples N        training samples generated per rank (default 1024)\n"
-    "  --batch N          samples per rank and step (default 64); the global batch is\n"
-    "                     N x WORLD_SIZE\n"
-    "  --seed N           seed of the true model and, with the rank, of each rank's data\n"
-    "                     (default 1)\n"
-    "  --model M          linear (mean squared error, default) or logistic (cross-entropy)\n"
-    "  --print-every N    rank 0 prints the loss every N steps (default 20; 0: only first/last)\n"
-    "  --timeout-ms N     deadline of joining and of every collective (default 120000)\n"
-    "  --backend B        gloo (host memory) or nccl (GPU memory of device LOCAL_RANK, through\n"
-    "                     NCCL; the CUDA runtime is loaded at run time); default: the\n"
-    "                     TDIST_BACKEND variable (tdist-agent sets it), else gloo\n"
-    "  --crash-until-attempt N  (restart tests) while TORCHELASTIC_RESTART_COUNT < N, one\n"
-    "                     rank dies at one step, both picked from --seed and the attempt;\n"
-    "                     the way cycles through exit(1), SIGKILL and abort()\n"
-    "  --check-fresh-store  (attempt-isolation tests) before joining, add 1 to a key in the\n"
-    "                     launcher's store (MASTER_ADDR/MASTER_PORT, no prefix) and exit 4 if\n"
-    "                     the count exceeds WORLD_SIZE: the store kept an earlier attempt's keys\n"
-    "  --help             this text\n"
-    "\n"
-    "At the end every rank checks that the parameters are bitwise identical on all ranks\n"
-    "(all_gather) and that the loss decreased; the exit status is 0 only if both hold\n"
-    "(1: a check failed, 2: bad usage, 3: the process group failed, 4: --check-fresh-store\n"
-    "found an earlier attempt's keys).\n");
+  fprintf(
+      f,
+      "usage: train [options]\n"
+      "Data-parallel linear or logistic regression on synthetic data, one process per rank.\n"
+      "Joins its process group with env:// and needs RANK, WORLD_SIZE, MASTER_ADDR and\n"
+      "MASTER_PORT (LOCAL_RANK is reported; TORCHELASTIC_USE_AGENT_STORE=True joins an agent's\n"
+      "store instead of hosting one on rank 0). examples/train/run_local.sh N starts N ranks.\n"
+      "\n"
+      "  --steps N          optimisation steps (default 200)\n"
+      "  --lr X             learning rate of plain SGD (default 0.1)\n"
+      "  --features N       input features (default 16)\n"
+      "  --samples N        training samples generated per rank (default 1024)\n"
+      "  --batch N          samples per rank and step (default 64); the global batch is\n"
+      "                     N x WORLD_SIZE\n"
+      "  --seed N           seed of the true model and, with the rank, of each rank's data\n"
+      "                     (default 1)\n"
+      "  --model M          linear (mean squared error, default) or logistic (cross-entropy)\n"
+      "  --print-every N    rank 0 prints the loss every N steps (default 20; 0: only first/last)\n"
+      "  --timeout-ms N     deadline of joining and of every collective (default 120000)\n"
+      "  --backend B        gloo (host memory) or nccl (GPU memory of device LOCAL_RANK, through\n"
+      "                     NCCL; the CUDA runtime is loaded at run time); default: the\n"
+      "                     TDIST_BACKEND variable (tdist-agent sets it), else gloo\n"
+      "  --crash-until-attempt N  (restart tests) while TORCHELASTIC_RESTART_COUNT < N, one\n"
+      "                     rank dies at one step, both picked from --seed and the attempt;\n"
+      "                     the way cycles through exit(1), SIGKILL and abort()\n"
+      "  --check-fresh-store  (attempt-isolation tests) before joining, add 1 to a key in the\n"
+      "                     launcher's store (MASTER_ADDR/MASTER_PORT, no prefix) and exit 4 if\n"
+      "                     the count exceeds WORLD_SIZE: the store kept an earlier attempt's "
+      "keys\n"
+      "  --help             this text\n"
+      "\n"
+      "At the end every rank checks that the parameters are bitwise identical on all ranks\n"
+      "(all_gather) and that the loss decreased; the exit status is 0 only if both hold\n"
+      "(1: a check failed, 2: bad usage, 3: the process group failed, 4: --check-fresh-store\n"
+      "found an earlier attempt's keys).\n");
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out) {
@@ -134,9 +136,12 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       if (parse_int(v, 0, 100000000, &n)) goto bad;
       o->print_every = (int)n;
     } else if (!strcmp(k, "--model")) {
-      if (!strcmp(v, "linear")) o->model = MODEL_LINEAR;
-      else if (!strcmp(v, "logistic")) o->model = MODEL_LOGISTIC;
-      else goto bad;
+      if (!strcmp(v, "linear"))
+        o->model = MODEL_LINEAR;
+      else if (!strcmp(v, "logistic"))
+        o->model = MODEL_LOGISTIC;
+      else
+        goto bad;
     } else if (!strcmp(k, "--timeout-ms")) {
       if (parse_int(v, 1, 86400000L, &n)) goto bad;
       o->timeout_ms = n;
@@ -210,8 +215,10 @@ static int dev_open(gpu_t *dv, tdist_pg_t *pg, size_t bytes) {
   *(void **)&dv->memcpy_ = dlsym(h, "cudaMemcpy");
   *(void **)&dv->error_string = dlsym(h, "cudaGetErrorString");
   if (!dv->set_device || !dv->malloc_ || !dv->free_ || !dv->memcpy_) {
-    fprintf(stderr, "train: rank %d: the CUDA runtime lacks cudaSetDevice/cudaMalloc/cudaFree/"
-            "cudaMemcpy\n", dv->rank);
+    fprintf(stderr,
+            "train: rank %d: the CUDA runtime lacks cudaSetDevice/cudaMalloc/cudaFree/"
+            "cudaMemcpy\n",
+            dv->rank);
     return -1;
   }
   int e, dev = tdist_pg_device(pg);
@@ -404,8 +411,10 @@ static int check_fresh_store(void) {
   }
   tdist_store_destroy(s);
   if (n > atoi(ws)) {
-    fprintf(stderr, "train: the store already counted %lld rank start(s) of a world of %s: it "
-            "holds keys of an earlier attempt\n", (long long)n - 1, ws);
+    fprintf(stderr,
+            "train: the store already counted %lld rank start(s) of a world of %s: it "
+            "holds keys of an earlier attempt\n",
+            (long long)n - 1, ws);
     return 4;
   }
   return 0;
@@ -458,10 +467,11 @@ int main(int argc, char **argv) {
   char where[48] = "";
   if (dv.on) snprintf(where, sizeof where, ", buffers on GPU %d", tdist_pg_device(pg));
   if (rank == 0)
-    printf("train: %d ranks (%s backend%s), %s regression, %d features, %d samples and batch %d "
-           "per rank, lr %g, %d steps, seed %llu\n",
-           world, tdist_pg_backend(pg), where, o.model == MODEL_LINEAR ? "linear" : "logistic",
-           o.features, o.samples, o.batch, o.lr, o.steps, (unsigned long long)o.seed);
+    printf(
+        "train: %d ranks (%s backend%s), %s regression, %d features, %d samples and batch %d "
+        "per rank, lr %g, %d steps, seed %llu\n",
+        world, tdist_pg_backend(pg), where, o.model == MODEL_LINEAR ? "linear" : "logistic",
+        o.features, o.samples, o.batch, o.lr, o.steps, (unsigned long long)o.seed);
   fprintf(stderr, "train: rank %d of %d joined (LOCAL_RANK %s, pid %d)\n", rank, world,
           local_rank && *local_rank ? local_rank : "unset", (int)getpid());
 
@@ -488,8 +498,8 @@ int main(int argc, char **argv) {
   int die_at = crash_step(&o, rank, world);
   for (int step = 1; step <= o.steps; step++) {
     if (step == die_at) crash(rank, step);
-    double batch_loss = loss_grad(&o, &sh, p, (int)(((long long)(step - 1) * o.batch) % sh.n),
-                                  o.batch, gd);
+    double batch_loss =
+        loss_grad(&o, &sh, p, (int)(((long long)(step - 1) * o.batch) % sh.n), o.batch, gd);
     for (int j = 0; j < np; j++) g[j] = (float)gd[j];
     /* Every rank holds the same averaged gradient afterwards (bitwise: the library reduces
      * each element in one order), so the updates below keep the replicas identical. */
@@ -500,8 +510,8 @@ int main(int argc, char **argv) {
     if (show) {
       if ((st = all_reduce(pg, &dv, &batch_loss, 1, TDIST_FLOAT64, TDIST_AVG)))
         return pg_failed(pg, rank, "all_reduce of the loss", st);
-      if (rank == 0) printf("step %6d  loss %.6f (global batch of %d)\n", step, batch_loss,
-                            o.batch * world);
+      if (rank == 0)
+        printf("step %6d  loss %.6f (global batch of %d)\n", step, batch_loss, o.batch * world);
       fflush(stdout);
     }
   }
@@ -515,27 +525,31 @@ int main(int argc, char **argv) {
     if (memcmp(all + (size_t)r * (size_t)np, p, sizeof(float) * (size_t)np) != 0) {
       int j = 0;
       while (all[(size_t)r * (size_t)np + (size_t)j] == p[j]) j++;
-      fprintf(stderr, "train: rank %d: parameters differ from rank %d's (first at index %d: "
-              "%.9g here, %.9g there)\n", rank, r, j, (double)p[j],
-              (double)all[(size_t)r * (size_t)np + (size_t)j]);
+      fprintf(stderr,
+              "train: rank %d: parameters differ from rank %d's (first at index %d: "
+              "%.9g here, %.9g there)\n",
+              rank, r, j, (double)p[j], (double)all[(size_t)r * (size_t)np + (size_t)j]);
       rc = 1;
     }
   }
   if (!(loss1 < loss0)) {
-    fprintf(stderr, "train: rank %d: the loss did not decrease (%.6f -> %.6f); try a smaller "
-            "--lr or more --steps\n", rank, loss0, loss1);
+    fprintf(stderr,
+            "train: rank %d: the loss did not decrease (%.6f -> %.6f); try a smaller "
+            "--lr or more --steps\n",
+            rank, loss0, loss1);
     rc = 1;
   }
   /* Agree on the outcome so every rank exits the same way, then leave together. */
   int64_t bad = rc;
   if ((st = all_reduce(pg, &dv, &bad, 1, TDIST_INT64, TDIST_MAX)))
     return pg_failed(pg, rank, "all_reduce of the result", st);
-  if (bad && !rc)
-    fprintf(stderr, "train: rank %d: another rank's check failed\n", rank);
+  if (bad && !rc) fprintf(stderr, "train: rank %d: another rank's check failed\n", rank);
   if (bad) rc = 1;
   if (rank == 0 && !rc)
-    printf("train: OK: loss %.6f -> %.6f; parameters bitwise identical on all %d ranks "
-           "(attempt %d)\n", loss0, loss1, world, restart_count());
+    printf(
+        "train: OK: loss %.6f -> %.6f; parameters bitwise identical on all %d ranks "
+        "(attempt %d)\n",
+        loss0, loss1, world, restart_count());
   if ((st = tdist_barrier(pg))) return pg_failed(pg, rank, "final barrier", st);
   if ((st = tdist_pg_finalize(pg)) && !rc) {
     fprintf(stderr, "train: rank %d: finalize: %s\n", rank, tdist_pg_last_error(pg));

@@ -87,17 +87,17 @@ TDIST_EXTERN const char *tdist_dtype_name(tdist_dtype_t dtype);
 TDIST_EXTERN const char *tdist_reduce_op_name(tdist_reduce_op_t op);
 
 typedef struct {
-  size_t size;             /* sizeof(tdist_pg_options_t) */
-  int version;             /* 1 */
-  const char *backend;     /* "gloo" (default) or "nccl" (device buffers; see above) */
+  size_t size;         /* sizeof(tdist_pg_options_t) */
+  int version;         /* 1 */
+  const char *backend; /* "gloo" (default) or "nccl" (device buffers; see above) */
   /* Where ranks meet: exactly one of `store` or `init_method` ("env://", the default when both
    * are NULL; "tcp://HOST:PORT[?rank=R&world_size=N]"; "file:///path?rank=R&world_size=N"). */
   const char *init_method;
-  tdist_store_t *store;    /* borrowed; must outlive the group */
-  int rank;                /* -1: from init_method / RANK */
-  int world_size;          /* -1: from init_method / WORLD_SIZE */
-  int64_t timeout_ms;      /* every collective's deadline; 0 = 30 min (PyTorch's default) */
-  const char *group_name;  /* store prefix of this group; NULL = "default_pg" */
+  tdist_store_t *store;   /* borrowed; must outlive the group */
+  int rank;               /* -1: from init_method / RANK */
+  int world_size;         /* -1: from init_method / WORLD_SIZE */
+  int64_t timeout_ms;     /* every collective's deadline; 0 = 30 min (PyTorch's default) */
+  const char *group_name; /* store prefix of this group; NULL = "default_pg" */
   /* Network interface whose IPv4 address peers connect to (gloo). NULL: TDIST_SOCKET_IFNAME,
    * else the interface that reaches the store. */
   const char *socket_ifname;
@@ -166,17 +166,17 @@ TDIST_EXTERN tdist_status_t tdist_reduce_scatter(tdist_pg_t *pg, void *out, cons
  * from rank i. */
 TDIST_EXTERN tdist_status_t tdist_all_to_all(tdist_pg_t *pg, void *out, const void *in,
                                              size_t count, tdist_dtype_t dtype);
-TDIST_EXTERN tdist_status_t tdist_all_to_all_v(tdist_pg_t *pg, void *out,
-                                               const size_t *out_counts, const size_t *out_displs,
-                                               const void *in, const size_t *in_counts,
-                                               const size_t *in_displs, tdist_dtype_t dtype);
+TDIST_EXTERN tdist_status_t tdist_all_to_all_v(tdist_pg_t *pg, void *out, const size_t *out_counts,
+                                               const size_t *out_displs, const void *in,
+                                               const size_t *in_counts, const size_t *in_displs,
+                                               tdist_dtype_t dtype);
 TDIST_EXTERN tdist_status_t tdist_barrier(tdist_pg_t *pg);
 /* Like barrier, but rank 0 names the ranks that did not arrive within timeout_ms. */
 TDIST_EXTERN tdist_status_t tdist_monitored_barrier(tdist_pg_t *pg, int64_t timeout_ms);
 TDIST_EXTERN tdist_status_t tdist_send(tdist_pg_t *pg, const void *buf, size_t count,
                                        tdist_dtype_t dtype, int dst, int tag);
-TDIST_EXTERN tdist_status_t tdist_recv(tdist_pg_t *pg, void *buf, size_t count,
-                                       tdist_dtype_t dtype, int src, int tag);
+TDIST_EXTERN tdist_status_t tdist_recv(tdist_pg_t *pg, void *buf, size_t count, tdist_dtype_t dtype,
+                                       int src, int tag);
 
 /* ---- async forms: enqueue and return a work handle ---- */
 

@@ -30,22 +30,22 @@ extern "C" {
 
 #define TDIST_STATS_MAGIC 0x54445354u /* "TDST" */
 #define TDIST_STATS_VERSION 2
-#define TDIST_STATS_OPS 12      /* collective types, in the order of tdist_stats_op_name() */
-#define TDIST_STATS_BUCKETS 16  /* latency histogram upper bounds: tdist_stats_bucket_le() */
-#define TDIST_STATS_FLIGHT 256  /* flight-recorder entries (a ring) */
+#define TDIST_STATS_OPS 12     /* collective types, in the order of tdist_stats_op_name() */
+#define TDIST_STATS_BUCKETS 16 /* latency histogram upper bounds: tdist_stats_bucket_le() */
+#define TDIST_STATS_FLIGHT 256 /* flight-recorder entries (a ring) */
 
 /* One flight-recorder entry. */
 typedef struct {
-  uint64_t seq;        /* sequence number in its group (0 = empty slot) */
-  int32_t op;          /* collective type, 0..TDIST_STATS_OPS-1 */
-  int32_t status;      /* tdist_status_t when finished, TDIST_ERR_IN_PROGRESS while in flight */
-  int64_t start_ns;    /* CLOCK_REALTIME nanoseconds (CLOCK_MONOTONIC + an offset re-read
-                        * every second, so a step of the wall clock shows within a second) */
-  int64_t end_ns;      /* 0 while in flight */
-  uint64_t bytes;      /* bytes this rank contributed (count x dtype size) */
-  int32_t peer;        /* send/recv peer, broadcast/reduce/gather/scatter root, else -1 */
-  int32_t group;       /* 0 = the world group, 1.. = later groups in creation order */
-  uint64_t stamp;      /* internal: consistency stamp (odd while being written) */
+  uint64_t seq;     /* sequence number in its group (0 = empty slot) */
+  int32_t op;       /* collective type, 0..TDIST_STATS_OPS-1 */
+  int32_t status;   /* tdist_status_t when finished, TDIST_ERR_IN_PROGRESS while in flight */
+  int64_t start_ns; /* CLOCK_REALTIME nanoseconds (CLOCK_MONOTONIC + an offset re-read
+                     * every second, so a step of the wall clock shows within a second) */
+  int64_t end_ns;   /* 0 while in flight */
+  uint64_t bytes;   /* bytes this rank contributed (count x dtype size) */
+  int32_t peer;     /* send/recv peer, broadcast/reduce/gather/scatter root, else -1 */
+  int32_t group;    /* 0 = the world group, 1.. = later groups in creation order */
+  uint64_t stamp;   /* internal: consistency stamp (odd while being written) */
 } tdist_stats_flight_t;
 
 /* The file. All integers are native-endian; counters only grow. */
@@ -56,14 +56,15 @@ typedef struct {
   uint64_t bytes[TDIST_STATS_OPS];
   uint64_t errors[TDIST_STATS_OPS];
   uint64_t duration_ns_sum[TDIST_STATS_OPS];
-  uint64_t hist[TDIST_STATS_OPS][TDIST_STATS_BUCKETS + 1]; /* per bucket (not cumulative); last: +Inf */
+  uint64_t hist[TDIST_STATS_OPS]
+               [TDIST_STATS_BUCKETS + 1]; /* per bucket (not cumulative); last: +Inf */
   /* world group: the operation in flight and the last completed one */
-  uint64_t cur_stamp;    /* internal: odd while the fields below change */
-  uint64_t cur_seq;      /* 0 = none in flight */
+  uint64_t cur_stamp; /* internal: odd while the fields below change */
+  uint64_t cur_seq;   /* 0 = none in flight */
   int32_t cur_op, cur_peer;
-  int64_t cur_start_ns;  /* CLOCK_REALTIME */
-  uint64_t last_seq;     /* last completed sequence number */
-  uint64_t flight_next;  /* entries written so far; the ring slot of entry i is i % FLIGHT */
+  int64_t cur_start_ns; /* CLOCK_REALTIME */
+  uint64_t last_seq;    /* last completed sequence number */
+  uint64_t flight_next; /* entries written so far; the ring slot of entry i is i % FLIGHT */
   tdist_stats_flight_t flight[TDIST_STATS_FLIGHT];
   /* since version 2: the counters of threads other than the owner (see above) */
   uint64_t shared_ops[TDIST_STATS_OPS];
@@ -80,8 +81,9 @@ TDIST_EXTERN const char *tdist_stats_op_name(int op);
 TDIST_EXTERN double tdist_stats_bucket_le(int i);
 
 /* Reads a consistent copy of the stats file at path into *out (retrying while a writer is in the
- * middle of an update), with each counter's two sets summed into ops..hist. TDIST_ERR_NOT_FOUND if the file does not exist (yet), TDIST_ERR_PROTOCOL
- * if it is not a stats file of this version; tdist_last_error() says why. Any thread. */
+ * middle of an update), with each counter's two sets summed into ops..hist. TDIST_ERR_NOT_FOUND if
+ * the file does not exist (yet), TDIST_ERR_PROTOCOL if it is not a stats file of this version;
+ * tdist_last_error() says why. Any thread. */
 TDIST_EXTERN tdist_status_t tdist_stats_read(const char *path, tdist_stats_file_t *out);
 
 #ifdef __cplusplus

@@ -14,19 +14,19 @@ extern "C" {
 #endif
 
 /* X(name, value, text) */
-#define TDIST_STATUS_LIST(X)                                                         \
-  X(TDIST_OK, 0, "success")                                                          \
-  X(TDIST_ERR_INVALID_ARGUMENT, -1, "invalid argument")                              \
-  X(TDIST_ERR_INVALID_USAGE, -2, "invalid usage")                                    \
-  X(TDIST_ERR_SYSTEM, -3, "system error")                                            \
-  X(TDIST_ERR_REMOTE, -4, "remote error: peer closed the connection or misbehaved")  \
-  X(TDIST_ERR_TIMEOUT, -5, "timed out")                                              \
-  X(TDIST_ERR_ABORTED, -6, "aborted")                                                \
-  X(TDIST_ERR_IN_PROGRESS, -7, "in progress")                                        \
-  X(TDIST_ERR_NOT_AVAILABLE, -8, "not available")                                    \
-  X(TDIST_ERR_INTERNAL, -9, "internal error")                                        \
-  X(TDIST_ERR_NO_MEMORY, -10, "out of memory")                                       \
-  X(TDIST_ERR_NOT_FOUND, -11, "not found")                                           \
+#define TDIST_STATUS_LIST(X)                                                        \
+  X(TDIST_OK, 0, "success")                                                         \
+  X(TDIST_ERR_INVALID_ARGUMENT, -1, "invalid argument")                             \
+  X(TDIST_ERR_INVALID_USAGE, -2, "invalid usage")                                   \
+  X(TDIST_ERR_SYSTEM, -3, "system error")                                           \
+  X(TDIST_ERR_REMOTE, -4, "remote error: peer closed the connection or misbehaved") \
+  X(TDIST_ERR_TIMEOUT, -5, "timed out")                                             \
+  X(TDIST_ERR_ABORTED, -6, "aborted")                                               \
+  X(TDIST_ERR_IN_PROGRESS, -7, "in progress")                                       \
+  X(TDIST_ERR_NOT_AVAILABLE, -8, "not available")                                   \
+  X(TDIST_ERR_INTERNAL, -9, "internal error")                                       \
+  X(TDIST_ERR_NO_MEMORY, -10, "out of memory")                                      \
+  X(TDIST_ERR_NOT_FOUND, -11, "not found")                                          \
   X(TDIST_ERR_PROTOCOL, -12, "protocol error")
 
 typedef enum {

@@ -77,8 +77,9 @@ TDIST_EXTERN void tdist_store_server_destroy(tdist_store_server_t *server);
 typedef struct tdist_store_s tdist_store_t;
 
 typedef enum {
-  TDIST_STORE_DIALECT_AUTO = 0, /* try 2.x (VALIDATE+PING); fall back to 1.13 if the server resets */
-  TDIST_STORE_DIALECT_V2 = 1,   /* PyTorch 2.x: VALIDATE, PING, CANCEL_WAIT, APPEND, MULTI_*, ... */
+  TDIST_STORE_DIALECT_AUTO =
+      0,                      /* try 2.x (VALIDATE+PING); fall back to 1.13 if the server resets */
+  TDIST_STORE_DIALECT_V2 = 1, /* PyTorch 2.x: VALIDATE, PING, CANCEL_WAIT, APPEND, MULTI_*, ... */
   TDIST_STORE_DIALECT_V1_13 = 2 /* PyTorch 1.13: no cancel, no append/multi ops */
 } tdist_store_dialect_t;
 

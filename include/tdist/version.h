@@ -1,5 +1,5 @@
-/* tdist version numbers. tdist_version() returns TDIST_VERSION_STRING of the library actually linked,
- * so a program can compare it with the header it was compiled against. */
+/* tdist version numbers. tdist_version() returns TDIST_VERSION_STRING of the library actually
+ * linked, so a program can compare it with the header it was compiled against. */
 #ifndef TDIST_VERSION_H
 #define TDIST_VERSION_H
 

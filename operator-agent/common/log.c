@@ -25,9 +25,12 @@ static int level_now(void) {
   if (g_level >= 0) return g_level;
   const char *v = getenv("TDIST_LOG_LEVEL");
   int l = AGENT_LOG_INFO;
-  if (v && !strcasecmp(v, "error")) l = AGENT_LOG_ERROR;
-  else if (v && (!strcasecmp(v, "warn") || !strcasecmp(v, "warning"))) l = AGENT_LOG_WARN;
-  else if (v && !strcasecmp(v, "debug")) l = AGENT_LOG_DEBUG;
+  if (v && !strcasecmp(v, "error"))
+    l = AGENT_LOG_ERROR;
+  else if (v && (!strcasecmp(v, "warn") || !strcasecmp(v, "warning")))
+    l = AGENT_LOG_WARN;
+  else if (v && !strcasecmp(v, "debug"))
+    l = AGENT_LOG_DEBUG;
   g_level = l;
   return l;
 }
@@ -66,8 +69,8 @@ void agent_log(agent_log_level_t level, const char *fmt, ...) {
   gettimeofday(&tv, NULL);
   gmtime_r(&tv.tv_sec, &tm);
   char ts[64];
-  snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000) % 1000);
+  snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+           tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000) % 1000);
   size_t n;
   int rank = g_node_rank;
   if (g_format == AGENT_LOG_FORMAT_JSON) {

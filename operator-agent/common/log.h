@@ -4,10 +4,16 @@
 #ifndef TDIST_AGENT_LOG_H
 #define TDIST_AGENT_LOG_H
 
-typedef enum { AGENT_LOG_ERROR = 0, AGENT_LOG_WARN = 1, AGENT_LOG_INFO = 2, AGENT_LOG_DEBUG = 3 } agent_log_level_t;
+typedef enum {
+  AGENT_LOG_ERROR = 0,
+  AGENT_LOG_WARN = 1,
+  AGENT_LOG_INFO = 2,
+  AGENT_LOG_DEBUG = 3
+} agent_log_level_t;
 typedef enum { AGENT_LOG_FORMAT_TEXT = 0, AGENT_LOG_FORMAT_JSON = 1 } agent_log_format_t;
 
-/* Set once at start-up (before threads). Level also from TDIST_LOG_LEVEL (error|warn|info|debug). */
+/* Set once at start-up (before threads). Level also from TDIST_LOG_LEVEL (error|warn|info|debug).
+ */
 void agent_log_set_format(agent_log_format_t format);
 void agent_log_set_level(agent_log_level_t level);
 /* Fixed fields added to every line (JSON: "node_rank"); -1 = not known yet. */

@@ -24,9 +24,9 @@
 
 /* torchrun flags that have no tdist-agent equivalent, for a better message than "unknown". */
 static const char *const k_torchrun_only[] = {
-    "rdzv-backend", "rdzv-endpoint", "rdzv-conf",  "start-method",       "redirects",
-    "tee",          "no-python",     "module",     "run-path",           "local-addr",
-    "logs-specs",   "local-ranks-filter", "role-name", "max-nodes",      "rdzv-backend-conf"};
+    "rdzv-backend", "rdzv-endpoint",      "rdzv-conf", "start-method", "redirects",
+    "tee",          "no-python",          "module",    "run-path",     "local-addr",
+    "logs-specs",   "local-ranks-filter", "role-name", "max-nodes",    "rdzv-backend-conf"};
 
 int agent_cfg__fail(cfg_ctx_t *ctx, const char *fmt, ...) {
   if (ctx->cap == 0) return -1;
@@ -43,10 +43,14 @@ size_t agent_cfg__utf8_seq(const char *str, size_t avail) {
   size_t n;
   if (avail == 0) return 0;
   if (c < 0x80) return 1;
-  if ((c & 0xe0) == 0xc0) n = 2, cp = c & 0x1f, min = 0x80;
-  else if ((c & 0xf0) == 0xe0) n = 3, cp = c & 0x0f, min = 0x800;
-  else if ((c & 0xf8) == 0xf0) n = 4, cp = c & 0x07, min = 0x10000;
-  else return 0;
+  if ((c & 0xe0) == 0xc0)
+    n = 2, cp = c & 0x1f, min = 0x80;
+  else if ((c & 0xf0) == 0xe0)
+    n = 3, cp = c & 0x0f, min = 0x800;
+  else if ((c & 0xf8) == 0xf0)
+    n = 4, cp = c & 0x07, min = 0x10000;
+  else
+    return 0;
   if (avail < n) return 0;
   for (size_t k = 1; k < n; k++) {
     if ((s[k] & 0xc0) != 0x80) return 0;
@@ -226,15 +230,21 @@ static int parse_dur(const char *s, int positive, double *out, char *msg, size_t
     while (isdigit((unsigned char)*p)) p++, digits++;
   }
   double mult = 1;
-  if (!strcmp(p, "") || !strcmp(p, "s")) mult = 1;
-  else if (!strcmp(p, "ms")) mult = 0;  /* divide, below: exact for whole milliseconds */
-  else if (!strcmp(p, "m")) mult = 60;
-  else if (!strcmp(p, "h")) mult = 3600;
-  else digits = 0;
+  if (!strcmp(p, "") || !strcmp(p, "s"))
+    mult = 1;
+  else if (!strcmp(p, "ms"))
+    mult = 0; /* divide, below: exact for whole milliseconds */
+  else if (!strcmp(p, "m"))
+    mult = 60;
+  else if (!strcmp(p, "h"))
+    mult = 3600;
+  else
+    digits = 0;
   if (digits == 0) {
     snprintf(msg, cap,
              "'%s' is not a duration (seconds such as 30 or 0.5, or with a unit: 100ms, 30s, 5m, "
-             "1h)", sv);
+             "1h)",
+             sv);
     return -1;
   }
   if ((size_t)(p - s) >= sizeof num) {
@@ -283,8 +293,10 @@ static int check_str(int sclass, const char *s, char *msg, size_t cap) {
   char sv[96];
   size_t n = strlen(s);
   agent_cfg__show(s, n, sv, sizeof sv);
-  size_t max = sclass == CFG_S_ID ? 128 : sclass == CFG_S_TEMPLATE ? 1024
-             : sclass == CFG_S_PATH ? 4095 : 253;
+  size_t max = sclass == CFG_S_ID         ? 128
+               : sclass == CFG_S_TEMPLATE ? 1024
+               : sclass == CFG_S_PATH     ? 4095
+                                          : 253;
   if (n == 0 && sclass != CFG_S_HOST0) {
     snprintf(msg, cap, "must not be empty");
     return -1;
@@ -327,8 +339,10 @@ int agent_cfg__set(cfg_ctx_t *ctx, cfg_id_t id, const char *v, int is_null, cfg_
   agent_cfg_t *cfg = ctx->cfg;
   char pre[sizeof ctx->where[0]], msg[256], sv[96];
   long a, b;
-  if (key) snprintf(pre, sizeof pre, "%s: %s", loc, key);
-  else snprintf(pre, sizeof pre, "%s", loc);
+  if (key)
+    snprintf(pre, sizeof pre, "%s: %s", loc, key);
+  else
+    snprintf(pre, sizeof pre, "%s", loc);
   msg[0] = '\0';
   if (is_null) {
     if (!o->nullable)
@@ -433,9 +447,7 @@ int agent_cfg__set(cfg_ctx_t *ctx, cfg_id_t id, const char *v, int is_null, cfg_
       }
       cfg->log_format = v[0] == 't' ? AGENT_LOG_FORMAT_TEXT : AGENT_LOG_FORMAT_JSON;
       break;
-    case CFG_T_ACTION:
-      snprintf(msg, sizeof msg, "is not a setting");
-      break;
+    case CFG_T_ACTION: snprintf(msg, sizeof msg, "is not a setting"); break;
   }
   if (msg[0]) /* from loc, not pre: a long path must not be cut off */
     return agent_cfg__fail(ctx, "%s%s%s: %s", loc, key ? ": " : "", key ? key : "", msg);
@@ -585,7 +597,8 @@ static void unknown_flag(cfg_ctx_t *ctx, const char *arg, const char *name, size
       if (!strcmp(norm, k_torchrun_only[i])) {
         agent_cfg__fail(ctx,
                         "unknown flag '%s': a torchrun flag that tdist-agent does not have "
-                        "(tdist-agent --help lists the flags)", sv);
+                        "(tdist-agent --help lists the flags)",
+                        sv);
         return;
       }
     const char *best = NULL;
@@ -597,8 +610,10 @@ static void unknown_flag(cfg_ctx_t *ctx, const char *arg, const char *name, size
       if (d < best_d) best = f, best_d = d;
     }
     if (best) {
-      agent_cfg__fail(ctx, "unknown flag '%s'; did you mean --%s? (tdist-agent --help lists the "
-                      "flags)", sv, best);
+      agent_cfg__fail(ctx,
+                      "unknown flag '%s'; did you mean --%s? (tdist-agent --help lists the "
+                      "flags)",
+                      sv, best);
       return;
     }
   }
@@ -648,8 +663,7 @@ static int scan_argv(cfg_ctx_t *ctx, int argc, char **argv, scan_t *sc) {
       break;
     }
     if (a[1] != '-') {
-      scan_error(ctx, sc, "unknown flag '%s' (tdist-agent --help lists the flags)", a,
-                 strlen(a));
+      scan_error(ctx, sc, "unknown flag '%s' (tdist-agent --help lists the flags)", a, strlen(a));
       continue;
     }
     const char *name = a + 2, *eq = strchr(name, '=');
@@ -726,9 +740,8 @@ static int uuid4(char out[37]) {
   if (got < sizeof b) return -1;
   b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
   b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-  snprintf(out, 37,
-           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+  snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+           b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
            b[15]);
   return 0;
 }
@@ -744,8 +757,10 @@ static int apply_standalone(cfg_ctx_t *ctx) {
   if (!cfg->standalone) return 0;
   if (given(ctx, CFG_NNODES) && (cfg->nnodes_min != 1 || cfg->nnodes_max != 1)) {
     char n[32];
-    if (cfg->nnodes_min == cfg->nnodes_max) snprintf(n, sizeof n, "%d", cfg->nnodes_min);
-    else snprintf(n, sizeof n, "%d:%d", cfg->nnodes_min, cfg->nnodes_max);
+    if (cfg->nnodes_min == cfg->nnodes_max)
+      snprintf(n, sizeof n, "%d", cfg->nnodes_min);
+    else
+      snprintf(n, sizeof n, "%d:%d", cfg->nnodes_min, cfg->nnodes_max);
     return agent_cfg__fail(ctx,
                            "%s: '%s' conflicts with standalone (%s), which runs exactly one "
                            "node; remove one of them",
@@ -815,10 +830,8 @@ static int cross_checks(cfg_ctx_t *ctx) {
                            ctx->where[CFG_NODE_RANK], cfg->node_rank, cfg->nnodes_max,
                            ctx->where[CFG_NNODES], cfg->nnodes_max - 1);
   if (cfg->http_port > 0 && cfg->http_port == cfg->master_port)
-    return agent_cfg__fail(ctx,
-                           "%s: HTTP port %d is also the master port (%s); choose another one",
-                           ctx->where[CFG_HTTP_PORT], cfg->http_port,
-                           ctx->where[CFG_MASTER_PORT]);
+    return agent_cfg__fail(ctx, "%s: HTTP port %d is also the master port (%s); choose another one",
+                           ctx->where[CFG_HTTP_PORT], cfg->http_port, ctx->where[CFG_MASTER_PORT]);
   if (cfg->ncmd == 0 && !cfg->check_config)
     return agent_cfg__fail(ctx,
                            "no worker command: give it after the flags (tdist-agent [FLAGS] "
@@ -851,11 +864,9 @@ agent_cfg_result_t agent_cfg_load(agent_cfg_t *cfg, int argc, char **argv, char 
     if (p && *p && agent_cfg__set(&ctx, CFG_CONFIG, p, 0, CFG_SRC_ENV, "env TDIST_CONFIG", NULL))
       goto out;
   }
-  if (cfg->config_path &&
-      agent_cfg__load_yaml(&ctx, cfg->config_path, ctx.where[CFG_CONFIG]))
+  if (cfg->config_path && agent_cfg__load_yaml(&ctx, cfg->config_path, ctx.where[CFG_CONFIG]))
     goto out;
-  if (apply_env(&ctx, envp) || apply_flags(&ctx, &sc, -1) || apply_plain_env(&ctx, envp))
-    goto out;
+  if (apply_env(&ctx, envp) || apply_flags(&ctx, &sc, -1) || apply_plain_env(&ctx, envp)) goto out;
 
   if (sc.cmd_start < argc) {
     char **cmd = agent_cfg__strv_dup(argv + sc.cmd_start, (size_t)(argc - sc.cmd_start));

@@ -21,12 +21,13 @@
 typedef enum {
   AGENT_SCHEME_INDEXED_JOB = 0, /* "indexed-job": {job}-0.{service}.{namespace}.svc.{domain}.   */
   AGENT_SCHEME_KUBEFLOW = 1,    /* "kubeflow":    {job}-master-0.{namespace}.svc.{domain}.      */
-  AGENT_SCHEME_JOBSET = 2,      /* "jobset":      {job}-{replicated_job}-0-0.{service}.{namespace}.svc.{domain}. */
-  AGENT_SCHEME_VOLCANO = 3      /* "volcano":     {job}-{task}-0.{job}.{namespace}.svc.{domain}.  */
+  AGENT_SCHEME_JOBSET =
+      2, /* "jobset":      {job}-{replicated_job}-0-0.{service}.{namespace}.svc.{domain}. */
+  AGENT_SCHEME_VOLCANO = 3 /* "volcano":     {job}-{task}-0.{job}.{namespace}.svc.{domain}.  */
 } agent_scheme_t;
 
 typedef struct {
-  char *name;  /* worker env var name */
+  char *name; /* worker env var name */
   char *value;
 } agent_env_pair_t;
 
@@ -47,49 +48,49 @@ typedef struct {
   char *backend;              /* --backend gloo|nccl; default "gloo"; exported as TDIST_BACKEND */
 
   /* --- rendezvous timing --- */
-  double rdzv_timeout_s;      /* --rdzv-timeout: give up joining / reaching the master; default 900 */
-  double last_call_s;         /* --last-call: with MIN<MAX, wait this long after MIN joined; 30 */
-  double heartbeat_interval_s;/* --heartbeat-interval; default 5 */
+  double rdzv_timeout_s; /* --rdzv-timeout: give up joining / reaching the master; default 900 */
+  double last_call_s;    /* --last-call: with MIN<MAX, wait this long after MIN joined; 30 */
+  double heartbeat_interval_s; /* --heartbeat-interval; default 5 */
   double heartbeat_timeout_s; /* --heartbeat-timeout: a peer silent this long is lost; default 15 */
   double stop_grace_s;        /* --stop-grace-period: SIGTERM -> SIGKILL of workers; default 30 */
 
   /* --- discovery (Kubernetes) --- */
-  agent_scheme_t scheme;      /* --scheme; default indexed-job */
-  char *master_template;      /* --master-template; NULL = the scheme's */
-  char *job_name;             /* --job-name; NULL = hostname without its "-<index>" suffix */
-  char *service;              /* --service; NULL = job_name */
-  char *namespace_;           /* --namespace; NULL = POD_NAMESPACE, else the resolv.conf search list */
-  char *cluster_domain;       /* --cluster-domain; NULL = from resolv.conf search, else cluster.local */
-  char *replicated_job;       /* --replicated-job (jobset); default "node" */
-  char *task;                 /* --task (volcano); default "worker" */
+  agent_scheme_t scheme; /* --scheme; default indexed-job */
+  char *master_template; /* --master-template; NULL = the scheme's */
+  char *job_name;        /* --job-name; NULL = hostname without its "-<index>" suffix */
+  char *service;         /* --service; NULL = job_name */
+  char *namespace_;      /* --namespace; NULL = POD_NAMESPACE, else the resolv.conf search list */
+  char *cluster_domain;  /* --cluster-domain; NULL = from resolv.conf search, else cluster.local */
+  char *replicated_job;  /* --replicated-job (jobset); default "node" */
+  char *task;            /* --task (volcano); default "worker" */
 
   /* --- HTTP --- */
-  char *http_host;            /* --http-host; default "" = all addresses (IPv4 and IPv6) */
-  int http_port;              /* --http-port; default 29600; 0 = ephemeral; -1 = no HTTP server */
-  char *http_port_file;       /* --http-port-file: write the bound port here (tests, scripts) */
+  char *http_host;      /* --http-host; default "" = all addresses (IPv4 and IPv6) */
+  int http_port;        /* --http-port; default 29600; 0 = ephemeral; -1 = no HTTP server */
+  char *http_port_file; /* --http-port-file: write the bound port here (tests, scripts) */
 
   /* --- workers --- */
-  char *log_dir;              /* --log-dir: error files live under it; default $TMPDIR or /tmp */
-  int omp_num_threads;        /* --omp-num-threads; 0 = torchrun's rule (1 when nproc > 1 and the
-                               * agent's env has none) */
-  agent_env_pair_t *env;      /* YAML `env:` map added to every worker's environment */
+  char *log_dir;         /* --log-dir: error files live under it; default $TMPDIR or /tmp */
+  int omp_num_threads;   /* --omp-num-threads; 0 = torchrun's rule (1 when nproc > 1 and the
+                          * agent's env has none) */
+  agent_env_pair_t *env; /* YAML `env:` map added to every worker's environment */
   size_t nenv;
-  char **cmd;                 /* worker command: argv after "--" (or from the first argument that
-                               * is not an option, torchrun style), else YAML `command:` list */
-  size_t ncmd;                /* cmd[ncmd] == NULL */
+  char **cmd;  /* worker command: argv after "--" (or from the first argument that
+                * is not an option, torchrun style), else YAML `command:` list */
+  size_t ncmd; /* cmd[ncmd] == NULL */
 
   /* --- agent --- */
   agent_log_format_t log_format; /* --log-format text|json; default text */
-  char *config_path;          /* --config / TDIST_CONFIG, or NULL */
-  int check_config;           /* --check-config: load and validate everything, print the effective
-                               * configuration (YAML) to stdout, exit 0; no workers, no network */
+  char *config_path;             /* --config / TDIST_CONFIG, or NULL */
+  int check_config; /* --check-config: load and validate everything, print the effective
+                     * configuration (YAML) to stdout, exit 0; no workers, no network */
 } agent_cfg_t;
 
 typedef enum {
   AGENT_CFG_OK = 0,
-  AGENT_CFG_ERROR = 1,   /* bad value: err holds the message */
-  AGENT_CFG_HELP = 2,    /* --help / -h was given: print agent_cfg_usage() to stdout, exit 0 */
-  AGENT_CFG_VERSION = 3  /* --version: print "tdist-agent <tdist_version()>", exit 0 */
+  AGENT_CFG_ERROR = 1,  /* bad value: err holds the message */
+  AGENT_CFG_HELP = 2,   /* --help / -h was given: print agent_cfg_usage() to stdout, exit 0 */
+  AGENT_CFG_VERSION = 3 /* --version: print "tdist-agent <tdist_version()>", exit 0 */
 } agent_cfg_result_t;
 
 /* Fills *cfg from all sources. `envp` is the environment to read (environ in main; tests pass

@@ -47,16 +47,16 @@ typedef enum {
 } cfg_id_t;
 
 typedef enum {
-  CFG_T_NNODES,   /* N or MIN:MAX */
-  CFG_T_NPROC,    /* N or cpu|gpu|auto */
-  CFG_T_INT,      /* [min, max] */
-  CFG_T_DUR,      /* seconds, optional unit; min 0 = zero allowed, 1 = must be > 0 */
-  CFG_T_BOOL,     /* flag without value; env/YAML true|false|1|0|yes|no */
-  CFG_T_STR,      /* see cfg_str_t */
+  CFG_T_NNODES, /* N or MIN:MAX */
+  CFG_T_NPROC,  /* N or cpu|gpu|auto */
+  CFG_T_INT,    /* [min, max] */
+  CFG_T_DUR,    /* seconds, optional unit; min 0 = zero allowed, 1 = must be > 0 */
+  CFG_T_BOOL,   /* flag without value; env/YAML true|false|1|0|yes|no */
+  CFG_T_STR,    /* see cfg_str_t */
   CFG_T_SCHEME,
   CFG_T_BACKEND,
   CFG_T_LOGFMT,
-  CFG_T_ACTION    /* --help, --version: flag only */
+  CFG_T_ACTION /* --help, --version: flag only */
 } cfg_type_t;
 
 typedef enum {
@@ -68,21 +68,21 @@ typedef enum {
 } cfg_str_t;
 
 typedef struct {
-  const char *flag;    /* long flag, dash spelling, without "--" */
-  const char *flag2;   /* a second name for the same setting (rdzv-id), or NULL */
-  const char *yaml;    /* YAML key (under discovery: when `discovery`), NULL = not in YAML */
-  const char *yaml2;   /* an alias key, or NULL */
+  const char *flag;  /* long flag, dash spelling, without "--" */
+  const char *flag2; /* a second name for the same setting (rdzv-id), or NULL */
+  const char *yaml;  /* YAML key (under discovery: when `discovery`), NULL = not in YAML */
+  const char *yaml2; /* an alias key, or NULL */
   int discovery;
-  const char *pet;     /* torchrun's PET_* name, or NULL */
-  const char *plain;   /* a plain variable read last (MASTER_ADDR), or NULL */
+  const char *pet;   /* torchrun's PET_* name, or NULL */
+  const char *plain; /* a plain variable read last (MASTER_ADDR), or NULL */
   cfg_type_t type;
-  int sclass;          /* cfg_str_t for CFG_T_STR */
-  long min, max;       /* CFG_T_INT range; CFG_T_DUR: min 1 = must be > 0 */
-  int nullable;        /* YAML null allowed: char* NULL, int -1 */
-  size_t off;          /* field in agent_cfg_t */
-  const char *group;   /* --help section title, on the first option of a section */
+  int sclass;        /* cfg_str_t for CFG_T_STR */
+  long min, max;     /* CFG_T_INT range; CFG_T_DUR: min 1 = must be > 0 */
+  int nullable;      /* YAML null allowed: char* NULL, int -1 */
+  size_t off;        /* field in agent_cfg_t */
+  const char *group; /* --help section title, on the first option of a section */
   const char *metavar;
-  const char *def;     /* default, as --help shows it */
+  const char *def; /* default, as --help shows it */
   const char *help;
 } cfg_opt_t;
 
@@ -107,7 +107,7 @@ typedef struct {
   size_t cap;
   cfg_src_t src[CFG_NOPTS];
   char where[CFG_NOPTS][1024]; /* "--nnodes", "env PET_NNODES", "agent.yaml:3:9: nnodes" */
-  cfg_nproc_sym_t nproc_sym;  /* cpu|gpu|auto, resolved once all sources are read */
+  cfg_nproc_sym_t nproc_sym;   /* cpu|gpu|auto, resolved once all sources are read */
 } cfg_ctx_t;
 
 void agent_cfg__ctx_init(cfg_ctx_t *ctx, agent_cfg_t *cfg, char *err, size_t cap);
@@ -125,7 +125,8 @@ int agent_cfg__resolve_nproc(cfg_ctx_t *ctx);
  * message when the file can't be read ("--config", "env TDIST_CONFIG"), or NULL. */
 int agent_cfg__load_yaml(cfg_ctx_t *ctx, const char *path, const char *from);
 
-/* snprintf into ctx->err (never truncates mid-UTF-8 in a way that matters; one line). Returns -1. */
+/* snprintf into ctx->err (never truncates mid-UTF-8 in a way that matters; one line). Returns -1.
+ */
 int agent_cfg__fail(cfg_ctx_t *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* A printable, bounded rendering of an untrusted value for messages: control characters, quotes,

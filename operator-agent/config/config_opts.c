@@ -8,6 +8,8 @@
 #define OFF(f) offsetof(agent_cfg_t, f)
 #define IDCHARS "A-Z a-z 0-9 . _ : -"
 
+/* One option per block, its fields grouped by meaning: kept as written. */
+/* clang-format off */
 const cfg_opt_t agent_cfg__opts[CFG_NOPTS] = {
     [CFG_NNODES] = {.flag = "nnodes", .yaml = "nnodes", .pet = "PET_NNODES",
                     .type = CFG_T_NNODES, .off = OFF(nnodes_min), .group = "Job shape",
@@ -163,3 +165,4 @@ const cfg_opt_t agent_cfg__opts[CFG_NOPTS] = {
     [CFG_VERSION] = {.flag = "version", .type = CFG_T_ACTION,
                      .help = "Print \"tdist-agent VERSION\" and exit."},
 };
+/* clang-format on */

@@ -63,8 +63,8 @@ static void option(out_t *o, const cfg_opt_t *opt, int id) {
   int nenv = agent_cfg__env_names((cfg_id_t)id, names);
   if (opt->group) put(o, "\n%s:\n", opt->group);
   put(o, "  --%s%s%s", opt->flag, opt->metavar ? " " : "", opt->metavar ? opt->metavar : "");
-  if (opt->flag2) put(o, ", --%s%s%s", opt->flag2, opt->metavar ? " " : "",
-                      opt->metavar ? opt->metavar : "");
+  if (opt->flag2)
+    put(o, ", --%s%s%s", opt->flag2, opt->metavar ? " " : "", opt->metavar ? opt->metavar : "");
   if (id == CFG_HELP) put(o, ", -h");
   put(o, "\n");
   wrap(o, 6, opt->help);
@@ -109,12 +109,12 @@ static void build(void) {
        "subreaper) the agent reaps every orphan.");
   put(&o, "\nPrecedence, highest first:\n");
   wrap_hang(&o, 2, 5,
-       "1. flags: --flag VALUE or --flag=VALUE; multi-word flags may also be written with "
-       "underscores (--nproc_per_node); a later flag wins over an earlier one.");
+            "1. flags: --flag VALUE or --flag=VALUE; multi-word flags may also be written with "
+            "underscores (--nproc_per_node); a later flag wins over an earlier one.");
   wrap_hang(&o, 2, 5,
-       "2. environment: TDIST_<FLAG> (e.g. TDIST_NPROC_PER_NODE), then torchrun's PET_<FLAG> "
-       "where listed, then plain MASTER_ADDR / MASTER_PORT (as Kubeflow injects them; ignored "
-       "with --standalone). Empty variables count as unset.");
+            "2. environment: TDIST_<FLAG> (e.g. TDIST_NPROC_PER_NODE), then torchrun's PET_<FLAG> "
+            "where listed, then plain MASTER_ADDR / MASTER_PORT (as Kubeflow injects them; ignored "
+            "with --standalone). Empty variables count as unset.");
   wrap_hang(&o, 2, 5, "3. the YAML file: --config FILE, else TDIST_CONFIG.");
   wrap_hang(&o, 2, 5, "4. defaults.");
   wrap(&o, 0,

@@ -57,8 +57,10 @@ static int syntax_error(yp_t *y) {
     /* Reader errors carry a byte offset, not a mark. */
     size_t line = 1, col = 1;
     for (size_t i = 0; i < p->problem_offset && i < y->len; i++) {
-      if (y->buf[i] == '\n') line++, col = 1;
-      else col++;
+      if (y->buf[i] == '\n')
+        line++, col = 1;
+      else
+        col++;
     }
     if (p->problem_value != -1)
       return agent_cfg__fail(y->ctx, "%s:%zu:%zu: YAML: %s (0x%X); the file must be UTF-8 text",
@@ -80,8 +82,10 @@ static int next(yp_t *y) {
     char sv[96];
     const char *a = (const char *)y->ev.data.alias.anchor;
     agent_cfg__show(a, strlen(a), sv, sizeof sv);
-    return fail_at(y, y->ev.start_mark, "alias '*%s': aliases are not supported; write the value "
-                   "out", sv);
+    return fail_at(y, y->ev.start_mark,
+                   "alias '*%s': aliases are not supported; write the value "
+                   "out",
+                   sv);
   }
   return 0;
 }
@@ -107,8 +111,7 @@ static int is_null(const yaml_event_t *e) {
 /* The current event is a scalar without NUL bytes inside. `what` names it in the message. */
 static int want_scalar(yp_t *y, const char *what, const char *expected) {
   if (y->ev.type != YAML_SCALAR_EVENT)
-    return fail_at(y, y->ev.start_mark, "%s: expected %s, found %s", what, expected,
-                   kind(&y->ev));
+    return fail_at(y, y->ev.start_mark, "%s: expected %s, found %s", what, expected, kind(&y->ev));
   if (strlen((const char *)y->ev.data.scalar.value) != y->ev.data.scalar.length)
     return fail_at(y, y->ev.start_mark, "%s: the value contains a NUL character", what);
   return 0;
@@ -177,7 +180,8 @@ static int parse_env(yp_t *y) {
       if (!env_name_ok(name)) {
         fail_at(y, y->ev.start_mark,
                 "env: '%s' is not a variable name (letters, digits and _, not starting with a "
-                "digit, at most 256)", sv);
+                "digit, at most 256)",
+                sv);
         goto fail;
       }
       for (size_t i = 0; i < n; i++)
@@ -202,8 +206,7 @@ static int parse_env(yp_t *y) {
       if (next(y)) goto fail;
       if (want_scalar(y, what, "a string")) goto fail;
       if (is_null(&y->ev)) {
-        fail_at(y, y->ev.start_mark, "%s: a value is required (write \"\" for an empty one)",
-                what);
+        fail_at(y, y->ev.start_mark, "%s: a value is required (write \"\" for an empty one)", what);
         goto fail;
       }
       if ((pairs[n - 1].value = strdup((const char *)y->ev.data.scalar.value)) == NULL) goto oom;
@@ -237,8 +240,7 @@ static int parse_command(yp_t *y) {
       snprintf(what, sizeof what, "command[%zu]", n);
       if (want_scalar(y, what, "a string")) goto fail;
       if (is_null(&y->ev)) {
-        fail_at(y, y->ev.start_mark, "%s: a value is required (write \"\" for an empty one)",
-                what);
+        fail_at(y, y->ev.start_mark, "%s: a value is required (write \"\" for an empty one)", what);
         goto fail;
       }
       if (n == CFG_YAML_MAX_CMD) {
@@ -325,7 +327,7 @@ static int parse_stream(yp_t *y) {
   if (next(y)) return -1; /* STREAM_START */
   if (next(y)) return -1;
   if (y->ev.type == YAML_STREAM_END_EVENT) return 0; /* empty file: no settings */
-  if (next(y)) return -1;                              /* after DOCUMENT_START */
+  if (next(y)) return -1;                            /* after DOCUMENT_START */
   if (y->ev.type == YAML_MAPPING_START_EVENT) {
     if (parse_mapping(y, 0)) return -1;
   } else if (!is_null(&y->ev)) {
@@ -460,9 +462,12 @@ static void put_q(FILE *f, const char *str) {
       for (unsigned k = 1; k < n; k++) cp = (cp << 6) | (s[i + k] & 0x3f);
     }
     if (n == 0) n = 1, cp = c;
-    if (cp < 0x100) fprintf(f, "\\x%02X", cp);
-    else if (cp < 0x10000) fprintf(f, "\\u%04X", cp);
-    else fprintf(f, "\\U%08X", cp);
+    if (cp < 0x100)
+      fprintf(f, "\\x%02X", cp);
+    else if (cp < 0x10000)
+      fprintf(f, "\\u%04X", cp);
+    else
+      fprintf(f, "\\U%08X", cp);
     i += n;
   }
   fputc('"', f);
@@ -472,41 +477,46 @@ static void put_value(FILE *f, const agent_cfg_t *cfg, const cfg_opt_t *o) {
   char d[48];
   switch (o->type) {
     case CFG_T_NNODES:
-      if (cfg->nnodes_min == cfg->nnodes_max) fprintf(f, "%d", cfg->nnodes_min);
-      else fprintf(f, "\"%d:%d\"", cfg->nnodes_min, cfg->nnodes_max);
+      if (cfg->nnodes_min == cfg->nnodes_max)
+        fprintf(f, "%d", cfg->nnodes_min);
+      else
+        fprintf(f, "\"%d:%d\"", cfg->nnodes_min, cfg->nnodes_max);
       break;
     case CFG_T_NPROC:
     case CFG_T_INT: {
       int v = *CFG_FIELD(cfg, const int, o->off);
-      if (o->nullable && v == -1) fputs("null", f);
-      else fprintf(f, "%d", v);
+      if (o->nullable && v == -1)
+        fputs("null", f);
+      else
+        fprintf(f, "%d", v);
       break;
     }
     case CFG_T_DUR:
       agent_cfg__fmt_dur(*CFG_FIELD(cfg, const double, o->off), d, sizeof d);
       fputs(d, f);
       break;
-    case CFG_T_BOOL:
-      fputs(*CFG_FIELD(cfg, const int, o->off) ? "true" : "false", f);
-      break;
+    case CFG_T_BOOL: fputs(*CFG_FIELD(cfg, const int, o->off) ? "true" : "false", f); break;
     case CFG_T_STR:
     case CFG_T_BACKEND: {
       const char *s = *CFG_FIELD(cfg, char *const, o->off);
-      if (s) put_q(f, s);
-      else fputs("null", f);
+      if (s)
+        put_q(f, s);
+      else
+        fputs("null", f);
       break;
     }
     case CFG_T_SCHEME: {
       const char *s = agent_scheme_name(cfg->scheme);
-      if (s) put_q(f, s);
-      else fputs("null", f);
+      if (s)
+        put_q(f, s);
+      else
+        fputs("null", f);
       break;
     }
     case CFG_T_LOGFMT:
       fputs(cfg->log_format == AGENT_LOG_FORMAT_JSON ? "\"json\"" : "\"text\"", f);
       break;
-    case CFG_T_ACTION:
-      break;
+    case CFG_T_ACTION: break;
   }
 }
 
@@ -528,8 +538,10 @@ int agent_cfg_dump_yaml(const agent_cfg_t *cfg, FILE *out) {
     put_value(out, cfg, o);
     fputc('\n', out);
   }
-  if (cfg->nenv == 0) fputs("env: {}\n", out);
-  else fputs("env:\n", out);
+  if (cfg->nenv == 0)
+    fputs("env: {}\n", out);
+  else
+    fputs("env:\n", out);
   for (size_t i = 0; i < cfg->nenv; i++) {
     fputs("  ", out);
     put_q(out, cfg->env[i].name);
@@ -537,8 +549,10 @@ int agent_cfg_dump_yaml(const agent_cfg_t *cfg, FILE *out) {
     put_q(out, cfg->env[i].value ? cfg->env[i].value : "");
     fputc('\n', out);
   }
-  if (cfg->ncmd == 0) fputs("command: []\n", out);
-  else fputs("command:\n", out);
+  if (cfg->ncmd == 0)
+    fputs("command: []\n", out);
+  else
+    fputs("command:\n", out);
   for (size_t i = 0; i < cfg->ncmd; i++) {
     fputs("  - ", out);
     put_q(out, cfg->cmd[i]);

@@ -297,8 +297,7 @@ static int job_value(mctx_t *m) {
       shape = "<job>-<task>-<index>";
       break;
     }
-    default:
-      break;
+    default: break;
   }
   if (k == 0) {
     errf(m->err, m->cap,
@@ -394,7 +393,8 @@ static int placeholder(mctx_t *m, const char *key, size_t n) {
     rc = domain_value(m);
   } else if (IS("replicated_job")) {
     what = "replicated job";
-    snprintf(m->src, sizeof m->src, given(cfg->replicated_job) ? "--replicated-job" : "the default");
+    snprintf(m->src, sizeof m->src,
+             given(cfg->replicated_job) ? "--replicated-job" : "the default");
     const char *v = or_default(cfg->replicated_job, "node");
     rc = set_val(m, v, strlen(v));
   } else if (IS("task")) {
@@ -455,8 +455,10 @@ int agent_master_name(const agent_cfg_t *cfg, char **envp, const char *hostname,
     tmpl = schemes[cfg->scheme].tmpl;
     tsrc = schemes[cfg->scheme].name;
   } else {
-    errf(err, cap, "master name: unknown scheme %d; use --scheme indexed-job, kubeflow, jobset "
-                   "or volcano", (int)cfg->scheme);
+    errf(err, cap,
+         "master name: unknown scheme %d; use --scheme indexed-job, kubeflow, jobset "
+         "or volcano",
+         (int)cfg->scheme);
     return -1;
   }
   mctx_t *m = calloc(1, sizeof *m);
@@ -599,10 +601,8 @@ static int gai_retryable(int rc) {
 #ifdef EAI_ADDRFAMILY
     case EAI_ADDRFAMILY:
 #endif
-    case EAI_SYSTEM: /* e.g. a resolv.conf being rewritten; the next attempt may work */
-      return 1;
-    default:
-      return 0;
+    case EAI_SYSTEM: /* e.g. a resolv.conf being rewritten; the next attempt may work */ return 1;
+    default: return 0;
   }
 }
 
@@ -653,7 +653,8 @@ int agent_resolve(const char *name, int port, int confirm_connect, int64_t deadl
           int64_t now = now_ms(), until = deadline_ms;
           if (connect_failed && now >= deadline_ms) break; /* one address past the deadline */
           if (until > now + 2000) until = now + 2000;
-          if (until < now + 100) until = now + 100; /* the deadline may have passed in getaddrinfo */
+          if (until < now + 100)
+            until = now + 100; /* the deadline may have passed in getaddrinfo */
           e = try_connect(ai, until, cancel, cancel_arg);
           if (e == -2) {
             freeaddrinfo(res);
@@ -707,8 +708,8 @@ int agent_resolve(const char *name, int port, int confirm_connect, int64_t deadl
     delay = delay * 2 > 5000 ? 5000 : delay * 2;
   }
   errf(err, cap, "could not %s '%s' after %" PRIu64 " attempts in %.1f s: %s",
-       connect_failed ? "connect to" : "resolve", name, attempts,
-       (double)(now_ms() - t0) / 1000.0, last);
+       connect_failed ? "connect to" : "resolve", name, attempts, (double)(now_ms() - t0) / 1000.0,
+       last);
   return -1;
 cancel:
   errf(err, cap, "resolving '%s' cancelled after %" PRIu64 " attempts in %.1f s%s%s", name,

@@ -41,8 +41,8 @@ int agent_master_name(const agent_cfg_t *cfg, char **envp, const char *hostname,
 typedef int (*agent_cancel_fn)(void *arg);
 
 typedef struct {
-  uint64_t attempts;       /* getaddrinfo calls made */
-  uint64_t failures;       /* of which failed (any reason) */
+  uint64_t attempts; /* getaddrinfo calls made */
+  uint64_t failures; /* of which failed (any reason) */
 } agent_resolve_stats_t;
 
 /* Resolves name:port (getaddrinfo, AF_UNSPEC, SOCK_STREAM), retrying EAI_AGAIN, EAI_NONAME,

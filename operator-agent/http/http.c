@@ -93,8 +93,7 @@ static enum MHD_Result reply_rendered(struct MHD_Connection *c, const char *ctyp
 
 static enum MHD_Result reply_printf(struct MHD_Connection *c, unsigned code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static enum MHD_Result reply_printf(struct MHD_Connection *c, unsigned code, const char *fmt,
-                                    ...) {
+static enum MHD_Result reply_printf(struct MHD_Connection *c, unsigned code, const char *fmt, ...) {
   char *body = NULL;
   va_list ap;
   va_start(ap, fmt);
@@ -152,11 +151,16 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
   static int marker;
   agent_http_t *h = cls;
   enum { P_NONE, P_HEALTHZ, P_READYZ, P_METRICS, P_STATUS, P_INDEX } path = P_NONE;
-  if (!strcmp(url, "/healthz")) path = P_HEALTHZ;
-  else if (!strcmp(url, "/readyz")) path = P_READYZ;
-  else if (!strcmp(url, "/metrics")) path = P_METRICS;
-  else if (!strcmp(url, "/status")) path = P_STATUS;
-  else if (!strcmp(url, "/")) path = P_INDEX;
+  if (!strcmp(url, "/healthz"))
+    path = P_HEALTHZ;
+  else if (!strcmp(url, "/readyz"))
+    path = P_READYZ;
+  else if (!strcmp(url, "/metrics"))
+    path = P_METRICS;
+  else if (!strcmp(url, "/status"))
+    path = P_STATUS;
+  else if (!strcmp(url, "/"))
+    path = P_INDEX;
 
   if (path == P_NONE)
     return reply_static(c, MHD_HTTP_NOT_FOUND, CT_TEXT,
@@ -235,8 +239,7 @@ static int open_listener(const struct sockaddr *sa, socklen_t salen, int dual_st
   int e = errno;
   if (fd >= 0) close(fd);
   *fail_errno = e;
-  snprintf(err, cap,
-           "HTTP server: %s for %s failed: %s%s", call, where, strerror(e),
+  snprintf(err, cap, "HTTP server: %s for %s failed: %s%s", call, where, strerror(e),
            e == EADDRINUSE ? " (another process uses the port; choose another with --http-port)"
            : e == EADDRNOTAVAIL ? " (no interface has this address; check --http-host)"
            : e == EACCES ? " (ports below 1024 need privilege; choose another with --http-port)"
@@ -348,30 +351,27 @@ agent_http_t *agent_http_start(agent_state_t *st, const char *host, int port,
     return NULL;
   }
   h->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                            : ((struct sockaddr_in *)&ss)->sin_port);
+                                           : ((struct sockaddr_in *)&ss)->sin_port);
 
   /* Keep half of the descriptor limit for the agent itself (store, worker pipes). */
   unsigned limit = CONN_LIMIT_MAX;
   struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-      rl.rlim_cur / 2 < limit)
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 2 < limit)
     limit = rl.rlim_cur / 2 > 16 ? (unsigned)(rl.rlim_cur / 2) : 16;
 
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
   flags |= MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES ? MHD_USE_EPOLL : MHD_USE_POLL;
   if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-  h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, handle, h,
-                               MHD_OPTION_EXTERNAL_LOGGER, mhd_log, (void *)NULL,
-                               MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-                               MHD_OPTION_CONNECTION_LIMIT, limit,
-                               MHD_OPTION_CONNECTION_TIMEOUT, CONN_TIMEOUT_S,
-                               MHD_OPTION_END);
+  h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, handle, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                               (void *)NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+                               MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT,
+                               CONN_TIMEOUT_S, MHD_OPTION_END);
   if (!h->daemon) {
     char where[INET6_ADDRSTRLEN + 16];
     fmt_addr((struct sockaddr *)&ss, h->port, where, sizeof where);
     snprintf(err, cap,
-             "HTTP server: libmicrohttpd failed to start on %s (%s; see its log line above)",
-             where, errno ? strerror(errno) : "no error code");
+             "HTTP server: libmicrohttpd failed to start on %s (%s; see its log line above)", where,
+             errno ? strerror(errno) : "no error code");
     /* Whether MHD already closed a socket it was handed differs between versions; leaking one
      * descriptor on a path where the agent exits is safer than closing one twice. */
     free(h);

@@ -13,8 +13,9 @@
  *                 and "collectives" (node 0: a sentence naming ranks that hold the job up).
  *                 {"state","node_rank","run_id","role","backend","round","restart_count",
  *                  "max_restarts","group_rank","group_world_size","world_size","master_addr",
- *                  "master_port","worker_master_port","is_store_host","members":[{"node_rank","group_rank","addr",
- *                  "host"}],"workers":[{"local_rank","global_rank","pid","state","exit_code"}],
+ *                  "master_port","worker_master_port","is_store_host",
+ *                  "members":[{"node_rank","group_rank","addr","host"}],
+ *                  "workers":[{"local_rank","global_rank","pid","state","exit_code"}],
  *                  "last_error"}
  *                 Numbers are the struct's values as they are (-1 = not known yet for node_rank,
  *                 group_rank and round; pid 0 = not started). A worker's exit_code is null until

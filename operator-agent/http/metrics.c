@@ -260,8 +260,8 @@ static void render_agent(agent_buf_t *b, const snapshot_t *s) {
   family(b, "tdist_worker_exits_total", "counter",
          "Local worker exits by class: exit code zero, non-zero exit code, killed by a signal.");
   for (int i = 0; i < 3; i++)
-    agent_buf_printf(b, "tdist_worker_exits_total{code_class=\"%s\"} %" PRIu64 "\n",
-                     code_class[i], s->worker_exits[i]);
+    agent_buf_printf(b, "tdist_worker_exits_total{code_class=\"%s\"} %" PRIu64 "\n", code_class[i],
+                     s->worker_exits[i]);
 
   family(b, "tdist_restarts_total", "counter", "Worker group restarts by reason.");
   for (int i = 0; i < AGENT_RESTART_NREASONS; i++)

@@ -79,8 +79,8 @@ void agent_metrics_render_ranks(agent_buf_t *b, agent_state_t *st) {
   counter_family(b, r, n, "tdist_collective_errors_total", "Collectives that failed, per type.",
                  offsetof(tdist_stats_file_t, errors));
   const char *h = "tdist_collective_duration_seconds";
-  agent_buf_printf(b, "# HELP %s Time in collectives, per rank and type.\n# TYPE %s histogram\n",
-                   h, h);
+  agent_buf_printf(b, "# HELP %s Time in collectives, per rank and type.\n# TYPE %s histogram\n", h,
+                   h);
   for (int i = 0; i < n; i++) {
     if (!r[i].ok) continue;
     for (int op = 0; op < TDIST_STATS_OPS; op++) {
@@ -108,27 +108,31 @@ void agent_metrics_render_ranks(agent_buf_t *b, agent_state_t *st) {
     }
   }
   int64_t now = now_unix_ns();
-  agent_buf_puts(b, "# HELP tdist_rank_inflight_seconds How long the rank has been in its current "
-                    "collective (0 = not in one).\n# TYPE tdist_rank_inflight_seconds gauge\n");
+  agent_buf_puts(b,
+                 "# HELP tdist_rank_inflight_seconds How long the rank has been in its current "
+                 "collective (0 = not in one).\n# TYPE tdist_rank_inflight_seconds gauge\n");
   for (int i = 0; i < n; i++) {
     if (!r[i].ok) continue;
-    double age = r[i].f.cur_seq && r[i].f.cur_start_ns ? (double)(now - r[i].f.cur_start_ns) / 1e9 : 0;
+    double age =
+        r[i].f.cur_seq && r[i].f.cur_start_ns ? (double)(now - r[i].f.cur_start_ns) / 1e9 : 0;
     agent_buf_puts(b, "tdist_rank_inflight_seconds");
     labels(b, &r[i], NULL);
     agent_buf_puts(b, "} ");
     agent_buf_double(b, age < 0 ? 0 : age);
     agent_buf_puts(b, "\n");
   }
-  agent_buf_puts(b, "# HELP tdist_rank_current_seq Sequence number of the collective in flight "
-                    "(0 = none).\n# TYPE tdist_rank_current_seq gauge\n");
+  agent_buf_puts(b,
+                 "# HELP tdist_rank_current_seq Sequence number of the collective in flight "
+                 "(0 = none).\n# TYPE tdist_rank_current_seq gauge\n");
   for (int i = 0; i < n; i++) {
     if (!r[i].ok) continue;
     agent_buf_puts(b, "tdist_rank_current_seq");
     labels(b, &r[i], NULL);
     agent_buf_printf(b, "} %" PRIu64 "\n", r[i].f.cur_seq);
   }
-  agent_buf_puts(b, "# HELP tdist_rank_last_seq Sequence number of the last completed collective "
-                    "of the world group.\n# TYPE tdist_rank_last_seq gauge\n");
+  agent_buf_puts(b,
+                 "# HELP tdist_rank_last_seq Sequence number of the last completed collective "
+                 "of the world group.\n# TYPE tdist_rank_last_seq gauge\n");
   for (int i = 0; i < n; i++) {
     if (!r[i].ok) continue;
     agent_buf_puts(b, "tdist_rank_last_seq");
@@ -160,8 +164,10 @@ void agent_status_render_ranks(agent_buf_t *b, agent_state_t *st) {
   }
   agent_buf_puts(b, "],\"collectives\":");
   agent_state_lock(st);
-  if (st->progress_summary[0]) agent_buf_json_str(b, st->progress_summary, sizeof st->progress_summary);
-  else agent_buf_puts(b, "null");
+  if (st->progress_summary[0])
+    agent_buf_json_str(b, st->progress_summary, sizeof st->progress_summary);
+  else
+    agent_buf_puts(b, "null");
   agent_state_unlock(st);
   free(r);
 }

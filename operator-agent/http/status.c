@@ -12,7 +12,7 @@
 #include "operator-agent/http/http.h"
 #include "operator-agent/http/ranks.h"
 
-#define JSON_FIELD(b, s, f) agent_buf_json_str((b), (s)->f, sizeof (s)->f)
+#define JSON_FIELD(b, s, f) agent_buf_json_str((b), (s)->f, sizeof(s)->f)
 
 static int worker_exited(const agent_worker_info_t *w) {
   return w->pid > 0 && (w->state == AGENT_WORKER_SUCCEEDED || w->state == AGENT_WORKER_FAILED ||
@@ -29,7 +29,8 @@ static void render(agent_buf_t *b, const agent_state_t *st) {
   agent_buf_puts(b, ",\"backend\":");
   JSON_FIELD(b, st, backend);
   agent_buf_printf(b,
-                   ",\"round\":%" PRId64 ",\"restart_count\":%d,\"max_restarts\":%d"
+                   ",\"round\":%" PRId64
+                   ",\"restart_count\":%d,\"max_restarts\":%d"
                    ",\"group_rank\":%d,\"group_world_size\":%d,\"world_size\":%d"
                    ",\"master_addr\":",
                    st->round, st->restart_count, st->max_restarts, st->group_rank,
@@ -51,8 +52,9 @@ static void render(agent_buf_t *b, const agent_state_t *st) {
   agent_buf_puts(b, "],\"workers\":[");
   for (int i = 0; st->workers && i < st->nworkers; i++) {
     const agent_worker_info_t *w = &st->workers[i];
-    agent_buf_printf(b, "%s{\"local_rank\":%d,\"global_rank\":%d,\"pid\":%ld,\"state\":",
-                     i ? "," : "", w->local_rank, w->global_rank, (long)w->pid);
+    agent_buf_printf(b,
+                     "%s{\"local_rank\":%d,\"global_rank\":%d,\"pid\":%ld,\"state\":", i ? "," : "",
+                     w->local_rank, w->global_rank, (long)w->pid);
     agent_buf_json_str(b, agent_worker_state_name(w->state), 64);
     if (worker_exited(w))
       agent_buf_printf(b, ",\"exit_code\":%d}", w->exit_code);

@@ -126,8 +126,8 @@ static agent_rdzv_result_t read_records(agent_rdzv_t *r, int64_t first, int64_t 
     agent_rdzv_member_t *m = &recs[i];
     memset(m, 0, sizeof *m);
     m->idx = (int)(first + (int64_t)i);
-    if (sscanf(buf, "%d %d %d %d %63s %63s %d", &m->node_rank, &m->nproc, &m->attempt,
-               &m->failures, m->addr, m->host, &m->worker_port) != 7 ||
+    if (sscanf(buf, "%d %d %d %d %63s %63s %d", &m->node_rank, &m->nproc, &m->attempt, &m->failures,
+               m->addr, m->host, &m->worker_port) != 7 ||
         m->nproc < 1 || m->worker_port < 0 || m->worker_port > 65535) {
       snprintf(r->err, sizeof r->err, "malformed rendezvous record %s: '%s'", keys[i], buf);
       res = AGENT_RDZV_STORE_ERROR;
@@ -327,8 +327,10 @@ static agent_rdzv_result_t read_end(agent_rdzv_t *r) {
   snprintf(key, sizeof key, "%" PRId64 "/end", r->round);
   agent_rdzv_result_t res = get_opt(r, key, val, sizeof val, &found);
   if (res < 0) return res;
-  if (found) parse_end(r, val);
-  else parse_end(r, "membership round moved on without a reason (a newer agent started)");
+  if (found)
+    parse_end(r, val);
+  else
+    parse_end(r, "membership round moved on without a reason (a newer agent started)");
   return AGENT_RDZV_ENDED;
 }
 
@@ -416,8 +418,8 @@ static agent_rdzv_result_t check_waiters(agent_rdzv_t *r) {
   free(w);
   if (res < 0 || !text[0]) return res;
   /* A replaced pod means its old agent is gone: that is a lost peer, not a scale-up. */
-  return agent_rdzv_end(r, strstr(text, "replaced") ? AGENT_RESTART_PEER_LOST
-                                                   : AGENT_RESTART_MEMBERSHIP, text);
+  return agent_rdzv_end(
+      r, strstr(text, "replaced") ? AGENT_RESTART_PEER_LOST : AGENT_RESTART_MEMBERSHIP, text);
 }
 
 agent_rdzv_result_t agent_rdzv_monitor(agent_rdzv_t *r, int64_t now_ns) {

@@ -25,7 +25,8 @@
  *
  * Every function does a bounded number of store calls and never waits for peers by itself: the
  * caller polls, so signals and child exits stay responsive. Any store failure returns
- * AGENT_RDZV_STORE_ERROR with the store's message in r->err: the caller treats it as a lost store. */
+ * AGENT_RDZV_STORE_ERROR with the store's message in r->err: the caller treats it as a lost store.
+ */
 #ifndef TDIST_AGENT_RDZV_H
 #define TDIST_AGENT_RDZV_H
 
@@ -58,27 +59,27 @@ typedef struct {
   /* this agent */
   int node_rank, nproc;
   char addr[64], host[64];
-  int worker_port;            /* store host: the port of the workers' store it started for the
-                               * round it joins next (set before agent_rdzv_join); others 0 */
+  int worker_port; /* store host: the port of the workers' store it started for the
+                    * round it joins next (set before agent_rdzv_join); others 0 */
 
   /* the round being joined / run */
   int64_t round;
-  int64_t idx;                /* our arrival index (1-based) */
-  int64_t min_seen_ns;        /* when we first saw >= MIN joined (0 = not yet) */
-  int64_t nmembers;           /* N once closed */
+  int64_t idx;                  /* our arrival index (1-based) */
+  int64_t min_seen_ns;          /* when we first saw >= MIN joined (0 = not yet) */
+  int64_t nmembers;             /* N once closed */
   agent_rdzv_member_t *members; /* sorted by group rank */
   int group_rank;
-  int attempt, failures;      /* agreed: max over members of their records */
+  int attempt, failures; /* agreed: max over members of their records */
   int world_size, rank_base;
-  int worker_store_port;      /* members: the round's workers' store (the store host's record) */
+  int worker_store_port; /* members: the round's workers' store (the store host's record) */
 
   /* heartbeats */
   int64_t hb_counter;
   int64_t next_hb_ns;
-  int64_t *peer_hb;           /* last value seen per member (leader) or [0] (others) */
+  int64_t *peer_hb; /* last value seen per member (leader) or [0] (others) */
   int64_t *peer_hb_change_ns;
 
-  int64_t waiters_checked;    /* joined count whose waiters were already examined */
+  int64_t waiters_checked; /* joined count whose waiters were already examined */
 
   /* why the round ended */
   agent_restart_reason_t end_reason;
@@ -104,7 +105,8 @@ agent_rdzv_result_t agent_rdzv_monitor(agent_rdzv_t *r, int64_t now_ns);
 
 /* Ends round r (if still current) with a reason; idempotent, first writer's reason wins.
  * Afterwards r->end_reason/end_text hold the winning reason. */
-agent_rdzv_result_t agent_rdzv_end(agent_rdzv_t *r, agent_restart_reason_t reason, const char *text);
+agent_rdzv_result_t agent_rdzv_end(agent_rdzv_t *r, agent_restart_reason_t reason,
+                                   const char *text);
 
 /* Exit barrier: mark this member done (once), then poll: ALL_DONE when every member is done,
  * ENDED if the round ended first, PENDING otherwise (heartbeats continue). */

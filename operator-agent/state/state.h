@@ -30,58 +30,59 @@ typedef enum {
 } agent_restart_reason_t;
 
 typedef enum {
-  AGENT_WORKER_PENDING = 0, /* "pending" */
-  AGENT_WORKER_RUNNING = 1, /* "running" */
+  AGENT_WORKER_PENDING = 0,   /* "pending" */
+  AGENT_WORKER_RUNNING = 1,   /* "running" */
   AGENT_WORKER_SUCCEEDED = 2, /* "succeeded" */
-  AGENT_WORKER_FAILED = 3,  /* "failed" */
-  AGENT_WORKER_STOPPED = 4, /* "stopped": stopped by the agent */
+  AGENT_WORKER_FAILED = 3,    /* "failed" */
+  AGENT_WORKER_STOPPED = 4,   /* "stopped": stopped by the agent */
   AGENT_WORKER_NSTATES = 5
 } agent_worker_state_t;
 
 typedef struct {
   int local_rank, global_rank;
-  pid_t pid;                 /* 0 when not started */
+  pid_t pid; /* 0 when not started */
   agent_worker_state_t state;
-  int exit_code;             /* >= 0 exit status, -N killed by signal N (torchrun's convention) */
-  char stats_file[512];      /* TDIST_STATS_FILE of the worker ("" = none) */
+  int exit_code;        /* >= 0 exit status, -N killed by signal N (torchrun's convention) */
+  char stats_file[512]; /* TDIST_STATS_FILE of the worker ("" = none) */
 } agent_worker_info_t;
 
 typedef struct {
   int node_rank, group_rank;
-  char addr[64];             /* the member's address as it reported it (IP) */
-  char host[64];             /* its hostname */
+  char addr[64]; /* the member's address as it reported it (IP) */
+  char host[64]; /* its hostname */
 } agent_member_info_t;
 
 #define AGENT_MAX_LOCAL_WORKERS 4096
-#define AGENT_RDZV_BUCKETS 12 /* rendezvous duration histogram: le = 0.01 0.05 0.1 0.25 0.5 1 2.5 5 10 30 60 120, +Inf */
+#define AGENT_RDZV_BUCKETS \
+  12 /* rendezvous duration histogram: le = 0.01 0.05 0.1 0.25 0.5 1 2.5 5 10 30 60 120, +Inf */
 
 typedef struct {
   pthread_mutex_t mu;
 
   /* identity (fixed after start-up) */
-  double start_time_unix;    /* process start, seconds since epoch */
-  int node_rank;             /* -1 until discovered */
+  double start_time_unix; /* process start, seconds since epoch */
+  int node_rank;          /* -1 until discovered */
   int nproc_per_node;
   int nnodes_min, nnodes_max;
   char run_id[128];
   char role[64];
   char backend[16];
-  int is_store_host;         /* node rank 0: hosts the store */
-  tdist_store_server_t *store_server; /* node 0 only; the HTTP thread reads its stats */
+  int is_store_host;                         /* node rank 0: hosts the store */
+  tdist_store_server_t *store_server;        /* node 0 only; the HTTP thread reads its stats */
   tdist_store_server_t *worker_store_server; /* node 0: the current round's workers' store */
 
   /* liveness: the main loop stamps this every iteration (CLOCK_MONOTONIC ns) */
   int64_t loop_tick_ns;
-  int ready;                 /* up, and on node 0 the store listens */
+  int ready; /* up, and on node 0 the store listens */
 
   agent_run_state_t state;
-  int64_t round;             /* current rendezvous round, -1 before the first */
-  int restart_count;         /* TORCHELASTIC_RESTART_COUNT of the running workers */
+  int64_t round;     /* current rendezvous round, -1 before the first */
+  int restart_count; /* TORCHELASTIC_RESTART_COUNT of the running workers */
   int max_restarts;
   int group_rank, group_world_size, world_size;
   char master_addr[256];
-  int master_port;           /* the agents' store */
-  int worker_master_port;    /* MASTER_PORT of the running workers: their round's store */
+  int master_port;        /* the agents' store */
+  int worker_master_port; /* MASTER_PORT of the running workers: their round's store */
 
   agent_member_info_t *members; /* group_world_size entries (owned; replace under the lock) */
   int nmembers;
@@ -94,17 +95,17 @@ typedef struct {
   uint64_t rendezvous_total, rendezvous_failures_total;
   uint64_t rdzv_bucket[AGENT_RDZV_BUCKETS + 1]; /* non-cumulative counts; last = +Inf */
   double rdzv_duration_sum_s;
-  uint64_t worker_exits_total[3];  /* [0] code 0, [1] non-zero code, [2] killed by a signal */
+  uint64_t worker_exits_total[3]; /* [0] code 0, [1] non-zero code, [2] killed by a signal */
   uint64_t dns_resolve_failures_total;
   uint64_t store_reconnects_total;
   double last_rendezvous_unix; /* 0 = never */
 
-  char last_error[512];      /* "" = none; the root cause of the last failure */
+  char last_error[512]; /* "" = none; the root cause of the last failure */
 
   /* Node 0 only: where every rank of the job is, from the progress all agents publish in the
    * store ("ranks 3,5 stuck in all_reduce #1234 for 140 s, others at #1235"); "" = unknown. */
   char progress_summary[1024];
-  int64_t progress_unix;     /* when it was computed (0 = never) */
+  int64_t progress_unix; /* when it was computed (0 = never) */
 } agent_state_t;
 
 void agent_state_init(agent_state_t *st);

@@ -51,11 +51,13 @@ static void fail(jp_t *j, const char *fmt, ...) {
   if (j->err == NULL || j->cap == 0) return;
   size_t off = (size_t)(j->p - j->start), line = 1, col = 1;
   for (const unsigned char *q = j->start; q < j->p; q++) {
-    if (*q == '\n') line++, col = 1;
-    else col++;
+    if (*q == '\n')
+      line++, col = 1;
+    else
+      col++;
   }
-  int n = snprintf(j->err, j->cap, "invalid JSON at line %zu, column %zu (byte %zu): ", line, col,
-                   off);
+  int n =
+      snprintf(j->err, j->cap, "invalid JSON at line %zu, column %zu (byte %zu): ", line, col, off);
   if (n < 0 || (size_t)n >= j->cap) return;
   va_list ap;
   va_start(ap, fmt);
@@ -97,7 +99,8 @@ static size_t utf8_len(const unsigned char *p, const unsigned char *end) {
   size_t n;
   unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
   if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
   else if (c >= 0xE0 && c <= 0xEF) {
     n = 3;
     if (c == 0xE0) lo = 0xA0;
@@ -120,10 +123,14 @@ static int hex4(const unsigned char *p, const unsigned char *end, uint32_t *out)
   uint32_t v = 0;
   for (int i = 0; i < 4; i++) {
     unsigned c = p[i], d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return -1;
     v = v << 4 | d;
   }
   *out = v;
@@ -174,8 +181,8 @@ static int parse_string(jp_t *j) {
         return -1;
       }
       j->p += 6;
-      if (cp >= 0xD800 && cp <= 0xDBFF && j->end - j->p >= 6 && j->p[0] == '\\' &&
-          j->p[1] == 'u' && hex4(j->p + 2, j->end, &lo) == 0 && lo >= 0xDC00 && lo <= 0xDFFF) {
+      if (cp >= 0xD800 && cp <= 0xDBFF && j->end - j->p >= 6 && j->p[0] == '\\' && j->p[1] == 'u' &&
+          hex4(j->p + 2, j->end, &lo) == 0 && lo >= 0xDC00 && lo <= 0xDFFF) {
         cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
         j->p += 6;
       } else if ((cp >= 0xD800 && cp <= 0xDFFF) || cp == 0) {
@@ -253,8 +260,10 @@ static int parse_number(jp_t *j, int64_t *value, int *is_int) {
     p++;
   } else {
     for (; p < e && *p >= '0' && *p <= '9'; p++) {
-      if (v > (uint64_t)INT64_MAX / 10) ok = 0;
-      else v = v * 10 + (uint64_t)(*p - '0');
+      if (v > (uint64_t)INT64_MAX / 10)
+        ok = 0;
+      else
+        v = v * 10 + (uint64_t)(*p - '0');
       if (v > (uint64_t)INT64_MAX) ok = 0;
     }
   }
@@ -299,8 +308,7 @@ static role_t member_role(role_t parent, const char *key) {
       if (!strcmp(key, "py_callstack")) return R_STACK;
       if (!strcmp(key, "timestamp")) return R_EXTRA_TS;
       break;
-    default:
-      break;
+    default: break;
   }
   return R_SKIP;
 }
@@ -358,8 +366,7 @@ static int parse_container(jp_t *j, int depth, role_t role) {
 static int literal(jp_t *j, const char *word) {
   size_t n = strlen(word);
   if ((size_t)(j->end - j->p) < n || memcmp(j->p, word, n) != 0) {
-    fail(j, "unexpected character '%c'",
-         *j->p >= 0x20 && *j->p < 0x7F ? (int)*j->p : '?');
+    fail(j, "unexpected character '%c'", *j->p >= 0x20 && *j->p < 0x7F ? (int)*j->p : '?');
     return -1;
   }
   j->p += n;
@@ -385,7 +392,8 @@ static int parse_value(jp_t *j, int depth, role_t role) {
     if (role == R_ROOT) j->root_object = c == '{';
     if (role == R_TOP_MESSAGE && c == '{') j->msg_kind = 2;
     role_t inner = c == '{' && (role == R_ROOT || role == R_TOP_MESSAGE || role == R_MSG_EXTRA)
-                       ? role : R_SKIP;
+                       ? role
+                       : R_SKIP;
     return parse_container(j, depth, inner);
   }
   if (c == '"') {
@@ -400,17 +408,12 @@ static int parse_value(jp_t *j, int depth, role_t role) {
       case R_STACK:
         copy_out(info->traceback, sizeof info->traceback, j->scratch, j->slen, 1);
         break;
-      case R_TOP_TS:
-        j->top_ts = digits_value(j->scratch);
-        break;
-      case R_EXTRA_TS:
-        j->extra_ts = digits_value(j->scratch);
-        break;
+      case R_TOP_TS: j->top_ts = digits_value(j->scratch); break;
+      case R_EXTRA_TS: j->extra_ts = digits_value(j->scratch); break;
       case R_MSG_CODE: /* only an integer is an exit code */
         info->has_error_code = info->error_code = 0;
         break;
-      default:
-        break;
+      default: break;
     }
     return 0;
   }
@@ -539,13 +542,13 @@ int agent_errorfile_read(const char *path, agent_error_info_t *info, char *err, 
 
 int agent_errorfile_is_peer_loss(const char *message) {
   static const char *const patterns[] = {
-      "connection closed by peer",     /* gloo tcp pair (PyTorch's gloo backend) */
-      "connection reset by peer",      /* ECONNRESET from any socket transport */
-      "broken pipe",                   /* EPIPE */
-      "remote process exited",         /* NCCL: "... or there was a network error" */
-      "communicator was aborted",      /* ProcessGroupNCCL after another rank's abort */
-      "closed the connection",         /* libtdist tcp: "rank N (...) closed the connection" */
-      "closed its connection",         /* libtdist shm */
+      "connection closed by peer", /* gloo tcp pair (PyTorch's gloo backend) */
+      "connection reset by peer",  /* ECONNRESET from any socket transport */
+      "broken pipe",               /* EPIPE */
+      "remote process exited",     /* NCCL: "... or there was a network error" */
+      "communicator was aborted",  /* ProcessGroupNCCL after another rank's abort */
+      "closed the connection",     /* libtdist tcp: "rank N (...) closed the connection" */
+      "closed its connection",     /* libtdist shm */
   };
   if (message == NULL) return 0;
   for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++)

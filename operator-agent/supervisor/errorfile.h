@@ -8,11 +8,11 @@
 #include <stdint.h>
 
 typedef struct {
-  char message[1024];     /* message.message, or message when it is a string; "" if absent */
-  char traceback[4096];   /* message.extraInfo.py_callstack, possibly truncated; "" if absent */
-  int64_t timestamp;      /* message.extraInfo.timestamp (a string of digits) or timestamp; 0 */
+  char message[1024];   /* message.message, or message when it is a string; "" if absent */
+  char traceback[4096]; /* message.extraInfo.py_callstack, possibly truncated; "" if absent */
+  int64_t timestamp;    /* message.extraInfo.timestamp (a string of digits) or timestamp; 0 */
   int has_error_code;
-  int error_code;         /* message.errorCode when present */
+  int error_code; /* message.errorCode when present */
 } agent_error_info_t;
 
 /* Parses buf (len bytes, need not be NUL-terminated). Returns 0 when it is one of the two forms,

@@ -22,9 +22,9 @@ void agent_progress_local(const agent_workers_t *ws, int64_t now_unix_ns, char *
   for (int i = 0; i < ws->n && n + 96 < cap; i++) {
     if (!ws->w[i].stats_file[0] || tdist_stats_read(ws->w[i].stats_file, f) != TDIST_OK) continue;
     int64_t age_ms = f->cur_seq && f->cur_start_ns ? (now_unix_ns - f->cur_start_ns) / 1000000 : 0;
-    n += (size_t)snprintf(out + n, cap - n, "%s%d:%" PRIu64 ":%" PRIu64 ":%d:%" PRId64,
-                          n ? " " : "", f->rank, f->last_seq, f->cur_seq, f->cur_op,
-                          age_ms < 0 ? 0 : age_ms);
+    n +=
+        (size_t)snprintf(out + n, cap - n, "%s%d:%" PRIu64 ":%" PRIu64 ":%d:%" PRId64, n ? " " : "",
+                         f->rank, f->last_seq, f->cur_seq, f->cur_op, age_ms < 0 ? 0 : age_ms);
   }
   free(f);
 }
@@ -68,7 +68,8 @@ int agent_progress_summarize(const char *const *lines, size_t nlines, double sta
       rank_pos_t r;
       int used = 0;
       if (sscanf(s, "%d:%" SCNu64 ":%" SCNu64 ":%d:%" SCNd64 "%n", &r.rank, &r.last, &r.cur, &r.op,
-                 &r.age_ms, &used) != 5 || r.rank < 0 || r.rank >= MAX_RANKS)
+                 &r.age_ms, &used) != 5 ||
+          r.rank < 0 || r.rank >= MAX_RANKS)
         break;
       s += used;
       while (*s == ' ') s++;
@@ -112,8 +113,7 @@ int agent_progress_summarize(const char *const *lines, size_t nlines, double sta
       nstuck++;
       if (p[i].age_ms > stuck_ms) stuck_ms = p[i].age_ms;
       stuck_op = p[i].op;
-    } else if ((p[i].cur ? p[i].cur : p[i].last) < front ||
-               (!p[i].cur && p[i].last < front)) {
+    } else if ((p[i].cur ? p[i].cur : p[i].last) < front || (!p[i].cur && p[i].last < front)) {
       sel[i] = 2;
       nbehind++;
     }
@@ -161,9 +161,12 @@ static void json_str(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
   }
   fputc('"', f);
 }
@@ -185,8 +188,9 @@ int agent_flight_dump(const agent_workers_t *ws, int node_rank, int64_t round, c
     snprintf(err, cap, "out of memory");
     return -1;
   }
-  fprintf(f, "{\"node_rank\":%d,\"round\":%" PRId64 ",\"time_unix\":%lld.%03ld,\"reason\":",
-          node_rank, round, (long long)now.tv_sec, now.tv_nsec / 1000000);
+  fprintf(f,
+          "{\"node_rank\":%d,\"round\":%" PRId64 ",\"time_unix\":%lld.%03ld,\"reason\":", node_rank,
+          round, (long long)now.tv_sec, now.tv_nsec / 1000000);
   json_str(f, why);
   fprintf(f, ",\"ranks\":[");
   int first = 1;
@@ -194,7 +198,8 @@ int agent_flight_dump(const agent_workers_t *ws, int node_rank, int64_t round, c
   for (int i = 0; i < ws->n; i++) {
     const agent_worker_t *w = &ws->w[i];
     if (!w->stats_file[0] || tdist_stats_read(w->stats_file, s) != TDIST_OK) continue;
-    fprintf(f, "%s{\"rank\":%d,\"local_rank\":%d,\"pid\":%d,\"last_seq\":%" PRIu64 ",\"in_flight\":",
+    fprintf(f,
+            "%s{\"rank\":%d,\"local_rank\":%d,\"pid\":%d,\"last_seq\":%" PRIu64 ",\"in_flight\":",
             first ? "" : ",", s->rank, w->local_rank, s->pid, s->last_seq);
     first = 0;
     if (s->cur_seq)
@@ -210,7 +215,8 @@ int agent_flight_dump(const agent_workers_t *ws, int node_rank, int64_t round, c
     for (uint64_t k = begin; k < end; k++) {
       const tdist_stats_flight_t *e = &s->flight[k % TDIST_STATS_FLIGHT];
       if (!e->seq) continue;
-      fprintf(f, "%s{\"seq\":%" PRIu64 ",\"op\":\"%s\",\"group\":%d,\"peer\":%d,\"bytes\":%" PRIu64
+      fprintf(f,
+              "%s{\"seq\":%" PRIu64 ",\"op\":\"%s\",\"group\":%d,\"peer\":%d,\"bytes\":%" PRIu64
               ",\"start_unix\":%.6f,\"duration_s\":",
               firste ? "" : ",", e->seq, tdist_stats_op_name(e->op), e->group, e->peer, e->bytes,
               (double)e->start_ns / 1e9);

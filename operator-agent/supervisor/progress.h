@@ -1,6 +1,7 @@
 /* Where each rank is in the job's sequence of collectives, from the per-rank statistics files
  * (include/tdist/stats.h) that workers keep: local lines for the store, a job-wide summary on
- * node 0, and flight-recorder dumps. Pure formatting and parsing plus file reads; no store calls. */
+ * node 0, and flight-recorder dumps. Pure formatting and parsing plus file reads; no store calls.
+ */
 #ifndef TDIST_AGENT_PROGRESS_H
 #define TDIST_AGENT_PROGRESS_H
 
@@ -14,9 +15,9 @@
 void agent_progress_local(const agent_workers_t *ws, int64_t now_unix_ns, char *out, size_t cap);
 
 /* From the lines of all nodes: one sentence naming the ranks that hold the job up, e.g.
- *   "ranks 0,1,3 waiting in all_reduce #12 for 14.2 s; rank 2 not in a collective (last completed #11)"
- * or "all 4 ranks at #57". stall_s: a collective in flight at least this long counts as stuck.
- * Returns the number of ranks parsed. */
+ *   "ranks 0,1,3 waiting in all_reduce #12 for 14.2 s; rank 2 not in a collective (last completed
+ * #11)" or "all 4 ranks at #57". stall_s: a collective in flight at least this long counts as
+ * stuck. Returns the number of ranks parsed. */
 int agent_progress_summarize(const char *const *lines, size_t n, double stall_s, char *out,
                              size_t cap);
 

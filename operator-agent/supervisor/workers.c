@@ -160,8 +160,7 @@ static void kill_started(agent_workers_t *ws) {
   }
 }
 
-int agent_workers_start(agent_workers_t *ws, const agent_worker_spec_t *sp, char *err,
-                        size_t cap) {
+int agent_workers_start(agent_workers_t *ws, const agent_worker_spec_t *sp, char *err, size_t cap) {
   const agent_cfg_t *cfg = sp->cfg;
   agent_workers_free(ws);
   ws->w = calloc((size_t)cfg->nproc_per_node, sizeof *ws->w);
@@ -230,8 +229,8 @@ int agent_workers_start(agent_workers_t *ws, const agent_worker_spec_t *sp, char
       sigset_t none;
       sigemptyset(&none);
       sigprocmask(SIG_SETMASK, &none, NULL);
-      static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD,
-                                 SIGPIPE};
+      static const int sigs[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT,
+                                 SIGUSR1, SIGUSR2, SIGCHLD, SIGPIPE};
       for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++) signal(sigs[k], SIG_DFL);
       /* No agent descriptor (sockets, signalfd, store) leaks into the worker. */
       if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {

@@ -2,8 +2,8 @@
  *
  * Each worker is fork+exec'd into its own process group (so a signal reaches the worker and
  * everything it spawned), with PR_SET_PDEATHSIG(SIGKILL) so it dies with the agent, the signal
- * mask and dispositions reset, and the torchrun environment (torch-contracts.md §2.2) on top of the
- * agent's own. exec failures are reported synchronously through a close-on-exec pipe. Never
+ * mask and dispositions reset, and the torchrun environment (torch-contracts.md §2.2) on top of
+ * the agent's own. exec failures are reported synchronously through a close-on-exec pipe. Never
  * blocks except agent_workers_start (fork/exec). Not thread-safe: the main loop owns it. */
 #ifndef TDIST_AGENT_WORKERS_H
 #define TDIST_AGENT_WORKERS_H
@@ -16,31 +16,31 @@
 #include "operator-agent/state/state.h"
 
 typedef struct {
-  pid_t pid;                 /* 0 = not running (never started or reaped) */
+  pid_t pid; /* 0 = not running (never started or reaped) */
   int local_rank, global_rank;
   agent_worker_state_t state;
-  int exit_code;             /* >= 0 exit status, -N killed by signal N */
-  int64_t exit_ns;           /* CLOCK_MONOTONIC of the exit */
+  int exit_code;   /* >= 0 exit status, -N killed by signal N */
+  int64_t exit_ns; /* CLOCK_MONOTONIC of the exit */
   char error_file[512];
-  char stats_file[512];      /* TDIST_STATS_FILE (include/tdist/stats.h) */
+  char stats_file[512]; /* TDIST_STATS_FILE (include/tdist/stats.h) */
 } agent_worker_t;
 
 typedef struct {
   agent_worker_t *w;
   int n;
-  int first_failed;          /* index of the first worker that failed this attempt, or -1 */
-  uint64_t exits_total[3];   /* every worker exit so far, all attempts: [0] code 0, [1] non-zero
-                              * code, [2] killed by a signal (agent_workers_free keeps them) */
+  int first_failed;        /* index of the first worker that failed this attempt, or -1 */
+  uint64_t exits_total[3]; /* every worker exit so far, all attempts: [0] code 0, [1] non-zero
+                            * code, [2] killed by a signal (agent_workers_free keeps them) */
 } agent_workers_t;
 
 /* What every worker of this attempt gets. */
 typedef struct {
   const agent_cfg_t *cfg;
-  int rank_base;             /* global rank of local rank 0 */
+  int rank_base; /* global rank of local rank 0 */
   int world_size, group_rank, group_world_size, attempt;
   const char *master_addr;
   int master_port;
-  const char *run_dir;       /* <log_dir>/<run_id>_<pid>: error files go to attempt_N/<local>/ */
+  const char *run_dir; /* <log_dir>/<run_id>_<pid>: error files go to attempt_N/<local>/ */
 } agent_worker_spec_t;
 
 /* Starts cfg->nproc_per_node workers. On failure (fork, or exec of the command) the workers

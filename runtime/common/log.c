@@ -18,13 +18,17 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void read_level(void) {
   const char *v = getenv("TDIST_LOG_LEVEL");
   if (!v || !*v) return;
-  if (!strcasecmp(v, "error")) g_level = TDIST__LOG_ERROR;
-  else if (!strcasecmp(v, "warn") || !strcasecmp(v, "warning")) g_level = TDIST__LOG_WARN;
-  else if (!strcasecmp(v, "info")) g_level = TDIST__LOG_INFO;
-  else if (!strcasecmp(v, "debug")) g_level = TDIST__LOG_DEBUG;
+  if (!strcasecmp(v, "error"))
+    g_level = TDIST__LOG_ERROR;
+  else if (!strcasecmp(v, "warn") || !strcasecmp(v, "warning"))
+    g_level = TDIST__LOG_WARN;
+  else if (!strcasecmp(v, "info"))
+    g_level = TDIST__LOG_INFO;
+  else if (!strcasecmp(v, "debug"))
+    g_level = TDIST__LOG_DEBUG;
   else
-    fprintf(stderr, "tdist W: TDIST_LOG_LEVEL='%s' is not one of error|warn|info|debug; using info\n",
-            v);
+    fprintf(stderr,
+            "tdist W: TDIST_LOG_LEVEL='%s' is not one of error|warn|info|debug; using info\n", v);
 }
 
 int tdist__log_enabled(tdist__log_level_t level) {
@@ -40,9 +44,10 @@ void tdist__log(tdist__log_level_t level, const char *component, const char *fmt
   struct tm tm;
   gettimeofday(&tv, NULL);
   gmtime_r(&tv.tv_sec, &tm);
-  int n = snprintf(line, sizeof line, "tdist %c %04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s: ",
-                   letters[level], tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                   tm.tm_min, tm.tm_sec, (long)tv.tv_usec / 1000, component);
+  int n = snprintf(line, sizeof line,
+                   "tdist %c %04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s: ", letters[level],
+                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                   (long)tv.tv_usec / 1000, component);
   if (n < 0) return;
   if ((size_t)n < sizeof line) {
     va_list ap;

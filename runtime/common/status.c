@@ -11,8 +11,7 @@ static _Thread_local char tls_last_error[TDIST__ERRMSG_MAX];
 TDIST_EXTERN const char *tdist_strerror(tdist_status_t status) {
   switch (status) {
 #define TDIST_STATUS_TEXT_(name, value, text) \
-  case name:                                  \
-    return text;
+  case name: return text;
     TDIST_STATUS_LIST(TDIST_STATUS_TEXT_)
 #undef TDIST_STATUS_TEXT_
   }
@@ -22,8 +21,7 @@ TDIST_EXTERN const char *tdist_strerror(tdist_status_t status) {
 TDIST_EXTERN const char *tdist_status_name(tdist_status_t status) {
   switch (status) {
 #define TDIST_STATUS_NAME_(name, value, text) \
-  case name:                                  \
-    return #name;
+  case name: return #name;
     TDIST_STATUS_LIST(TDIST_STATUS_NAME_)
 #undef TDIST_STATUS_NAME_
   }

@@ -44,8 +44,8 @@ static void *scratch(tdist_pg_t *pg, size_t bytes) {
 }
 
 static tdist_status_t nomem(tdist_pg_t *pg, const char *what, size_t bytes) {
-  return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch",
-                        what, bytes);
+  return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch", what,
+                        bytes);
 }
 
 typedef struct {
@@ -137,8 +137,8 @@ static tdist_status_t ring_reduce_scatter(ctx_t *c, uint8_t *buf, size_t count, 
   for (int s = 0; s < p - 1; s++) {
     int si = mod(r - 1 - s, p), ri = mod(r - 2 - s, p);
     size_t sc = blk_count(count, p, si), rc = blk_count(count, p, ri);
-    tdist_status_t st = sendrecv(c, right, buf + blk_off(count, p, si) * es, sc * es, left, tmp,
-                                 rc * es);
+    tdist_status_t st =
+        sendrecv(c, right, buf + blk_off(count, p, si) * es, sc * es, left, tmp, rc * es);
     if (st) return st;
     tdist__reduce(buf + blk_off(count, p, ri) * es, tmp, rc, dt, op);
   }
@@ -268,8 +268,10 @@ static tdist_status_t gather_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
                      : xsend(c, i, in + (size_t)i * bytes, bytes);
   }
   if (bytes) {
-    if (to_root) memmove(out + (size_t)r * bytes, in, bytes);
-    else memmove(out, in + (size_t)r * bytes, bytes);
+    if (to_root)
+      memmove(out + (size_t)r * bytes, in, bytes);
+    else
+      memmove(out, in + (size_t)r * bytes, bytes);
   }
   tdist_status_t st = xchg(c, x, n);
   free(x);
@@ -279,8 +281,8 @@ static tdist_status_t gather_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
 /* ---------------------------------------------------------------------------------------- */
 /* All-to-all style                                                                          */
 
-static tdist_status_t all_gather_v(ctx_t *c, uint8_t *out, const uint8_t *in,
-                                   const size_t *counts, const size_t *displs, size_t es) {
+static tdist_status_t all_gather_v(ctx_t *c, uint8_t *out, const uint8_t *in, const size_t *counts,
+                                   const size_t *displs, size_t es) {
   int r = c->pg->rank;
   if (counts[r]) memmove(out + displs[r] * es, in, counts[r] * es);
   return c->pg->size == 1 ? TDIST_OK : ring_all_gather(c, out, counts, displs, es);
@@ -296,10 +298,9 @@ static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
   uint8_t *work = scratch(pg, total + count * es);
   if (!work) return nomem(pg, c->what, total + count * es);
   if (total) memcpy(work, in, total);
-  tdist_status_t st =
-      p == 1 ? TDIST_OK
-             : ring_reduce_scatter(c, work, count * (size_t)p, dt, avg ? TDIST_SUM : op,
-                                   work + total);
+  tdist_status_t st = p == 1 ? TDIST_OK
+                             : ring_reduce_scatter(c, work, count * (size_t)p, dt,
+                                                   avg ? TDIST_SUM : op, work + total);
   if (st) return st;
   if (count) memcpy(out, work + (size_t)r * count * es, count * es);
   if (avg) tdist__reduce_finish_avg(out, count, dt, p);
@@ -316,8 +317,7 @@ static tdist_status_t all_to_all_v(ctx_t *c, const tdist__coll_t *k) {
     return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
                           "all_to_all_v: this rank sends itself %zu elements but expects %zu",
                           k->in_counts[r], k->counts[r]);
-  if (k->counts[r])
-    memmove(out + k->displs[r] * es, in + k->in_displs[r] * es, k->counts[r] * es);
+  if (k->counts[r]) memmove(out + k->displs[r] * es, in + k->in_displs[r] * es, k->counts[r] * es);
   if (p == 1) return TDIST_OK;
   tdist__xfer_t *x = calloc(2 * (size_t)p, sizeof *x);
   if (!x) return nomem(pg, c->what, 2 * (size_t)p * sizeof *x);
@@ -399,8 +399,8 @@ static void fp_str(const fp_t *f, char *buf, size_t cap) {
 
 static tdist_status_t check_fingerprints(tdist_pg_t *pg, const tdist__coll_t *k, int64_t dl) {
   int p = pg->size;
-  fp_t mine = {k->seq, (uint32_t)k->kind, (uint32_t)k->dtype, (uint32_t)k->op, (uint32_t)k->root,
-               k->count};
+  fp_t mine = {k->seq,          (uint32_t)k->kind, (uint32_t)k->dtype,
+               (uint32_t)k->op, (uint32_t)k->root, k->count};
   if (k->kind != TDIST__COLL_REDUCE && k->kind != TDIST__COLL_ALL_REDUCE &&
       k->kind != TDIST__COLL_REDUCE_SCATTER)
     mine.op = 0;
@@ -445,8 +445,10 @@ static tdist_status_t gloo_connect(tdist_pg_t *pg, int64_t deadline) {
   gloo_t *g = calloc(1, sizeof *g);
   if (!g) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "gloo: out of memory");
   const char *a = getenv("TDIST_ALGO_ALLREDUCE");
-  if (a && !strcmp(a, "ring")) g->force_algo = 1;
-  else if (a && !strcmp(a, "rd")) g->force_algo = 2;
+  if (a && !strcmp(a, "ring"))
+    g->force_algo = 1;
+  else if (a && !strcmp(a, "rd"))
+    g->force_algo = 2;
   else if (a && *a && strcmp(a, "auto"))
     tdist__log(TDIST__LOG_WARN, "gloo", "TDIST_ALGO_ALLREDUCE=%s is not ring|rd|auto; using auto",
                a);
@@ -483,26 +485,19 @@ static tdist_status_t gloo_run(tdist_pg_t *pg, const tdist__coll_t *k, int64_t d
       k->kind != TDIST__COLL_RECV && (st = check_fingerprints(pg, k, dl)))
     return st;
   switch (k->kind) {
-    case TDIST__COLL_ALL_REDUCE:
-      return all_reduce(&c, k->out, k->count, k->dtype, k->op);
+    case TDIST__COLL_ALL_REDUCE: return all_reduce(&c, k->out, k->count, k->dtype, k->op);
     case TDIST__COLL_BROADCAST:
       return pg->size == 1 ? TDIST_OK : broadcast(&c, k->out, k->count * es, k->root);
     case TDIST__COLL_REDUCE:
       return pg->size == 1 ? TDIST_OK : reduce(&c, k->out, k->count, k->dtype, k->op, k->root);
-    case TDIST__COLL_ALL_GATHER_V:
-      return all_gather_v(&c, k->out, k->in, k->counts, k->displs, es);
-    case TDIST__COLL_GATHER:
-      return gather_scatter(&c, k->out, k->in, k->count * es, k->root, 1);
-    case TDIST__COLL_SCATTER:
-      return gather_scatter(&c, k->out, k->in, k->count * es, k->root, 0);
+    case TDIST__COLL_ALL_GATHER_V: return all_gather_v(&c, k->out, k->in, k->counts, k->displs, es);
+    case TDIST__COLL_GATHER: return gather_scatter(&c, k->out, k->in, k->count * es, k->root, 1);
+    case TDIST__COLL_SCATTER: return gather_scatter(&c, k->out, k->in, k->count * es, k->root, 0);
     case TDIST__COLL_REDUCE_SCATTER:
       return reduce_scatter(&c, k->out, k->in, k->count, k->dtype, k->op);
-    case TDIST__COLL_ALL_TO_ALL_V:
-      return all_to_all_v(&c, k);
-    case TDIST__COLL_BARRIER:
-      return barrier(&c);
-    case TDIST__COLL_MONITORED_BARRIER:
-      return monitored_barrier(&c, k->timeout_ms);
+    case TDIST__COLL_ALL_TO_ALL_V: return all_to_all_v(&c, k);
+    case TDIST__COLL_BARRIER: return barrier(&c);
+    case TDIST__COLL_MONITORED_BARRIER: return monitored_barrier(&c, k->timeout_ms);
     case TDIST__COLL_SEND:
     case TDIST__COLL_RECV: {
       c.tag = (uint32_t)k->tag & 0x7fffffffu;

@@ -107,7 +107,8 @@ static tdist_status_t choose_ip(tdist_pg_t *pg, char *ip, size_t cap) {
     }
     return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
                           "%s '%s': no interface of that name with an IPv4 address (see "
-                          "`ip -4 addr`)", from, ifname);
+                          "`ip -4 addr`)",
+                          from, ifname);
   }
   if (tdist__store_local_ip(pg->base_store, ip, cap) == 0) return TDIST_OK;
   char host[256];
@@ -168,14 +169,17 @@ static tdist_status_t setup_shm(tcp_t *t, const int *same, int64_t deadline) {
   if (nsame == 0) return TDIST_OK;
   int r = tdist__shm_seg_create(&t->own, t->size);
   if (r)
-    tdist__log(TDIST__LOG_WARN, "gloo", "rank %d: cannot create shared memory (%s): same-host "
+    tdist__log(TDIST__LOG_WARN, "gloo",
+               "rank %d: cannot create shared memory (%s): same-host "
                "peers use TCP. Is /dev/shm mounted and large enough (%zu bytes needed)?",
                t->rank, strerror(-r), TDIST__SHM_RING_BYTES * (size_t)t->size);
   char key[64];
   snprintf(key, sizeof key, "shm/%d", t->rank);
-  tdist_status_t st = tdist_store_set(pg->store, key, r ? "" : t->own.name, r ? 0 : strlen(t->own.name));
-  if (st) return tdist__pg_fail(pg, st, "publishing shared-memory segment: %s",
-                                tdist_store_last_error(pg->store));
+  tdist_status_t st =
+      tdist_store_set(pg->store, key, r ? "" : t->own.name, r ? 0 : strlen(t->own.name));
+  if (st)
+    return tdist__pg_fail(pg, st, "publishing shared-memory segment: %s",
+                          tdist_store_last_error(pg->store));
   uint8_t *flag_out = calloc((size_t)t->size, 1), *flag_in = calloc((size_t)t->size, 1);
   tdist__xfer_t *x = calloc(2 * (size_t)t->size, sizeof *x);
   if (!flag_out || !flag_in || !x) {
@@ -310,7 +314,8 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   st = tdist_store_multi_get(pg->store, (const char *const *)keys, (size_t)t->size, vals, lens);
   tdist_store_set_timeout(pg->store, pg->timeout_ms);
   if (st) {
-    st = tdist__pg_fail(pg, st, "waiting for all %d ranks to publish their addresses: %s "
+    st = tdist__pg_fail(pg, st,
+                        "waiting for all %d ranks to publish their addresses: %s "
                         "(a rank that never started or used another MASTER_ADDR/PORT?)",
                         t->size, tdist_store_last_error(pg->store));
     goto done;
@@ -334,13 +339,17 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
     int ok = sscanf(v, "%63s %d %127s %63s", pip, &pport, phost, pboot) == 4;
     free(v);
     if (!ok) {
-      st = tdist__pg_fail(pg, TDIST_ERR_PROTOCOL, "tcp transport: rank %d published a malformed "
-                          "address entry", i);
+      st = tdist__pg_fail(pg, TDIST_ERR_PROTOCOL,
+                          "tcp transport: rank %d published a malformed "
+                          "address entry",
+                          i);
       goto done;
     }
     snprintf(t->addr[i], sizeof t->addr[i], "%s:%d", pip, pport);
-    if (strcmp(phost, host) != 0 || strcmp(pboot, boot) != 0) remote_host = 1;
-    else same[i] = i != t->rank;
+    if (strcmp(phost, host) != 0 || strcmp(pboot, boot) != 0)
+      remote_host = 1;
+    else
+      same[i] = i != t->rank;
   }
   if (remote_host && strncmp(ip, "127.", 4) == 0)
     tdist__log(TDIST__LOG_WARN, "gloo",
@@ -372,8 +381,10 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
         close(fd);
       }
       if (tdist__now_ms() + backoff >= deadline || atomic_load(&pg->aborted)) {
-        st = tdist__pg_fail(pg, TDIST_ERR_TIMEOUT, "tcp transport: rank %d could not connect "
-                            "to rank %d at %s: %s", t->rank, peer, t->addr[peer],
+        st = tdist__pg_fail(pg, TDIST_ERR_TIMEOUT,
+                            "tcp transport: rank %d could not connect "
+                            "to rank %d at %s: %s",
+                            t->rank, peer, t->addr[peer],
                             tdist__sock_strerror(fd < 0 ? fd : -EPIPE));
         goto done;
       }
@@ -387,8 +398,8 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
       char missing[256] = "";
       size_t ml = 0;
       for (int p = t->rank + 1; p < t->size && ml + 8 < sizeof missing; p++)
-        if (t->fds[p] < 0) ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%d",
-                                                  ml ? "," : "", p);
+        if (t->fds[p] < 0)
+          ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%d", ml ? "," : "", p);
       st = tdist__pg_fail(pg, r == -ECANCELED ? TDIST_ERR_ABORTED : TDIST_ERR_TIMEOUT,
                           "tcp transport: rank %d waited for connections from ranks %s: %s",
                           t->rank, missing, r == -ECANCELED ? "aborted" : "timed out");
@@ -540,7 +551,7 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
   int64_t spin_until = t->spin_ns > 0 ? tdist__now_ns() + t->spin_ns : 0;
   int slept = 0;
   int64_t shm_spin_until = 0, shm_spin_start = 0;
-  int armed = 0;              /* our doorbell says we are about to sleep */
+  int armed = 0; /* our doorbell says we are about to sleep */
   uint32_t doorbell_seen = 0;
   uint8_t *gone_seen = t->gone; /* peers whose death was seen once; failing on the second look */
   memset(gone_seen, 0, (size_t)t->size);
@@ -559,7 +570,8 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
           if (r == -TDIST__ECLOSED || r == -ECONNRESET || r == -EPIPE)
             return tdist__pg_fail(pg, TDIST_ERR_REMOTE,
                                   "%s: rank %d (%s) closed the connection (did that process exit "
-                                  "or crash?)", what, x[i].peer, t->addr[x[i].peer]);
+                                  "or crash?)",
+                                  what, x[i].peer, t->addr[x[i].peer]);
           return tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "%s: %s with rank %d (%s): %s", what,
                                 x[i].is_send ? "send" : "receive", x[i].peer, t->addr[x[i].peer],
                                 strerror(-r));
@@ -567,16 +579,20 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
         if (r == 0 || x[i].complete) break;
         progressed = 1;
       }
-      if (!x[i].complete) pending++;
-      else progressed = 1;
+      if (!x[i].complete)
+        pending++;
+      else
+        progressed = 1;
     }
     if (!pending) {
       if (armed) tdist__shm_sleep_cancel(&t->own);
       if (t->spin_max_ns > 0) {
-        if (slept) t->spin_ns = t->spin_ns / 2 < t->spin_max_ns / 16 ? 0 : t->spin_ns / 2;
-        else if (t->spin_ns > 0) t->spin_ns = t->spin_ns + t->spin_max_ns / 4 > t->spin_max_ns
-                                                  ? t->spin_max_ns
-                                                  : t->spin_ns + t->spin_max_ns / 4;
+        if (slept)
+          t->spin_ns = t->spin_ns / 2 < t->spin_max_ns / 16 ? 0 : t->spin_ns / 2;
+        else if (t->spin_ns > 0)
+          t->spin_ns = t->spin_ns + t->spin_max_ns / 4 > t->spin_max_ns
+                           ? t->spin_max_ns
+                           : t->spin_ns + t->spin_max_ns / 4;
       }
       return TDIST_OK;
     }
@@ -592,8 +608,10 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
     int on_shm = 0, on_tcp = 0;
     for (int i = 0; i < n; i++) {
       if (x[i].complete) continue;
-      if (x[i].is_send ? t->out_ring[x[i].peer] : t->in_ring[x[i].peer]) on_shm = 1;
-      else on_tcp = 1;
+      if (x[i].is_send ? t->out_ring[x[i].peer] : t->in_ring[x[i].peer])
+        on_shm = 1;
+      else
+        on_tcp = 1;
     }
     int64_t now = tdist__now_ns();
     if (on_shm) {
@@ -606,8 +624,10 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
       if (now < shm_spin_until) {
         /* A few microseconds of pure spinning catch a peer that is running; after that, yield
          * so a peer waiting for this core gets it. */
-        if (t->yield && now - shm_spin_start > SHM_PURE_SPIN_NS) sched_yield();
-        else cpu_relax();
+        if (t->yield && now - shm_spin_start > SHM_PURE_SPIN_NS)
+          sched_yield();
+        else
+          cpu_relax();
         continue;
       }
       if (!on_tcp) {
@@ -653,7 +673,8 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
           if (gone_seen[xk->peer])
             return tdist__pg_fail(pg, TDIST_ERR_REMOTE,
                                   "%s: rank %d (%s, same host) closed its connection (did that "
-                                  "process exit or crash?)", what, xk->peer, t->addr[xk->peer]);
+                                  "process exit or crash?)",
+                                  what, xk->peer, t->addr[xk->peer]);
           gone_seen[xk->peer] = 1;
         }
       }

@@ -20,9 +20,8 @@ static const int k_dtypes[TDIST_DTYPE_COUNT_] = {
 
 #define NO_OP (-1)
 static const int k_ops[TDIST_REDUCE_OP_COUNT_] = {
-    [TDIST_SUM] = ncclSum, [TDIST_PROD] = ncclProd, [TDIST_MIN] = ncclMin,
-    [TDIST_MAX] = ncclMax, [TDIST_AVG] = ncclAvg,   [TDIST_BAND] = NO_OP,
-    [TDIST_BOR] = NO_OP,   [TDIST_BXOR] = NO_OP,
+    [TDIST_SUM] = ncclSum, [TDIST_PROD] = ncclProd, [TDIST_MIN] = ncclMin, [TDIST_MAX] = ncclMax,
+    [TDIST_AVG] = ncclAvg, [TDIST_BAND] = NO_OP,    [TDIST_BOR] = NO_OP,   [TDIST_BXOR] = NO_OP,
 };
 
 int tdist__nccl_dtype(tdist_dtype_t dtype, ncclDataType_t *out) {
@@ -52,19 +51,25 @@ static tdist_status_t check_ptr(tdist_pg_t *pg, const void *p, const char *fn, c
   memset(&a, 0, sizeof a);
   cudaError_t e = g->lib.cudaPointerGetAttributes(&a, p);
   if (e != cudaSuccess)
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s: %s %p is not CUDA memory "
+    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
+                          "%s: %s %p is not CUDA memory "
                           "(cudaPointerGetAttributes: %s); backend nccl needs device buffers "
-                          "(cudaMalloc) on device %d", fn, name, p, g->lib.cudaGetErrorName(e),
-                          g->dev);
+                          "(cudaMalloc) on device %d",
+                          fn, name, p, g->lib.cudaGetErrorName(e), g->dev);
   if (a.type == cudaMemoryTypeDevice && a.device != g->dev)
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s: %s %p is memory of device %d, but "
-                          "this group uses device %d (%s)", fn, name, p, a.device, g->dev,
-                          g->dev_from);
+    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
+                          "%s: %s %p is memory of device %d, but "
+                          "this group uses device %d (%s)",
+                          fn, name, p, a.device, g->dev, g->dev_from);
   if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s: %s %p is host memory (%s); "
-                          "backend nccl needs device buffers (cudaMalloc) on device %d", fn, name,
-                          p, a.type == cudaMemoryTypeHost ? "page-locked" : "not registered with "
-                          "CUDA", g->dev);
+    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
+                          "%s: %s %p is host memory (%s); "
+                          "backend nccl needs device buffers (cudaMalloc) on device %d",
+                          fn, name, p,
+                          a.type == cudaMemoryTypeHost ? "page-locked"
+                                                       : "not registered with "
+                                                         "CUDA",
+                          g->dev);
   g->ptr_ok[g->ptr_next++ % TDIST__NCCL_PTR_CACHE] = p;
   return TDIST_OK;
 }
@@ -75,38 +80,40 @@ static size_t total(const size_t *counts, int n) {
   return t;
 }
 
-#define CHECK_PTR(p, n, name)                                        \
-  do {                                                               \
-    if ((n) > 0) {                                                   \
-      tdist_status_t st_ = check_ptr(pg, (p), fn, (name));           \
-      if (st_) return st_;                                           \
-    }                                                                \
+#define CHECK_PTR(p, n, name)                              \
+  do {                                                     \
+    if ((n) > 0) {                                         \
+      tdist_status_t st_ = check_ptr(pg, (p), fn, (name)); \
+      if (st_) return st_;                                 \
+    }                                                      \
   } while (0)
 
 tdist_status_t tdist__nccl_check(tdist_pg_t *pg, const tdist__coll_t *c) {
   tdist__nccl_t *g = tdist__nccl(pg);
   const char *fn = tdist__coll_name(c->kind);
   if (c->kind == TDIST__COLL_MONITORED_BARRIER)
-    return tdist__pg_fail(pg, TDIST_ERR_NOT_AVAILABLE, "monitored_barrier is not available with "
+    return tdist__pg_fail(pg, TDIST_ERR_NOT_AVAILABLE,
+                          "monitored_barrier is not available with "
                           "backend nccl (PyTorch supports it on gloo only): use tdist_barrier, or "
                           "a gloo group for the monitored barrier");
   ncclDataType_t dt;
   ncclRedOp_t op;
   if (c->kind != TDIST__COLL_BARRIER && tdist__nccl_dtype(c->dtype, &dt) != 0)
-    return tdist__pg_fail(pg, TDIST_ERR_NOT_AVAILABLE, "%s: dtype %s is not available with "
-                          "backend nccl", fn, tdist_dtype_name(c->dtype));
+    return tdist__pg_fail(pg, TDIST_ERR_NOT_AVAILABLE,
+                          "%s: dtype %s is not available with "
+                          "backend nccl",
+                          fn, tdist_dtype_name(c->dtype));
   if (has_op(c->kind) && tdist__nccl_op(c->op, &op) != 0)
-    return tdist__pg_fail(pg, TDIST_ERR_NOT_AVAILABLE, "%s: Cannot use ReduceOp.%s with NCCL "
-                          "(NCCL reduces with SUM, PRODUCT, MIN, MAX and AVG only)", fn,
-                          tdist_reduce_op_name(c->op));
+    return tdist__pg_fail(pg, TDIST_ERR_NOT_AVAILABLE,
+                          "%s: Cannot use ReduceOp.%s with NCCL "
+                          "(NCCL reduces with SUM, PRODUCT, MIN, MAX and AVG only)",
+                          fn, tdist_reduce_op_name(c->op));
   if (!g || !g->check_ptrs) return TDIST_OK;
   int me = pg->rank, p = pg->size;
   switch (c->kind) {
     case TDIST__COLL_ALL_REDUCE:
     case TDIST__COLL_BROADCAST:
-    case TDIST__COLL_REDUCE:
-      CHECK_PTR(c->out, c->count, "buf");
-      break;
+    case TDIST__COLL_REDUCE: CHECK_PTR(c->out, c->count, "buf"); break;
     case TDIST__COLL_ALL_GATHER_V:
       CHECK_PTR(c->in, c->counts[me], "in");
       CHECK_PTR(c->out, total(c->counts, p), "out");
@@ -127,14 +134,9 @@ tdist_status_t tdist__nccl_check(tdist_pg_t *pg, const tdist__coll_t *c) {
       CHECK_PTR(c->in, total(c->in_counts, p), "in");
       CHECK_PTR(c->out, total(c->counts, p), "out");
       break;
-    case TDIST__COLL_SEND:
-      CHECK_PTR(c->in, c->count, "buf");
-      break;
-    case TDIST__COLL_RECV:
-      CHECK_PTR(c->out, c->count, "buf");
-      break;
-    default:
-      break;
+    case TDIST__COLL_SEND: CHECK_PTR(c->in, c->count, "buf"); break;
+    case TDIST__COLL_RECV: CHECK_PTR(c->out, c->count, "buf"); break;
+    default: break;
   }
   return TDIST_OK;
 }
@@ -157,17 +159,14 @@ static void grp_note(grp_t *q, ncclResult_t r, const char *call) {
 }
 
 /* base + off bytes is only formed for a non-empty message (base may be NULL otherwise). */
-static void send_to(grp_t *q, const char *base, size_t off, size_t n, ncclDataType_t dt,
-                    int peer) {
+static void send_to(grp_t *q, const char *base, size_t off, size_t n, ncclDataType_t dt, int peer) {
   if (n)
-    grp_note(q, q->g->lib.ncclSend(base + off, n, dt, peer, q->g->comm, q->g->stream),
-             "ncclSend");
+    grp_note(q, q->g->lib.ncclSend(base + off, n, dt, peer, q->g->comm, q->g->stream), "ncclSend");
 }
 
 static void recv_from(grp_t *q, char *base, size_t off, size_t n, ncclDataType_t dt, int peer) {
   if (n)
-    grp_note(q, q->g->lib.ncclRecv(base + off, n, dt, peer, q->g->comm, q->g->stream),
-             "ncclRecv");
+    grp_note(q, q->g->lib.ncclRecv(base + off, n, dt, peer, q->g->comm, q->g->stream), "ncclRecv");
 }
 
 static int uniform(const tdist__coll_t *c, int p) {
@@ -176,8 +175,7 @@ static int uniform(const tdist__coll_t *c, int p) {
   return 1;
 }
 
-ncclResult_t tdist__nccl_enqueue_locked(tdist_pg_t *pg, const tdist__coll_t *c,
-                                        const char **call) {
+ncclResult_t tdist__nccl_enqueue_locked(tdist_pg_t *pg, const tdist__coll_t *c, const char **call) {
   tdist__nccl_t *g = tdist__nccl(pg);
   ncclComm_t comm = g->comm;
   cudaStream_t s = g->stream;
@@ -212,8 +210,7 @@ ncclResult_t tdist__nccl_enqueue_locked(tdist_pg_t *pg, const tdist__coll_t *c,
         return g->lib.ncclAllGather(in, out, c->count, dt, comm, s);
       }
       break;
-    default:
-      break;
+    default: break;
   }
   grp_t q = {g, ncclSuccess, NULL};
   ncclResult_t r = g->lib.ncclGroupStart();
@@ -225,9 +222,9 @@ ncclResult_t tdist__nccl_enqueue_locked(tdist_pg_t *pg, const tdist__coll_t *c,
     case TDIST__COLL_ALL_GATHER_V: /* uneven: every rank broadcasts its block */
       for (int i = 0; i < p; i++)
         if (c->counts[i])
-          grp_note(&q, g->lib.ncclBroadcast(i == me ? in : out + c->displs[i] * es,
-                                            out + c->displs[i] * es, c->counts[i], dt, i, comm,
-                                            s),
+          grp_note(&q,
+                   g->lib.ncclBroadcast(i == me ? in : out + c->displs[i] * es,
+                                        out + c->displs[i] * es, c->counts[i], dt, i, comm, s),
                    "ncclBroadcast");
       break;
     case TDIST__COLL_GATHER:
@@ -246,15 +243,9 @@ ncclResult_t tdist__nccl_enqueue_locked(tdist_pg_t *pg, const tdist__coll_t *c,
         recv_from(&q, out, c->displs[i] * es, c->counts[i], dt, i);
       }
       break;
-    case TDIST__COLL_SEND:
-      send_to(&q, in, 0, c->count, dt, c->peer);
-      break;
-    case TDIST__COLL_RECV:
-      recv_from(&q, out, 0, c->count, dt, c->peer);
-      break;
-    default:
-      grp_note(&q, ncclInternalError, "(unknown collective)");
-      break;
+    case TDIST__COLL_SEND: send_to(&q, in, 0, c->count, dt, c->peer); break;
+    case TDIST__COLL_RECV: recv_from(&q, out, 0, c->count, dt, c->peer); break;
+    default: grp_note(&q, ncclInternalError, "(unknown collective)"); break;
   }
   r = g->lib.ncclGroupEnd();
   *call = "ncclGroupEnd";

@@ -106,18 +106,17 @@ tdist_status_t tdist__nccl_lib_open(tdist__nccl_lib_t *lib, char *err, size_t ca
                                   lib->cudart_path, sizeof lib->cudart_path, err, cap);
   if (!lib->cudart_handle) return TDIST_ERR_NOT_AVAILABLE;
   candidates(&c, "TDIST_NCCL_LIBRARY", nccl_sonames, "libnccl.so.2");
-  lib->nccl_handle = open_first(&c, "NCCL library (libnccl)", "TDIST_NCCL_LIBRARY",
-                                lib->nccl_path, sizeof lib->nccl_path, err, cap);
+  lib->nccl_handle = open_first(&c, "NCCL library (libnccl)", "TDIST_NCCL_LIBRARY", lib->nccl_path,
+                                sizeof lib->nccl_path, err, cap);
   if (!lib->nccl_handle) {
     tdist__nccl_lib_close(lib);
     return TDIST_ERR_NOT_AVAILABLE;
   }
   const char *missing = NULL, *in = NULL;
-#define TDIST__LOAD_(h, path, name)                                                 \
-  if (!missing &&                                                                  \
-      !(lib->name = (__typeof__(lib->name))dlsym(lib->h, TDIST__STR_(name)))) {    \
-    missing = TDIST__STR_(name);                                                    \
-    in = lib->path;                                                                 \
+#define TDIST__LOAD_(h, path, name)                                                         \
+  if (!missing && !(lib->name = (__typeof__(lib->name))dlsym(lib->h, TDIST__STR_(name)))) { \
+    missing = TDIST__STR_(name);                                                            \
+    in = lib->path;                                                                         \
   }
 #define TDIST__LOAD_CUDART_(name) TDIST__LOAD_(cudart_handle, cudart_path, name)
 #define TDIST__LOAD_NCCL_(name) TDIST__LOAD_(nccl_handle, nccl_path, name)
@@ -142,9 +141,11 @@ tdist_status_t tdist__nccl_lib_open(tdist__nccl_lib_t *lib, char *err, size_t ca
     char have[32], need[32];
     tdist__nccl_version_str(v, have, sizeof have);
     tdist__nccl_version_str(TDIST__NCCL_MIN_VERSION, need, sizeof need);
-    snprintf(err, cap, "%s is NCCL %s; tdist needs NCCL >= %s (non-blocking communicators): "
-             "install a newer libnccl2 or set TDIST_NCCL_LIBRARY", lib->nccl_path,
-             r == ncclSuccess ? have : "of unknown version (ncclGetVersion failed)", need);
+    snprintf(err, cap,
+             "%s is NCCL %s; tdist needs NCCL >= %s (non-blocking communicators): "
+             "install a newer libnccl2 or set TDIST_NCCL_LIBRARY",
+             lib->nccl_path, r == ncclSuccess ? have : "of unknown version (ncclGetVersion failed)",
+             need);
     tdist__nccl_lib_close(lib);
     return TDIST_ERR_NOT_AVAILABLE;
   }

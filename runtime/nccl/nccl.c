@@ -38,15 +38,14 @@
 
 #define WATCHDOG_MS 100
 #define DEFAULT_SPIN_US 10000
-#define SLEEP_NS 50000              /* between event queries once spinning gave up */
+#define SLEEP_NS 50000               /* between event queries once spinning gave up */
 #define ASYNC_CHECK_NS (1000 * 1000) /* how often a waiter asks for the async error */
 #define FINALIZE_MAX_MS 30000
 
 static const char *result_name(ncclResult_t r) {
-  static const char *const names[] = {"ncclSuccess",       "ncclUnhandledCudaError",
-                                      "ncclSystemError",   "ncclInternalError",
-                                      "ncclInvalidArgument", "ncclInvalidUsage",
-                                      "ncclRemoteError",   "ncclInProgress"};
+  static const char *const names[] = {
+      "ncclSuccess",         "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
+      "ncclInvalidArgument", "ncclInvalidUsage",       "ncclRemoteError", "ncclInProgress"};
   return (unsigned)r < sizeof names / sizeof *names ? names[r] : "ncclResult(unknown)";
 }
 
@@ -127,18 +126,21 @@ static tdist_status_t nccl_error_locked(tdist_pg_t *pg, ncclResult_t r, const ch
   const char *last = g->lib.ncclGetLastError(NULL);
   char ver[32], head[96];
   tdist__nccl_version_str(g->lib.nccl_version, ver, sizeof ver);
-  if (call) snprintf(head, sizeof head, "%s failed", call);
-  else snprintf(head, sizeof head, "the NCCL communicator failed asynchronously");
-  return fail_locked(pg, result_status(r), "%s: %s: %s (%s). NCCL: %s [rank %d of %d, device %d, "
-                     "NCCL %s]", what, head, result_name(r), g->lib.ncclGetErrorString(r),
+  if (call)
+    snprintf(head, sizeof head, "%s failed", call);
+  else
+    snprintf(head, sizeof head, "the NCCL communicator failed asynchronously");
+  return fail_locked(pg, result_status(r),
+                     "%s: %s: %s (%s). NCCL: %s [rank %d of %d, device %d, "
+                     "NCCL %s]",
+                     what, head, result_name(r), g->lib.ncclGetErrorString(r),
                      last && *last ? last : "(no detail)", pg->rank, pg->size, g->dev, ver);
 }
 
 /* Under mu: polls ncclCommGetAsyncError(comm) while NCCL works in the background (ncclInProgress),
  * up to dl and unless the group is aborted. Returns the final result, or ncclInProgress with
  * *gave_up = 1 (deadline) / 2 (aborted). */
-static ncclResult_t poll_async_locked(tdist_pg_t *pg, ncclComm_t comm, int64_t dl,
-                                      int *gave_up) {
+static ncclResult_t poll_async_locked(tdist_pg_t *pg, ncclComm_t comm, int64_t dl, int *gave_up) {
   tdist__nccl_t *g = tdist__nccl(pg);
   *gave_up = 0;
   for (unsigned i = 0;; i++) {
@@ -170,9 +172,10 @@ tdist_status_t tdist__nccl_settle_locked(tdist_pg_t *pg, ncclResult_t r, int64_t
     int gave_up;
     r = poll_async_locked(pg, g->comm, dl, &gave_up);
     if (gave_up == 1)
-      return fail_locked(pg, TDIST_ERR_TIMEOUT, "%s: %s still in progress when the group timeout "
-                         "of %lld ms ran out; NCCL communicator aborted (ncclCommAbort)", what,
-                         call, (long long)pg->timeout_ms);
+      return fail_locked(pg, TDIST_ERR_TIMEOUT,
+                         "%s: %s still in progress when the group timeout "
+                         "of %lld ms ran out; NCCL communicator aborted (ncclCommAbort)",
+                         what, call, (long long)pg->timeout_ms);
     if (gave_up == 2)
       return fail_locked(pg, TDIST_ERR_ABORTED, "%s: aborted (tdist_pg_abort) during %s", what,
                          call);
@@ -213,18 +216,24 @@ static tdist_status_t wait_done(tdist_pg_t *pg, int64_t dl, const char *what) {
     if (e != cudaErrorNotReady) {
       char t[160];
       cuda_text(g, e, t, sizeof t);
-      return fail(pg, TDIST_ERR_SYSTEM, "%s: CUDA error while waiting for the NCCL operation on "
-                  "device %d: %s; NCCL communicator aborted", what, g->dev, t);
+      return fail(pg, TDIST_ERR_SYSTEM,
+                  "%s: CUDA error while waiting for the NCCL operation on "
+                  "device %d: %s; NCCL communicator aborted",
+                  what, g->dev, t);
     }
     if (atomic_load(&pg->aborted))
-      return fail(pg, TDIST_ERR_ABORTED, "%s: aborted (tdist_pg_abort) while the NCCL operation "
-                  "was in flight; NCCL communicator aborted", what);
+      return fail(pg, TDIST_ERR_ABORTED,
+                  "%s: aborted (tdist_pg_abort) while the NCCL operation "
+                  "was in flight; NCCL communicator aborted",
+                  what);
     int64_t now = tdist__now_ns();
     if (now / 1000000 >= dl)
-      return fail(pg, TDIST_ERR_TIMEOUT, "%s: the NCCL operation did not complete within the "
+      return fail(pg, TDIST_ERR_TIMEOUT,
+                  "%s: the NCCL operation did not complete within the "
                   "group timeout of %lld ms (rank %d of %d, device %d); NCCL communicator aborted "
                   "(ncclCommAbort). A peer rank probably died, stalled or called a different "
-                  "collective", what, (long long)pg->timeout_ms, pg->rank, pg->size, g->dev);
+                  "collective",
+                  what, (long long)pg->timeout_ms, pg->rank, pg->size, g->dev);
     if (now - last_check >= ASYNC_CHECK_NS) {
       last_check = now;
       tdist_status_t st = check_async(pg, what);
@@ -284,8 +293,10 @@ static tdist_status_t nccl_run(tdist_pg_t *pg, const tdist__coll_t *c, int64_t d
       if (e != cudaSuccess) {
         char t[160];
         cuda_text(g, e, t, sizeof t);
-        st = fail_locked(pg, TDIST_ERR_SYSTEM, "%s: cudaEventRecord on the group's stream "
-                         "failed: %s; NCCL communicator aborted", what, t);
+        st = fail_locked(pg, TDIST_ERR_SYSTEM,
+                         "%s: cudaEventRecord on the group's stream "
+                         "failed: %s; NCCL communicator aborted",
+                         what, t);
       }
     }
     if (!st) atomic_store(&g->inflight_dl, dl);
@@ -317,17 +328,20 @@ static void *watchdog_main(void *arg) {
       ncclResult_t r = g->lib.ncclCommGetAsyncError(g->comm, &a);
       int64_t dl = atomic_load(&g->inflight_dl);
       if (atomic_load(&pg->aborted))
-        fail_locked(pg, TDIST_ERR_ABORTED, "process group '%s' was aborted (tdist_pg_abort); "
-                    "NCCL communicator aborted", pg->name);
+        fail_locked(pg, TDIST_ERR_ABORTED,
+                    "process group '%s' was aborted (tdist_pg_abort); "
+                    "NCCL communicator aborted",
+                    pg->name);
       else if (r != ncclSuccess)
         nccl_error_locked(pg, r, "ncclCommGetAsyncError", "watchdog");
       else if (a != ncclSuccess && a != ncclInProgress)
         nccl_error_locked(pg, a, NULL, "watchdog");
       else if (dl && tdist__now_ms() > dl + WATCHDOG_MS)
         /* Backstop: the waiter enforces the deadline itself unless it is stuck in CUDA. */
-        fail_locked(pg, TDIST_ERR_TIMEOUT, "watchdog: NCCL operation still running %d ms after "
-                    "the group timeout of %lld ms; NCCL communicator aborted", WATCHDOG_MS,
-                    (long long)pg->timeout_ms);
+        fail_locked(pg, TDIST_ERR_TIMEOUT,
+                    "watchdog: NCCL operation still running %d ms after "
+                    "the group timeout of %lld ms; NCCL communicator aborted",
+                    WATCHDOG_MS, (long long)pg->timeout_ms);
       done = atomic_load(&g->failed);
     }
     pthread_mutex_unlock(&g->mu);
@@ -346,8 +360,8 @@ static long env_long(const char *name, long dflt, long lo, long hi) {
   errno = 0;
   long x = strtol(v, &end, 10);
   if (errno || *end || x < lo || x > hi) {
-    tdist__log(TDIST__LOG_WARN, "nccl", "%s='%s' is not an integer in %ld..%ld; using %ld", name,
-               v, lo, hi, dflt);
+    tdist__log(TDIST__LOG_WARN, "nccl", "%s='%s' is not an integer in %ld..%ld; using %ld", name, v,
+               lo, hi, dflt);
     return dflt;
   }
   return x;
@@ -376,23 +390,28 @@ static tdist_status_t choose_device(tdist_pg_t *pg, int ndev) {
   int d, k = env_index("TDIST_NCCL_DEVICE", &d);
   const char *from = "TDIST_NCCL_DEVICE";
   if (k < 0)
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "TDIST_NCCL_DEVICE='%s' is not a "
-                          "device index", getenv("TDIST_NCCL_DEVICE"));
+    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
+                          "TDIST_NCCL_DEVICE='%s' is not a "
+                          "device index",
+                          getenv("TDIST_NCCL_DEVICE"));
   if (k == 0) {
     from = "LOCAL_RANK";
     if ((k = env_index("LOCAL_RANK", &d)) < 0)
-      return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "LOCAL_RANK='%s' is not a "
-                            "non-negative integer", getenv("LOCAL_RANK"));
+      return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
+                            "LOCAL_RANK='%s' is not a "
+                            "non-negative integer",
+                            getenv("LOCAL_RANK"));
   }
   if (k == 0) {
     from = "rank % device count (no LOCAL_RANK)";
     d = pg->rank % ndev;
   }
   if (d >= ndev)
-    return tdist__pg_fail(pg, TDIST_ERR_NOT_AVAILABLE, "backend nccl: %s selects CUDA device %d "
+    return tdist__pg_fail(pg, TDIST_ERR_NOT_AVAILABLE,
+                          "backend nccl: %s selects CUDA device %d "
                           "but this node has %d (CUDA_VISIBLE_DEVICES=%s): run at most %d "
-                          "processes per node or set TDIST_NCCL_DEVICE", from, d, ndev,
-                          cvd ? cvd : "unset", ndev);
+                          "processes per node or set TDIST_NCCL_DEVICE",
+                          from, d, ndev, cvd ? cvd : "unset", ndev);
   g->dev = d;
   g->dev_from = from;
   return TDIST_OK;
@@ -424,13 +443,16 @@ static tdist_status_t exchange_id(tdist_pg_t *pg, ncclUniqueId *id, int64_t dl) 
   snprintf(why, sizeof why, "%s", st ? tdist_store_last_error(pg->store) : "");
   tdist_store_set_timeout(pg->store, pg->timeout_ms);
   if (st)
-    return tdist__pg_fail(pg, st, "rank %d: no NCCL unique id from rank 0 (store key '%s/%s'): "
-                          "%s; did rank 0 fail to start the nccl backend?", pg->rank, pg->name,
-                          key, why);
+    return tdist__pg_fail(pg, st,
+                          "rank %d: no NCCL unique id from rank 0 (store key '%s/%s'): "
+                          "%s; did rank 0 fail to start the nccl backend?",
+                          pg->rank, pg->name, key, why);
   if (len != sizeof *id) {
     tdist_free(v);
-    return tdist__pg_fail(pg, TDIST_ERR_PROTOCOL, "store key '%s/%s' holds %zu bytes, not a "
-                          "%zu-byte ncclUniqueId", pg->name, key, len, sizeof *id);
+    return tdist__pg_fail(pg, TDIST_ERR_PROTOCOL,
+                          "store key '%s/%s' holds %zu bytes, not a "
+                          "%zu-byte ncclUniqueId",
+                          pg->name, key, len, sizeof *id);
   }
   memcpy(id, v, sizeof *id);
   tdist_free(v);
@@ -463,9 +485,11 @@ static tdist_status_t init_comm(tdist_pg_t *pg, int64_t dl) {
     int gave_up;
     r = poll_async_locked(pg, comm, dl, &gave_up);
     if (gave_up)
-      st = fail_locked(pg, TDIST_ERR_TIMEOUT, "%s did not complete within %lld ms: some ranks "
+      st = fail_locked(pg, TDIST_ERR_TIMEOUT,
+                       "%s did not complete within %lld ms: some ranks "
                        "never joined (did they fail to start the nccl backend?); NCCL "
-                       "communicator aborted", what, (long long)pg->timeout_ms);
+                       "communicator aborted",
+                       what, (long long)pg->timeout_ms);
   }
   if (!st && r != ncclSuccess) st = nccl_error_locked(pg, r, "ncclCommInitRankConfig", what);
   pthread_mutex_unlock(&g->mu);
@@ -486,8 +510,10 @@ static tdist_status_t split_comm(tdist_pg_t *parent, tdist_pg_t *child, int64_t 
   if (!pgs->comm) {
     pthread_mutex_unlock(&pgs->mu);
     tdist_status_t st = atomic_load(&pgs->failed) ? recorded(parent) : TDIST_ERR_INVALID_USAGE;
-    return tdist__pg_fail(child ? child : parent, st, "%s: the parent's NCCL communicator is "
-                          "gone: %s", what, parent->err);
+    return tdist__pg_fail(child ? child : parent, st,
+                          "%s: the parent's NCCL communicator is "
+                          "gone: %s",
+                          what, parent->err);
   }
   ncclComm_t nc = NULL;
   ncclResult_t r = pgs->lib.ncclCommSplit(pgs->comm, child ? 0 : NCCL_SPLIT_NOCOLOR,
@@ -500,9 +526,11 @@ static tdist_status_t split_comm(tdist_pg_t *parent, tdist_pg_t *child, int64_t 
     if (r == ncclSuccess && nc) r = poll_async_locked(parent, nc, dl, &gave_up);
   }
   if (gave_up)
-    st = fail_locked(parent, TDIST_ERR_TIMEOUT, "%s did not complete within %lld ms: did every "
+    st = fail_locked(parent, TDIST_ERR_TIMEOUT,
+                     "%s did not complete within %lld ms: did every "
                      "rank of the parent call tdist_new_group? Parent's NCCL communicator "
-                     "aborted", what, (long long)parent->timeout_ms);
+                     "aborted",
+                     what, (long long)parent->timeout_ms);
   else if (r != ncclSuccess)
     st = nccl_error_locked(parent, r, "ncclCommSplit", what);
   else if (!child != !nc)
@@ -538,7 +566,8 @@ static tdist_status_t count_devices(tdist_pg_t *pg, int *ndev) {
   char t[160] = "0 devices";
   if (e != cudaSuccess) cuda_text(g, e, t, sizeof t);
   const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-  return tdist__pg_fail(pg, TDIST_ERR_NOT_AVAILABLE, "backend nccl is not available: no usable "
+  return tdist__pg_fail(pg, TDIST_ERR_NOT_AVAILABLE,
+                        "backend nccl is not available: no usable "
                         "CUDA device: cudaGetDeviceCount returned %s (CUDA runtime %d.%d at %s, "
                         "driver API version %d%s, CUDA_VISIBLE_DEVICES=%s). Run on a GPU node "
                         "with the NVIDIA driver, or use backend gloo",
@@ -566,8 +595,8 @@ static tdist_status_t nccl_connect(tdist_pg_t *pg, int64_t dl) {
   if ((st = count_devices(pg, &ndev)) || (st = choose_device(pg, ndev))) return st;
   if ((st = enter_device(pg, &prev, "backend nccl"))) return st;
   tdist__nccl_t *pgs = pg->parent ? tdist__nccl(pg->parent) : NULL;
-  g->use_split = pgs ? pgs->use_split
-                     : g->lib.ncclCommSplit && env_long("TDIST_NCCL_COMM_SPLIT", 1, 0, 1);
+  g->use_split =
+      pgs ? pgs->use_split : g->lib.ncclCommSplit && env_long("TDIST_NCCL_COMM_SPLIT", 1, 0, 1);
   g->check_ptrs = (int)env_long("TDIST_NCCL_CHECK_POINTERS", 1, 0, 1);
   g->spin_ns = env_long("TDIST_NCCL_SPIN_US", DEFAULT_SPIN_US, 0, 10000000) * 1000;
   cudaError_t e;
@@ -591,10 +620,11 @@ static tdist_status_t nccl_connect(tdist_pg_t *pg, int64_t dl) {
   if (!st) {
     char ver[32];
     tdist__nccl_version_str(g->lib.nccl_version, ver, sizeof ver);
-    tdist__log(TDIST__LOG_DEBUG, "nccl", "group '%s' rank %d of %d: device %d (from %s), NCCL %s "
-               "(%s), CUDA runtime %s, communicator from %s", pg->name, pg->rank, pg->size,
-               g->dev, g->dev_from, ver, g->lib.nccl_path, g->lib.cudart_path,
-               pgs && g->use_split ? "ncclCommSplit" : "a unique id");
+    tdist__log(TDIST__LOG_DEBUG, "nccl",
+               "group '%s' rank %d of %d: device %d (from %s), NCCL %s "
+               "(%s), CUDA runtime %s, communicator from %s",
+               pg->name, pg->rank, pg->size, g->dev, g->dev_from, ver, g->lib.nccl_path,
+               g->lib.cudart_path, pgs && g->use_split ? "ncclCommSplit" : "a unique id");
   }
   return st;
 }
@@ -623,17 +653,17 @@ static void close_comm(tdist_pg_t *pg) {
       ncclResult_t r = g->lib.ncclCommFinalize(g->comm);
       int gave_up = 0;
       if (r == ncclInProgress)
-        r = poll_async_locked(pg, g->comm,
-                              tdist__now_ms() + (pg->timeout_ms < FINALIZE_MAX_MS
-                                                     ? pg->timeout_ms
-                                                     : FINALIZE_MAX_MS),
-                              &gave_up);
+        r = poll_async_locked(
+            pg, g->comm,
+            tdist__now_ms() + (pg->timeout_ms < FINALIZE_MAX_MS ? pg->timeout_ms : FINALIZE_MAX_MS),
+            &gave_up);
       if (r == ncclSuccess) {
         r = g->lib.ncclCommDestroy(g->comm);
       } else {
-        tdist__log(TDIST__LOG_WARN, "nccl", "group '%s' rank %d: ncclCommFinalize %s; aborting "
-                   "the communicator", pg->name, pg->rank,
-                   gave_up ? "did not finish in time" : result_name(r));
+        tdist__log(TDIST__LOG_WARN, "nccl",
+                   "group '%s' rank %d: ncclCommFinalize %s; aborting "
+                   "the communicator",
+                   pg->name, pg->rank, gave_up ? "did not finish in time" : result_name(r));
         g->lib.ncclCommAbort(g->comm);
       }
     }

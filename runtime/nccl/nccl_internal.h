@@ -19,28 +19,28 @@
 
 typedef struct tdist__nccl {
   tdist__nccl_lib_t lib;
-  int dev;                 /* CUDA device of this group (inherited by subgroups) */
-  const char *dev_from;    /* how it was chosen, for messages */
-  cudaStream_t stream;     /* one per group; synchronises with the legacy default stream */
-  cudaEvent_t ev;          /* recorded after each op; the op is done when it completes */
-  void *scratch;           /* one device byte: barrier is an all_reduce of it */
-  int use_split;           /* subgroups come from ncclCommSplit */
-  int check_ptrs;          /* TDIST_NCCL_CHECK_POINTERS (default 1) */
-  int64_t spin_ns;         /* busy-poll this long before sleeping between event queries */
+  int dev;              /* CUDA device of this group (inherited by subgroups) */
+  const char *dev_from; /* how it was chosen, for messages */
+  cudaStream_t stream;  /* one per group; synchronises with the legacy default stream */
+  cudaEvent_t ev;       /* recorded after each op; the op is done when it completes */
+  void *scratch;        /* one device byte: barrier is an all_reduce of it */
+  int use_split;        /* subgroups come from ncclCommSplit */
+  int check_ptrs;       /* TDIST_NCCL_CHECK_POINTERS (default 1) */
+  int64_t spin_ns;      /* busy-poll this long before sleeping between event queries */
   const void *ptr_ok[TDIST__NCCL_PTR_CACHE]; /* device pointers already validated */
   unsigned ptr_next;
 
   pthread_mutex_t mu;
-  ncclComm_t comm;         /* NULL once aborted or destroyed */
-  _Atomic int failed;      /* the communicator failed: fail_st/fail_msg say how (set once) */
-  _Atomic int failing;     /* fail_locked began (under mu): fail_st/fail_msg are set */
+  ncclComm_t comm;     /* NULL once aborted or destroyed */
+  _Atomic int failed;  /* the communicator failed: fail_st/fail_msg say how (set once) */
+  _Atomic int failing; /* fail_locked began (under mu): fail_st/fail_msg are set */
   tdist_status_t fail_st;
   char fail_msg[TDIST__ERRMSG_MAX];
   _Atomic int64_t inflight_dl; /* deadline (ms) of the op in flight, 0 = none */
 
   pthread_t wd;
   int wd_started;
-  int wd_stop_fd;          /* eventfd: stops the watchdog */
+  int wd_stop_fd; /* eventfd: stops the watchdog */
 } tdist__nccl_t;
 
 static inline tdist__nccl_t *tdist__nccl(tdist_pg_t *pg) { return (tdist__nccl_t *)pg->be_state; }
@@ -57,8 +57,7 @@ tdist_status_t tdist__nccl_check(tdist_pg_t *pg, const tdist__coll_t *c);
 
 /* Issues the NCCL calls of one collective on the group's stream (under mu); returns what the
  * last NCCL call returned and names it in *call. */
-ncclResult_t tdist__nccl_enqueue_locked(tdist_pg_t *pg, const tdist__coll_t *c,
-                                        const char **call);
+ncclResult_t tdist__nccl_enqueue_locked(tdist_pg_t *pg, const tdist__coll_t *c, const char **call);
 
 /* ---- nccl.c ---- */
 

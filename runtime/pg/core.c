@@ -7,9 +7,8 @@
 #include "runtime/pg/pg_internal.h"
 
 static const char *const k_coll_names[TDIST__COLL_KIND_COUNT_] = {
-    "all_reduce",     "broadcast",  "reduce",  "all_gather", "gather",
-    "scatter",        "reduce_scatter", "all_to_all", "barrier", "monitored_barrier",
-    "send",           "recv",
+    "all_reduce",     "broadcast",  "reduce",  "all_gather",        "gather", "scatter",
+    "reduce_scatter", "all_to_all", "barrier", "monitored_barrier", "send",   "recv",
 };
 
 const char *tdist__coll_name(tdist__coll_kind_t k) {
@@ -26,7 +25,8 @@ const char *tdist__coll_what(char out[TDIST__WHAT_MAX], tdist__coll_kind_t k, ui
   out[n++] = '#';
   char digits[20];
   int d = 0;
-  do digits[d++] = (char)('0' + seq % 10); while ((seq /= 10) != 0);
+  do digits[d++] = (char)('0' + seq % 10);
+  while ((seq /= 10) != 0);
   while (d > 0) out[n++] = digits[--d];
   out[n] = '\0';
   return out;
@@ -44,4 +44,3 @@ tdist_status_t tdist__pg_fail(tdist_pg_t *pg, tdist_status_t st, const char *fmt
   tdist__fail(st, "%s", msg);
   return st;
 }
-

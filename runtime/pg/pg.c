@@ -96,13 +96,17 @@ static tdist_status_t resolve_rank_world(const char *scheme, const char *query,
   r->world = o->world_size;
   if (query && query_get(query, "rank", buf, sizeof buf)) {
     if ((r->rank = (int)parse_nonneg(buf)) < 0)
-      return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "%s: rank '%s' in the URL is not a "
-                         "non-negative integer", scheme, buf);
+      return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
+                         "%s: rank '%s' in the URL is not a "
+                         "non-negative integer",
+                         scheme, buf);
   }
   if (query && query_get(query, "world_size", buf, sizeof buf)) {
     if ((r->world = (int)parse_nonneg(buf)) <= 0)
-      return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "%s: world_size '%s' in the URL is not a "
-                         "positive integer", scheme, buf);
+      return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
+                         "%s: world_size '%s' in the URL is not a "
+                         "positive integer",
+                         scheme, buf);
   }
   int is_env = strcmp(scheme, "env://") == 0;
   if (r->rank < 0) {
@@ -111,11 +115,13 @@ static tdist_status_t resolve_rank_world(const char *scheme, const char *query,
       return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
                          is_env ? "Error initializing torch.distributed using env:// rendezvous: "
                                   "environment variable RANK expected, but not set"
-                                : "%s rendezvous: rank parameter missing", scheme);
+                                : "%s rendezvous: rank parameter missing",
+                         scheme);
     if ((r->rank = (int)parse_nonneg(v)) < 0)
       return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
                          "invalid literal for int() with base 10: '%s' (environment variable "
-                         "RANK)", v);
+                         "RANK)",
+                         v);
   }
   if (r->world < 0) {
     const char *v = is_env ? env_nonempty("WORLD_SIZE") : NULL;
@@ -123,11 +129,13 @@ static tdist_status_t resolve_rank_world(const char *scheme, const char *query,
       return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
                          is_env ? "Error initializing torch.distributed using env:// rendezvous: "
                                   "environment variable WORLD_SIZE expected, but not set"
-                                : "%s rendezvous: world_size parameter missing", scheme);
+                                : "%s rendezvous: world_size parameter missing",
+                         scheme);
     if ((r->world = (int)parse_nonneg(v)) <= 0)
       return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
                          "invalid literal for int() with base 10: '%s' (environment variable "
-                         "WORLD_SIZE must be a positive integer)", v);
+                         "WORLD_SIZE must be a positive integer)",
+                         v);
   }
   return TDIST_OK;
 }
@@ -203,8 +211,10 @@ static tdist_status_t parse_init_method(const tdist_pg_options_t *o, rdzv_t *r) 
     const char *q = strchr(path, '?');
     size_t pl = q ? (size_t)(q - path) : strlen(path);
     if (pl == 0 || pl >= sizeof r->host)
-      return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "file:// init: missing or too long path in "
-                         "'%s'", im);
+      return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
+                         "file:// init: missing or too long path in "
+                         "'%s'",
+                         im);
     memcpy(r->host, path, pl); /* the path, for file:// */
     r->host[pl] = '\0';
     r->file = 1;
@@ -212,7 +222,8 @@ static tdist_status_t parse_init_method(const tdist_pg_options_t *o, rdzv_t *r) 
   }
   return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
                      "init_method '%s' is not supported; use env://, tcp://HOST:PORT or pass a "
-                     "store", im);
+                     "store",
+                     im);
 }
 
 /* Creates (rank 0, outside an agent) or joins the TCP store of env:// / tcp://. */
@@ -384,7 +395,8 @@ TDIST_EXTERN tdist_status_t tdist_new_group(tdist_pg_t *parent, const int *ranks
   if (!out) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_new_group: out is NULL");
   *out = NULL;
   if (!parent || parent->magic != TDIST__PG_MAGIC)
-    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_new_group: parent group is NULL or freed");
+    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
+                       "tdist_new_group: parent group is NULL or freed");
   if (!ranks || nranks <= 0 || nranks > parent->size)
     return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
                        "tdist_new_group: ranks must list 1..%d ranks of the parent", parent->size);
@@ -559,8 +571,10 @@ static tdist_status_t submit(tdist_pg_t *pg, const tdist__coll_t *c, tdist_work_
     pg->worker_started = 1;
   }
   w->coll.seq = ++pg->seq;
-  if (pg->qtail) pg->qtail->next = w;
-  else pg->qhead = w;
+  if (pg->qtail)
+    pg->qtail->next = w;
+  else
+    pg->qhead = w;
   pg->qtail = w;
   pthread_cond_broadcast(&pg->cv);
   pthread_mutex_unlock(&pg->mu);
@@ -629,9 +643,9 @@ TDIST_EXTERN void tdist_work_destroy(tdist_work_t *w) {
 /* ---------------------------------------------------------------------------------------- */
 /* Argument checks and public collectives                                                    */
 
-#define PG_ENTRY(pg, fn)                                                                 \
-  do {                                                                                   \
-    if (!(pg) || (pg)->magic != TDIST__PG_MAGIC)                                         \
+#define PG_ENTRY(pg, fn)                                                                     \
+  do {                                                                                       \
+    if (!(pg) || (pg)->magic != TDIST__PG_MAGIC)                                             \
       return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, fn ": process group is NULL or freed"); \
   } while (0)
 
@@ -655,16 +669,18 @@ static tdist_status_t check_op(tdist_pg_t *pg, const char *fn, tdist_dtype_t dt,
 
 static tdist_status_t check_root(tdist_pg_t *pg, const char *fn, int root) {
   if (root < 0 || root >= pg->size)
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s: root %d is not a rank of this "
-                          "group (0..%d)", fn, root, pg->size - 1);
+    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
+                          "%s: root %d is not a rank of this "
+                          "group (0..%d)",
+                          fn, root, pg->size - 1);
   return TDIST_OK;
 }
 
 static tdist_status_t check_buf(tdist_pg_t *pg, const char *fn, const void *p, size_t count,
                                 const char *what) {
   if (!p && count)
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s: %s is NULL with count %zu", fn,
-                          what, count);
+    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s: %s is NULL with count %zu", fn, what,
+                          count);
   if (count > (SIZE_MAX / 16) / (size_t)pg->size)
     return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s: count %zu is too large", fn, count);
   return TDIST_OK;
@@ -682,21 +698,21 @@ static tdist_status_t dispatch(tdist_pg_t *pg, tdist__coll_t *c, tdist_work_t **
   return run_coll(pg, c);
 }
 
-#define TRY(x)                      \
-  do {                              \
-    tdist_status_t st_ = (x);       \
-    if (st_) {                      \
+#define TRY(x)                         \
+  do {                                 \
+    tdist_status_t st_ = (x);          \
+    if (st_) {                         \
       tdist__fail(st_, "%s", pg->err); \
-      return st_;                   \
-    }                               \
+      return st_;                      \
+    }                                  \
   } while (0)
 
 static tdist_status_t all_reduce(tdist_pg_t *pg, void *buf, size_t count, tdist_dtype_t dt,
                                  tdist_reduce_op_t op, tdist_work_t **work) {
   TRY(check_op(pg, "all_reduce", dt, op));
   TRY(check_buf(pg, "all_reduce", buf, count, "buf"));
-  tdist__coll_t c = {.kind = TDIST__COLL_ALL_REDUCE, .out = buf, .count = count, .dtype = dt,
-                     .op = op};
+  tdist__coll_t c = {
+      .kind = TDIST__COLL_ALL_REDUCE, .out = buf, .count = count, .dtype = dt, .op = op};
   return dispatch(pg, &c, work);
 }
 
@@ -713,13 +729,13 @@ TDIST_EXTERN tdist_status_t tdist_all_reduce_async(tdist_pg_t *pg, void *buf, si
   return all_reduce(pg, buf, count, dt, op, work);
 }
 
-static tdist_status_t broadcast(tdist_pg_t *pg, void *buf, size_t count, tdist_dtype_t dt,
-                                int root, tdist_work_t **work) {
+static tdist_status_t broadcast(tdist_pg_t *pg, void *buf, size_t count, tdist_dtype_t dt, int root,
+                                tdist_work_t **work) {
   TRY(check_dtype(pg, "broadcast", dt));
   TRY(check_root(pg, "broadcast", root));
   TRY(check_buf(pg, "broadcast", buf, count, "buf"));
-  tdist__coll_t c = {.kind = TDIST__COLL_BROADCAST, .out = buf, .count = count, .dtype = dt,
-                     .root = root};
+  tdist__coll_t c = {
+      .kind = TDIST__COLL_BROADCAST, .out = buf, .count = count, .dtype = dt, .root = root};
   return dispatch(pg, &c, work);
 }
 TDIST_EXTERN tdist_status_t tdist_broadcast(tdist_pg_t *pg, void *buf, size_t count,
@@ -728,26 +744,29 @@ TDIST_EXTERN tdist_status_t tdist_broadcast(tdist_pg_t *pg, void *buf, size_t co
   return broadcast(pg, buf, count, dt, root, NULL);
 }
 TDIST_EXTERN tdist_status_t tdist_broadcast_async(tdist_pg_t *pg, void *buf, size_t count,
-                                                  tdist_dtype_t dt, int root,
-                                                  tdist_work_t **work) {
+                                                  tdist_dtype_t dt, int root, tdist_work_t **work) {
   PG_ENTRY(pg, "tdist_broadcast_async");
   if (!work) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_broadcast_async: work is NULL");
   return broadcast(pg, buf, count, dt, root, work);
 }
 
-static tdist_status_t reduce_impl(tdist_pg_t *pg, void *buf, size_t count, tdist_dtype_t dt, tdist_reduce_op_t op, int root, tdist_work_t **work) {
+static tdist_status_t reduce_impl(tdist_pg_t *pg, void *buf, size_t count, tdist_dtype_t dt,
+                                  tdist_reduce_op_t op, int root, tdist_work_t **work) {
   TRY(check_op(pg, "reduce", dt, op));
   TRY(check_root(pg, "reduce", root));
   TRY(check_buf(pg, "reduce", buf, count, "buf"));
-  tdist__coll_t c = {.kind = TDIST__COLL_REDUCE, .out = buf, .count = count, .dtype = dt,
-                     .op = op, .root = root};
+  tdist__coll_t c = {
+      .kind = TDIST__COLL_REDUCE, .out = buf, .count = count, .dtype = dt, .op = op, .root = root};
   return dispatch(pg, &c, work);
 }
-TDIST_EXTERN tdist_status_t tdist_reduce(tdist_pg_t *pg, void *buf, size_t count, tdist_dtype_t dt, tdist_reduce_op_t op, int root) {
+TDIST_EXTERN tdist_status_t tdist_reduce(tdist_pg_t *pg, void *buf, size_t count, tdist_dtype_t dt,
+                                         tdist_reduce_op_t op, int root) {
   PG_ENTRY(pg, "tdist_reduce");
   return reduce_impl(pg, buf, count, dt, op, root, NULL);
 }
-TDIST_EXTERN tdist_status_t tdist_reduce_async(tdist_pg_t *pg, void *buf, size_t count, tdist_dtype_t dt, tdist_reduce_op_t op, int root, tdist_work_t **work) {
+TDIST_EXTERN tdist_status_t tdist_reduce_async(tdist_pg_t *pg, void *buf, size_t count,
+                                               tdist_dtype_t dt, tdist_reduce_op_t op, int root,
+                                               tdist_work_t **work) {
   PG_ENTRY(pg, "tdist_reduce_async");
   if (!work) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_reduce_async: work is NULL");
   return reduce_impl(pg, buf, count, dt, op, root, work);
@@ -766,8 +785,14 @@ static tdist_status_t all_gather(tdist_pg_t *pg, void *out, const void *in, size
     counts[r] = count;
     displs[r] = r * count;
   }
-  tdist__coll_t c = {.kind = TDIST__COLL_ALL_GATHER_V, .out = out, .in = in, .count = count,
-                     .dtype = dt, .counts = counts, .displs = displs, .owned_arrays = 1};
+  tdist__coll_t c = {.kind = TDIST__COLL_ALL_GATHER_V,
+                     .out = out,
+                     .in = in,
+                     .count = count,
+                     .dtype = dt,
+                     .counts = counts,
+                     .displs = displs,
+                     .owned_arrays = 1};
   tdist_status_t st = dispatch(pg, &c, work);
   if (!work || st) free_coll_arrays(&c);
   return st;
@@ -801,8 +826,12 @@ static tdist_status_t all_gather_v_impl(tdist_pg_t *pg, void *out, const size_t 
     TRY(tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "all_gather_v: counts or displs is NULL"));
   TRY(check_buf(pg, "all_gather_v", in, counts[pg->rank], "in"));
   for (int r = 0; r < pg->size; r++) TRY(check_buf(pg, "all_gather_v", out, counts[r], "out"));
-  tdist__coll_t c = {.kind = TDIST__COLL_ALL_GATHER_V, .out = out, .in = in,
-                     .count = counts[pg->rank], .dtype = dt, .counts = (size_t *)counts,
+  tdist__coll_t c = {.kind = TDIST__COLL_ALL_GATHER_V,
+                     .out = out,
+                     .in = in,
+                     .count = counts[pg->rank],
+                     .dtype = dt,
+                     .counts = (size_t *)counts,
                      .displs = (size_t *)displs};
   if (!work) return dispatch(pg, &c, NULL);
   const size_t *arrs[2] = {counts, displs};
@@ -830,39 +859,47 @@ TDIST_EXTERN tdist_status_t tdist_all_gather_v_async(tdist_pg_t *pg, void *out,
   return all_gather_v_impl(pg, out, counts, displs, in, dt, work);
 }
 
-static tdist_status_t gather_impl(tdist_pg_t *pg, void *out, const void *in, size_t count, tdist_dtype_t dt, int root, tdist_work_t **work) {
+static tdist_status_t gather_impl(tdist_pg_t *pg, void *out, const void *in, size_t count,
+                                  tdist_dtype_t dt, int root, tdist_work_t **work) {
   TRY(check_dtype(pg, "gather", dt));
   TRY(check_root(pg, "gather", root));
   TRY(check_buf(pg, "gather", in, count, "in"));
   if (pg->rank == root) TRY(check_buf(pg, "gather", out, count, "out (on root)"));
-  tdist__coll_t c = {.kind = TDIST__COLL_GATHER, .out = out, .in = in, .count = count,
-                     .dtype = dt, .root = root};
+  tdist__coll_t c = {
+      .kind = TDIST__COLL_GATHER, .out = out, .in = in, .count = count, .dtype = dt, .root = root};
   return dispatch(pg, &c, work);
 }
-TDIST_EXTERN tdist_status_t tdist_gather(tdist_pg_t *pg, void *out, const void *in, size_t count, tdist_dtype_t dt, int root) {
+TDIST_EXTERN tdist_status_t tdist_gather(tdist_pg_t *pg, void *out, const void *in, size_t count,
+                                         tdist_dtype_t dt, int root) {
   PG_ENTRY(pg, "tdist_gather");
   return gather_impl(pg, out, in, count, dt, root, NULL);
 }
-TDIST_EXTERN tdist_status_t tdist_gather_async(tdist_pg_t *pg, void *out, const void *in, size_t count, tdist_dtype_t dt, int root, tdist_work_t **work) {
+TDIST_EXTERN tdist_status_t tdist_gather_async(tdist_pg_t *pg, void *out, const void *in,
+                                               size_t count, tdist_dtype_t dt, int root,
+                                               tdist_work_t **work) {
   PG_ENTRY(pg, "tdist_gather_async");
   if (!work) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_gather_async: work is NULL");
   return gather_impl(pg, out, in, count, dt, root, work);
 }
 
-static tdist_status_t scatter_impl(tdist_pg_t *pg, void *out, const void *in, size_t count, tdist_dtype_t dt, int root, tdist_work_t **work) {
+static tdist_status_t scatter_impl(tdist_pg_t *pg, void *out, const void *in, size_t count,
+                                   tdist_dtype_t dt, int root, tdist_work_t **work) {
   TRY(check_dtype(pg, "scatter", dt));
   TRY(check_root(pg, "scatter", root));
   TRY(check_buf(pg, "scatter", out, count, "out"));
   if (pg->rank == root) TRY(check_buf(pg, "scatter", in, count, "in (on root)"));
-  tdist__coll_t c = {.kind = TDIST__COLL_SCATTER, .out = out, .in = in, .count = count,
-                     .dtype = dt, .root = root};
+  tdist__coll_t c = {
+      .kind = TDIST__COLL_SCATTER, .out = out, .in = in, .count = count, .dtype = dt, .root = root};
   return dispatch(pg, &c, work);
 }
-TDIST_EXTERN tdist_status_t tdist_scatter(tdist_pg_t *pg, void *out, const void *in, size_t count, tdist_dtype_t dt, int root) {
+TDIST_EXTERN tdist_status_t tdist_scatter(tdist_pg_t *pg, void *out, const void *in, size_t count,
+                                          tdist_dtype_t dt, int root) {
   PG_ENTRY(pg, "tdist_scatter");
   return scatter_impl(pg, out, in, count, dt, root, NULL);
 }
-TDIST_EXTERN tdist_status_t tdist_scatter_async(tdist_pg_t *pg, void *out, const void *in, size_t count, tdist_dtype_t dt, int root, tdist_work_t **work) {
+TDIST_EXTERN tdist_status_t tdist_scatter_async(tdist_pg_t *pg, void *out, const void *in,
+                                                size_t count, tdist_dtype_t dt, int root,
+                                                tdist_work_t **work) {
   PG_ENTRY(pg, "tdist_scatter_async");
   if (!work) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_scatter_async: work is NULL");
   return scatter_impl(pg, out, in, count, dt, root, work);
@@ -873,8 +910,12 @@ static tdist_status_t reduce_scatter(tdist_pg_t *pg, void *out, const void *in, 
   TRY(check_op(pg, "reduce_scatter", dt, op));
   TRY(check_buf(pg, "reduce_scatter", out, count, "out"));
   TRY(check_buf(pg, "reduce_scatter", in, count, "in"));
-  tdist__coll_t c = {.kind = TDIST__COLL_REDUCE_SCATTER, .out = out, .in = in, .count = count,
-                     .dtype = dt, .op = op};
+  tdist__coll_t c = {.kind = TDIST__COLL_REDUCE_SCATTER,
+                     .out = out,
+                     .in = in,
+                     .count = count,
+                     .dtype = dt,
+                     .op = op};
   return dispatch(pg, &c, work);
 }
 TDIST_EXTERN tdist_status_t tdist_reduce_scatter(tdist_pg_t *pg, void *out, const void *in,
@@ -904,8 +945,14 @@ static tdist_status_t all_to_all(tdist_pg_t *pg, void *out, const void *in, size
     a[r] = a[2 * n + r] = count;
     a[n + r] = a[3 * n + r] = r * count;
   }
-  tdist__coll_t c = {.kind = TDIST__COLL_ALL_TO_ALL_V, .out = out, .in = in, .count = count,
-                     .dtype = dt, .counts = a, .displs = a + n, .in_counts = a + 2 * n,
+  tdist__coll_t c = {.kind = TDIST__COLL_ALL_TO_ALL_V,
+                     .out = out,
+                     .in = in,
+                     .count = count,
+                     .dtype = dt,
+                     .counts = a,
+                     .displs = a + n,
+                     .in_counts = a + 2 * n,
                      .in_displs = a + 3 * n};
   c.owned_arrays = 1;
   tdist_status_t st = dispatch(pg, &c, work);
@@ -931,14 +978,20 @@ static tdist_status_t all_to_all_v_impl(tdist_pg_t *pg, void *out, const size_t 
                                         tdist_dtype_t dt, tdist_work_t **work) {
   TRY(check_dtype(pg, "all_to_all_v", dt));
   if (!out_counts || !out_displs || !in_counts || !in_displs)
-    TRY(tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "all_to_all_v: a counts/displs array is NULL"));
+    TRY(tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
+                       "all_to_all_v: a counts/displs array is NULL"));
   for (int r = 0; r < pg->size; r++) {
     TRY(check_buf(pg, "all_to_all_v", out, out_counts[r], "out"));
     TRY(check_buf(pg, "all_to_all_v", in, in_counts[r], "in"));
   }
-  tdist__coll_t c = {.kind = TDIST__COLL_ALL_TO_ALL_V, .out = out, .in = in, .dtype = dt,
-                     .counts = (size_t *)out_counts, .displs = (size_t *)out_displs,
-                     .in_counts = (size_t *)in_counts, .in_displs = (size_t *)in_displs};
+  tdist__coll_t c = {.kind = TDIST__COLL_ALL_TO_ALL_V,
+                     .out = out,
+                     .in = in,
+                     .dtype = dt,
+                     .counts = (size_t *)out_counts,
+                     .displs = (size_t *)out_displs,
+                     .in_counts = (size_t *)in_counts,
+                     .in_displs = (size_t *)in_displs};
   if (!work) return dispatch(pg, &c, NULL);
   const size_t *arrs[4] = {out_counts, out_displs, in_counts, in_displs};
   size_t n = (size_t)pg->size;
@@ -993,12 +1046,14 @@ static tdist_status_t p2p(tdist_pg_t *pg, tdist__coll_kind_t kind, void *buf, si
   TRY(check_dtype(pg, fn, dt));
   TRY(check_buf(pg, fn, buf, count, "buf"));
   if (peer < 0 || peer >= pg->size || peer == pg->rank)
-    TRY(tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s: peer %d is not another rank of this "
-                       "group (0..%d, this is %d)", fn, peer, pg->size - 1, pg->rank));
+    TRY(tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
+                       "%s: peer %d is not another rank of this "
+                       "group (0..%d, this is %d)",
+                       fn, peer, pg->size - 1, pg->rank));
   if (tag < 0)
     TRY(tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s: tag %d must be >= 0", fn, tag));
-  tdist__coll_t c = {.kind = kind, .out = buf, .in = buf, .count = count, .dtype = dt,
-                     .peer = peer, .tag = tag};
+  tdist__coll_t c = {
+      .kind = kind, .out = buf, .in = buf, .count = count, .dtype = dt, .peer = peer, .tag = tag};
   return dispatch(pg, &c, work);
 }
 TDIST_EXTERN tdist_status_t tdist_send(tdist_pg_t *pg, const void *buf, size_t count,

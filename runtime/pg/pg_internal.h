@@ -41,10 +41,10 @@ typedef struct tdist__coll {
   size_t count;
   tdist_dtype_t dtype;
   tdist_reduce_op_t op;
-  int root;  /* broadcast/reduce/gather/scatter */
-  int peer;  /* send/recv */
-  int tag;   /* send/recv */
-  int64_t timeout_ms; /* monitored barrier */
+  int root;                      /* broadcast/reduce/gather/scatter */
+  int peer;                      /* send/recv */
+  int tag;                       /* send/recv */
+  int64_t timeout_ms;            /* monitored barrier */
   size_t *counts, *displs;       /* all_gather_v; all_to_all_v output side */
   size_t *in_counts, *in_displs; /* all_to_all_v input side */
   int owned_arrays;
@@ -86,21 +86,21 @@ struct tdist_pg_s {
   int64_t timeout_ms;
   const tdist__backend_t *be;
   void *be_state;
-  char *name;                   /* store prefix of this group */
-  char *socket_ifname;          /* from the options; NULL: TDIST_SOCKET_IFNAME or automatic */
-  tdist_store_t *store;         /* prefix store: name/... over base_store */
-  tdist_store_t *base_store;    /* the user's store, or owned_store */
-  tdist_store_t *owned_store;   /* a TCP client we created (env://, tcp://) */
-  tdist_store_t *owned_agent_prefix; /* "/worker/attempt_N" over owned_store (agent mode) */
+  char *name;                         /* store prefix of this group */
+  char *socket_ifname;                /* from the options; NULL: TDIST_SOCKET_IFNAME or automatic */
+  tdist_store_t *store;               /* prefix store: name/... over base_store */
+  tdist_store_t *base_store;          /* the user's store, or owned_store */
+  tdist_store_t *owned_store;         /* a TCP client we created (env://, tcp://) */
+  tdist_store_t *owned_agent_prefix;  /* "/worker/attempt_N" over owned_store (agent mode) */
   tdist_store_server_t *owned_server; /* rank 0 hosts the store (env:// outside an agent) */
-  int *parent_ranks;            /* subgroups: our ranks in the parent */
-  tdist_pg_t *parent;           /* subgroups, during connect only (NULL afterwards) */
-  int subgroups;                /* subgroups created from this group so far */
-  uint64_t seq;                 /* collectives issued */
-  int stats_group;              /* index for runtime/pg/stats.c, -1 = no statistics */
-  int abort_fd;                 /* eventfd, readable once aborted */
+  int *parent_ranks;                  /* subgroups: our ranks in the parent */
+  tdist_pg_t *parent;                 /* subgroups, during connect only (NULL afterwards) */
+  int subgroups;                      /* subgroups created from this group so far */
+  uint64_t seq;                       /* collectives issued */
+  int stats_group;                    /* index for runtime/pg/stats.c, -1 = no statistics */
+  int abort_fd;                       /* eventfd, readable once aborted */
   _Atomic int aborted;
-  tdist_status_t sticky;        /* the failure that aborted the group */
+  tdist_status_t sticky; /* the failure that aborted the group */
   pthread_mutex_t err_mu;
   char err[TDIST__ERRMSG_MAX];
   /* async worker */

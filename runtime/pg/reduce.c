@@ -87,9 +87,7 @@ static inline uint16_t f32_to_f16(float f) {
   return (uint16_t)((sign >> 16) | (0x7E00u & is_nan) | (nonsign & ~is_nan));
 }
 
-static inline float bf16_to_f32(uint16_t b) {
-  return f32_from_bits((uint32_t)b << 16);
-}
+static inline float bf16_to_f32(uint16_t b) { return f32_from_bits((uint32_t)b << 16); }
 
 /* c10::BFloat16's round_to_nearest_even: add 0x7FFF plus the lowest kept bit, truncate. NaN is
  * special-cased because the addition could carry a NaN's payload into the exponent. */
@@ -109,18 +107,18 @@ uint16_t tdist__f32_to_bf16(float f) { return f32_to_bf16(f); }
 
 /* MIN/MAX as three unconditional selects: gcc if-converts and vectorises this shape under the
  * default -ftrapping-math, whereas `(a != a || b != b) ? ... : ...` stays a branch. */
-#define DEF_FLOAT_OPS(SFX, CT)                                           \
-  static inline CT sum_##SFX(CT a, CT b) { return a + b; }              \
-  static inline CT prod_##SFX(CT a, CT b) { return a * b; }             \
-  static inline CT min_##SFX(CT a, CT b) {                              \
-    CT r = b < a ? b : a;                                               \
-    r = b != b ? b : r;                                                 \
-    return a != a ? a : r;                                              \
-  }                                                                     \
-  static inline CT max_##SFX(CT a, CT b) {                              \
-    CT r = a < b ? b : a;                                               \
-    r = b != b ? b : r;                                                 \
-    return a != a ? a : r;                                              \
+#define DEF_FLOAT_OPS(SFX, CT)                              \
+  static inline CT sum_##SFX(CT a, CT b) { return a + b; }  \
+  static inline CT prod_##SFX(CT a, CT b) { return a * b; } \
+  static inline CT min_##SFX(CT a, CT b) {                  \
+    CT r = b < a ? b : a;                                   \
+    r = b != b ? b : r;                                     \
+    return a != a ? a : r;                                  \
+  }                                                         \
+  static inline CT max_##SFX(CT a, CT b) {                  \
+    CT r = a < b ? b : a;                                   \
+    r = b != b ? b : r;                                     \
+    return a != a ? a : r;                                  \
   }
 
 DEF_FLOAT_OPS(f32, float)
@@ -129,13 +127,13 @@ DEF_FLOAT_OPS(f64, double)
 /* Sum and product in the unsigned type U of the same width: wrap-around is defined there, and
  * the conversion back to a signed T is modulo 2^N on every compiler we support. For 8-bit types
  * the operands promote to int, where 255 * 255 cannot overflow. */
-#define DEF_INT_OPS(SFX, T, U)                                           \
-  static inline T sum_##SFX(T a, T b) { return (T)((U)a + (U)b); }      \
-  static inline T prod_##SFX(T a, T b) { return (T)((U)a * (U)b); }     \
-  static inline T min_##SFX(T a, T b) { return b < a ? b : a; }         \
-  static inline T max_##SFX(T a, T b) { return a < b ? b : a; }         \
-  static inline T band_##SFX(T a, T b) { return (T)(a & b); }           \
-  static inline T bor_##SFX(T a, T b) { return (T)(a | b); }            \
+#define DEF_INT_OPS(SFX, T, U)                                      \
+  static inline T sum_##SFX(T a, T b) { return (T)((U)a + (U)b); }  \
+  static inline T prod_##SFX(T a, T b) { return (T)((U)a * (U)b); } \
+  static inline T min_##SFX(T a, T b) { return b < a ? b : a; }     \
+  static inline T max_##SFX(T a, T b) { return a < b ? b : a; }     \
+  static inline T band_##SFX(T a, T b) { return (T)(a & b); }       \
+  static inline T bor_##SFX(T a, T b) { return (T)(a | b); }        \
   static inline T bxor_##SFX(T a, T b) { return (T)(a ^ b); }
 
 DEF_INT_OPS(i8, int8_t, uint8_t)
@@ -154,66 +152,66 @@ typedef void (*avg_fn)(void *buf, size_t count, int n);
 
 #define IDENTITY(x) (x)
 
-#define DEF_KERNELS(NAME, ATTR, T, LOAD, STORE, OPFN)                                 \
-  ATTR static void NAME##_2(void *dst, const void *src, size_t n) {                   \
-    T *restrict d = dst;                                                              \
-    const T *restrict s = src;                                                        \
-    for (size_t i = 0; i < n; i++) d[i] = STORE(OPFN(LOAD(d[i]), LOAD(s[i])));        \
-  }                                                                                   \
-  ATTR static void NAME##_3(void *dst, const void *a, const void *b, size_t n) {      \
-    T *restrict d = dst;                                                              \
-    const T *restrict x = a;                                                          \
-    const T *restrict y = b;                                                          \
-    for (size_t i = 0; i < n; i++) d[i] = STORE(OPFN(LOAD(x[i]), LOAD(y[i])));        \
+#define DEF_KERNELS(NAME, ATTR, T, LOAD, STORE, OPFN)                            \
+  ATTR static void NAME##_2(void *dst, const void *src, size_t n) {              \
+    T *restrict d = dst;                                                         \
+    const T *restrict s = src;                                                   \
+    for (size_t i = 0; i < n; i++) d[i] = STORE(OPFN(LOAD(d[i]), LOAD(s[i])));   \
+  }                                                                              \
+  ATTR static void NAME##_3(void *dst, const void *a, const void *b, size_t n) { \
+    T *restrict d = dst;                                                         \
+    const T *restrict x = a;                                                     \
+    const T *restrict y = b;                                                     \
+    for (size_t i = 0; i < n; i++) d[i] = STORE(OPFN(LOAD(x[i]), LOAD(y[i])));   \
   }
 
-#define DEF_FLOAT_KERNELS(SET, ATTR, DT, T, LOAD, STORE, CSFX)          \
-  DEF_KERNELS(k_sum_##DT##_##SET, ATTR, T, LOAD, STORE, sum_##CSFX)     \
-  DEF_KERNELS(k_prod_##DT##_##SET, ATTR, T, LOAD, STORE, prod_##CSFX)   \
-  DEF_KERNELS(k_min_##DT##_##SET, ATTR, T, LOAD, STORE, min_##CSFX)     \
+#define DEF_FLOAT_KERNELS(SET, ATTR, DT, T, LOAD, STORE, CSFX)        \
+  DEF_KERNELS(k_sum_##DT##_##SET, ATTR, T, LOAD, STORE, sum_##CSFX)   \
+  DEF_KERNELS(k_prod_##DT##_##SET, ATTR, T, LOAD, STORE, prod_##CSFX) \
+  DEF_KERNELS(k_min_##DT##_##SET, ATTR, T, LOAD, STORE, min_##CSFX)   \
   DEF_KERNELS(k_max_##DT##_##SET, ATTR, T, LOAD, STORE, max_##CSFX)
 
-#define DEF_INT_KERNELS(SET, ATTR, DT, T)                                    \
-  DEF_KERNELS(k_sum_##DT##_##SET, ATTR, T, IDENTITY, IDENTITY, sum_##DT)     \
-  DEF_KERNELS(k_prod_##DT##_##SET, ATTR, T, IDENTITY, IDENTITY, prod_##DT)   \
-  DEF_KERNELS(k_min_##DT##_##SET, ATTR, T, IDENTITY, IDENTITY, min_##DT)     \
-  DEF_KERNELS(k_max_##DT##_##SET, ATTR, T, IDENTITY, IDENTITY, max_##DT)     \
-  DEF_KERNELS(k_band_##DT##_##SET, ATTR, T, IDENTITY, IDENTITY, band_##DT)   \
-  DEF_KERNELS(k_bor_##DT##_##SET, ATTR, T, IDENTITY, IDENTITY, bor_##DT)     \
+#define DEF_INT_KERNELS(SET, ATTR, DT, T)                                  \
+  DEF_KERNELS(k_sum_##DT##_##SET, ATTR, T, IDENTITY, IDENTITY, sum_##DT)   \
+  DEF_KERNELS(k_prod_##DT##_##SET, ATTR, T, IDENTITY, IDENTITY, prod_##DT) \
+  DEF_KERNELS(k_min_##DT##_##SET, ATTR, T, IDENTITY, IDENTITY, min_##DT)   \
+  DEF_KERNELS(k_max_##DT##_##SET, ATTR, T, IDENTITY, IDENTITY, max_##DT)   \
+  DEF_KERNELS(k_band_##DT##_##SET, ATTR, T, IDENTITY, IDENTITY, band_##DT) \
+  DEF_KERNELS(k_bor_##DT##_##SET, ATTR, T, IDENTITY, IDENTITY, bor_##DT)   \
   DEF_KERNELS(k_bxor_##DT##_##SET, ATTR, T, IDENTITY, IDENTITY, bxor_##DT)
 
 /* True division by (float)n, like torch's tensor.div_(n) (not a multiply by 1/n, which rounds
  * differently); n is exact in float for any realistic world size (< 2^24). */
-#define DEF_AVG_FLOAT(SET, ATTR, DT, T, CT, LOAD, STORE)                           \
-  ATTR static void avg_##DT##_##SET(void *buf, size_t count, int n) {              \
-    T *restrict p = buf;                                                           \
-    const CT div = (CT)n;                                                          \
-    for (size_t i = 0; i < count; i++) p[i] = STORE(LOAD(p[i]) / div);             \
+#define DEF_AVG_FLOAT(SET, ATTR, DT, T, CT, LOAD, STORE)               \
+  ATTR static void avg_##DT##_##SET(void *buf, size_t count, int n) {  \
+    T *restrict p = buf;                                               \
+    const CT div = (CT)n;                                              \
+    for (size_t i = 0; i < count; i++) p[i] = STORE(LOAD(p[i]) / div); \
   }
 
 /* Integer AVG truncates toward zero (C division) in a type W wide enough that the promoted
  * value divided by n >= 1 cannot overflow. There is no SIMD integer division: AVG runs once per
  * collective, after the reduction, so these stay scalar. */
-#define DEF_AVG_INT(SET, DT, T, W)                                                 \
-  static void avg_##DT##_##SET(void *buf, size_t count, int n) {                   \
-    T *restrict p = buf;                                                           \
-    const W div = (W)n;                                                            \
-    for (size_t i = 0; i < count; i++) p[i] = (T)((W)p[i] / div);                  \
+#define DEF_AVG_INT(SET, DT, T, W)                                \
+  static void avg_##DT##_##SET(void *buf, size_t count, int n) {  \
+    T *restrict p = buf;                                          \
+    const W div = (W)n;                                           \
+    for (size_t i = 0; i < count; i++) p[i] = (T)((W)p[i] / div); \
   }
 
 /* Everything except the 16-bit floats, which the AVX2 set does with intrinsics. */
-#define DEF_SET(SET, ATTR)                                                            \
-  DEF_FLOAT_KERNELS(SET, ATTR, f32, float, IDENTITY, IDENTITY, f32)                   \
-  DEF_FLOAT_KERNELS(SET, ATTR, f64, double, IDENTITY, IDENTITY, f64)                  \
-  DEF_INT_KERNELS(SET, ATTR, i8, int8_t)                                              \
-  DEF_INT_KERNELS(SET, ATTR, u8, uint8_t)                                             \
-  DEF_INT_KERNELS(SET, ATTR, i32, int32_t)                                            \
-  DEF_INT_KERNELS(SET, ATTR, i64, int64_t)                                            \
-  DEF_AVG_FLOAT(SET, ATTR, f32, float, float, IDENTITY, IDENTITY)                     \
-  DEF_AVG_FLOAT(SET, ATTR, f64, double, double, IDENTITY, IDENTITY)                   \
-  DEF_AVG_INT(SET, i8, int8_t, int32_t)                                               \
-  DEF_AVG_INT(SET, u8, uint8_t, int32_t)                                              \
-  DEF_AVG_INT(SET, i32, int32_t, int32_t)                                             \
+#define DEF_SET(SET, ATTR)                                           \
+  DEF_FLOAT_KERNELS(SET, ATTR, f32, float, IDENTITY, IDENTITY, f32)  \
+  DEF_FLOAT_KERNELS(SET, ATTR, f64, double, IDENTITY, IDENTITY, f64) \
+  DEF_INT_KERNELS(SET, ATTR, i8, int8_t)                             \
+  DEF_INT_KERNELS(SET, ATTR, u8, uint8_t)                            \
+  DEF_INT_KERNELS(SET, ATTR, i32, int32_t)                           \
+  DEF_INT_KERNELS(SET, ATTR, i64, int64_t)                           \
+  DEF_AVG_FLOAT(SET, ATTR, f32, float, float, IDENTITY, IDENTITY)    \
+  DEF_AVG_FLOAT(SET, ATTR, f64, double, double, IDENTITY, IDENTITY)  \
+  DEF_AVG_INT(SET, i8, int8_t, int32_t)                              \
+  DEF_AVG_INT(SET, u8, uint8_t, int32_t)                             \
+  DEF_AVG_INT(SET, i32, int32_t, int32_t)                            \
   DEF_AVG_INT(SET, i64, int64_t, int64_t)
 
 /* ---- kernel sets ---- */
@@ -230,35 +228,36 @@ typedef struct {
 } kernel_set_t;
 
 /* AVG accumulates with the SUM kernels. */
-#define ENTRY(OPN, DT, SET) { k_##OPN##_##DT##_##SET##_2, k_##OPN##_##DT##_##SET##_3 }
-#define FLOAT_ROW(DT, SET)                                                          \
-  {                                                                                 \
-    [TDIST_SUM] = ENTRY(sum, DT, SET), [TDIST_PROD] = ENTRY(prod, DT, SET),         \
-    [TDIST_MIN] = ENTRY(min, DT, SET), [TDIST_MAX] = ENTRY(max, DT, SET),           \
-    [TDIST_AVG] = ENTRY(sum, DT, SET),                                              \
+#define ENTRY(OPN, DT, SET) \
+  { k_##OPN##_##DT##_##SET##_2, k_##OPN##_##DT##_##SET##_3 }
+#define FLOAT_ROW(DT, SET)                                                  \
+  {                                                                         \
+    [TDIST_SUM] = ENTRY(sum, DT, SET), [TDIST_PROD] = ENTRY(prod, DT, SET), \
+    [TDIST_MIN] = ENTRY(min, DT, SET), [TDIST_MAX] = ENTRY(max, DT, SET),   \
+    [TDIST_AVG] = ENTRY(sum, DT, SET),                                      \
   }
-#define INT_ROW(DT, SET)                                                            \
-  {                                                                                 \
-    [TDIST_SUM] = ENTRY(sum, DT, SET), [TDIST_PROD] = ENTRY(prod, DT, SET),         \
-    [TDIST_MIN] = ENTRY(min, DT, SET), [TDIST_MAX] = ENTRY(max, DT, SET),           \
-    [TDIST_AVG] = ENTRY(sum, DT, SET), [TDIST_BAND] = ENTRY(band, DT, SET),         \
-    [TDIST_BOR] = ENTRY(bor, DT, SET), [TDIST_BXOR] = ENTRY(bxor, DT, SET),         \
+#define INT_ROW(DT, SET)                                                    \
+  {                                                                         \
+    [TDIST_SUM] = ENTRY(sum, DT, SET), [TDIST_PROD] = ENTRY(prod, DT, SET), \
+    [TDIST_MIN] = ENTRY(min, DT, SET), [TDIST_MAX] = ENTRY(max, DT, SET),   \
+    [TDIST_AVG] = ENTRY(sum, DT, SET), [TDIST_BAND] = ENTRY(band, DT, SET), \
+    [TDIST_BOR] = ENTRY(bor, DT, SET), [TDIST_BXOR] = ENTRY(bxor, DT, SET), \
   }
-#define SET_INIT(NAME, SET)                                                         \
-  {                                                                                 \
-    NAME,                                                                           \
-    {                                                                               \
-      [TDIST_FLOAT16] = FLOAT_ROW(f16, SET), [TDIST_BFLOAT16] = FLOAT_ROW(bf16, SET), \
-      [TDIST_FLOAT32] = FLOAT_ROW(f32, SET), [TDIST_FLOAT64] = FLOAT_ROW(f64, SET), \
-      [TDIST_INT8] = INT_ROW(i8, SET),       [TDIST_UINT8] = INT_ROW(u8, SET),      \
-      [TDIST_INT32] = INT_ROW(i32, SET),     [TDIST_INT64] = INT_ROW(i64, SET),     \
-    },                                                                              \
-    {                                                                               \
-      [TDIST_FLOAT16] = avg_f16_##SET, [TDIST_BFLOAT16] = avg_bf16_##SET,           \
-      [TDIST_FLOAT32] = avg_f32_##SET, [TDIST_FLOAT64] = avg_f64_##SET,             \
-      [TDIST_INT8] = avg_i8_##SET,     [TDIST_UINT8] = avg_u8_##SET,                \
-      [TDIST_INT32] = avg_i32_##SET,   [TDIST_INT64] = avg_i64_##SET,               \
-    },                                                                              \
+#define SET_INIT(NAME, SET)                                                                 \
+  {                                                                                         \
+    NAME,                                                                                   \
+        {                                                                                   \
+            [TDIST_FLOAT16] = FLOAT_ROW(f16, SET), [TDIST_BFLOAT16] = FLOAT_ROW(bf16, SET), \
+            [TDIST_FLOAT32] = FLOAT_ROW(f32, SET), [TDIST_FLOAT64] = FLOAT_ROW(f64, SET),   \
+            [TDIST_INT8] = INT_ROW(i8, SET),       [TDIST_UINT8] = INT_ROW(u8, SET),        \
+            [TDIST_INT32] = INT_ROW(i32, SET),     [TDIST_INT64] = INT_ROW(i64, SET),       \
+        },                                                                                  \
+        {                                                                                   \
+            [TDIST_FLOAT16] = avg_f16_##SET, [TDIST_BFLOAT16] = avg_bf16_##SET,             \
+            [TDIST_FLOAT32] = avg_f32_##SET, [TDIST_FLOAT64] = avg_f64_##SET,               \
+            [TDIST_INT8] = avg_i8_##SET,     [TDIST_UINT8] = avg_u8_##SET,                  \
+            [TDIST_INT32] = avg_i32_##SET,   [TDIST_INT64] = avg_i64_##SET,                 \
+        },                                                                                  \
   }
 
 /* Baseline set: plain C for every dtype. */
@@ -309,10 +308,10 @@ V3 static inline v16_t v_load_f16(const uint16_t *p) {
 V3 static inline __m128i v_round_f16(__m256 r) {
   const __m128i h = _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT);
   const __m256i nan32 = _mm256_castps_si256(_mm256_cmp_ps(r, r, _CMP_UNORD_Q));
-  const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(nan32),
-                                        _mm256_extracti128_si256(nan32, 1));
-  const __m128i canon = _mm_or_si128(_mm_and_si128(h, _mm_set1_epi16((short)0x8000)),
-                                     _mm_set1_epi16(0x7E00));
+  const __m128i nan16 =
+      _mm_packs_epi32(_mm256_castsi256_si128(nan32), _mm256_extracti128_si256(nan32, 1));
+  const __m128i canon =
+      _mm_or_si128(_mm_and_si128(h, _mm_set1_epi16((short)0x8000)), _mm_set1_epi16(0x7E00));
   return _mm_blendv_epi8(h, canon, nan16);
 }
 
@@ -356,45 +355,45 @@ V3 static inline v16_t v16_apply(__m256 (*f)(__m256, __m256), v16_t a, v16_t b) 
 }
 
 /* 16 elements at a time, then the scalar conversions for the tail. */
-#define DEF_V16_KERNELS(DT, OPN)                                                           \
-  V3 static void k_##OPN##_##DT##_avx2_2(void *dst, const void *src, size_t n) {           \
-    uint16_t *restrict d = dst;                                                            \
-    const uint16_t *restrict s = src;                                                      \
-    size_t i = 0;                                                                          \
-    for (; i + 16 <= n; i += 16)                                                           \
-      v_store_##DT(d + i, v16_apply(v_##OPN, v_load_##DT(d + i), v_load_##DT(s + i)));     \
-    for (; i < n; i++) d[i] = f32_to_##DT(OPN##_f32(DT##_to_f32(d[i]), DT##_to_f32(s[i]))); \
-  }                                                                                        \
+#define DEF_V16_KERNELS(DT, OPN)                                                              \
+  V3 static void k_##OPN##_##DT##_avx2_2(void *dst, const void *src, size_t n) {              \
+    uint16_t *restrict d = dst;                                                               \
+    const uint16_t *restrict s = src;                                                         \
+    size_t i = 0;                                                                             \
+    for (; i + 16 <= n; i += 16)                                                              \
+      v_store_##DT(d + i, v16_apply(v_##OPN, v_load_##DT(d + i), v_load_##DT(s + i)));        \
+    for (; i < n; i++) d[i] = f32_to_##DT(OPN##_f32(DT##_to_f32(d[i]), DT##_to_f32(s[i])));   \
+  }                                                                                           \
   V3 static void k_##OPN##_##DT##_avx2_3(void *dst, const void *a, const void *b, size_t n) { \
-    uint16_t *restrict d = dst;                                                            \
-    const uint16_t *restrict x = a;                                                        \
-    const uint16_t *restrict y = b;                                                        \
-    size_t i = 0;                                                                          \
-    for (; i + 16 <= n; i += 16)                                                           \
-      v_store_##DT(d + i, v16_apply(v_##OPN, v_load_##DT(x + i), v_load_##DT(y + i)));     \
-    for (; i < n; i++) d[i] = f32_to_##DT(OPN##_f32(DT##_to_f32(x[i]), DT##_to_f32(y[i]))); \
+    uint16_t *restrict d = dst;                                                               \
+    const uint16_t *restrict x = a;                                                           \
+    const uint16_t *restrict y = b;                                                           \
+    size_t i = 0;                                                                             \
+    for (; i + 16 <= n; i += 16)                                                              \
+      v_store_##DT(d + i, v16_apply(v_##OPN, v_load_##DT(x + i), v_load_##DT(y + i)));        \
+    for (; i < n; i++) d[i] = f32_to_##DT(OPN##_f32(DT##_to_f32(x[i]), DT##_to_f32(y[i])));   \
   }
 
-#define DEF_V16_AVG(DT)                                                                    \
-  V3 static void avg_##DT##_avx2(void *buf, size_t count, int n) {                         \
-    uint16_t *restrict p = buf;                                                            \
-    const float div = (float)n;                                                            \
-    const __m256 vdiv = _mm256_set1_ps(div);                                               \
-    size_t i = 0;                                                                          \
-    for (; i + 16 <= count; i += 16) {                                                     \
-      v16_t v = v_load_##DT(p + i);                                                        \
-      v.lo = _mm256_div_ps(v.lo, vdiv);                                                    \
-      v.hi = _mm256_div_ps(v.hi, vdiv);                                                    \
-      v_store_##DT(p + i, v);                                                              \
-    }                                                                                      \
-    for (; i < count; i++) p[i] = f32_to_##DT(DT##_to_f32(p[i]) / div);                    \
+#define DEF_V16_AVG(DT)                                                 \
+  V3 static void avg_##DT##_avx2(void *buf, size_t count, int n) {      \
+    uint16_t *restrict p = buf;                                         \
+    const float div = (float)n;                                         \
+    const __m256 vdiv = _mm256_set1_ps(div);                            \
+    size_t i = 0;                                                       \
+    for (; i + 16 <= count; i += 16) {                                  \
+      v16_t v = v_load_##DT(p + i);                                     \
+      v.lo = _mm256_div_ps(v.lo, vdiv);                                 \
+      v.hi = _mm256_div_ps(v.hi, vdiv);                                 \
+      v_store_##DT(p + i, v);                                           \
+    }                                                                   \
+    for (; i < count; i++) p[i] = f32_to_##DT(DT##_to_f32(p[i]) / div); \
   }
 
-#define DEF_V16_ALL(DT)  \
-  DEF_V16_KERNELS(DT, sum) \
+#define DEF_V16_ALL(DT)     \
+  DEF_V16_KERNELS(DT, sum)  \
   DEF_V16_KERNELS(DT, prod) \
-  DEF_V16_KERNELS(DT, min) \
-  DEF_V16_KERNELS(DT, max) \
+  DEF_V16_KERNELS(DT, min)  \
+  DEF_V16_KERNELS(DT, max)  \
   DEF_V16_AVG(DT)
 
 DEF_V16_ALL(f16)
@@ -444,9 +443,7 @@ static const kernels_t *lookup(tdist_dtype_t dtype, tdist_reduce_op_t op) {
   return k->k2 ? k : NULL;
 }
 
-int tdist__op_valid(tdist_dtype_t dtype, tdist_reduce_op_t op) {
-  return lookup(dtype, op) != NULL;
-}
+int tdist__op_valid(tdist_dtype_t dtype, tdist_reduce_op_t op) { return lookup(dtype, op) != NULL; }
 
 /* dst = a OP b when b is dst itself (a may be dst too): the restrict kernels must not see the
  * same memory as both input and output, so each chunk of b is copied aside first. Chunks are

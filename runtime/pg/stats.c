@@ -47,8 +47,8 @@ TDIST_EXTERN double tdist_stats_bucket_le(int i) {
  * NTP's slewing moves both clocks alike. The offset is re-read at most once a second, so a step
  * shows within a second. It is read realtime first, so it errs low by the ~30 ns between the two
  * readings and a stamp never runs ahead of a CLOCK_REALTIME read taken after it. */
-static int64_t g_rt_offset;   /* CLOCK_REALTIME - CLOCK_MONOTONIC, ns (atomic) */
-static int64_t g_rt_next;     /* CLOCK_MONOTONIC ns at which to re-read it (atomic) */
+static int64_t g_rt_offset; /* CLOCK_REALTIME - CLOCK_MONOTONIC, ns (atomic) */
+static int64_t g_rt_next;   /* CLOCK_MONOTONIC ns at which to re-read it (atomic) */
 
 static void refresh_rt_offset(void) {
   struct timespec rt;
@@ -75,8 +75,10 @@ static void refresh_rt_offset(void) {
 static int is_owner(void) {
   if (!t_role) {
     int no = 0;
-    t_role = __atomic_compare_exchange_n(&g_owner_taken, &no, 1, 0, __ATOMIC_RELAXED,
-                                         __ATOMIC_RELAXED) ? 1 : 2;
+    t_role =
+        __atomic_compare_exchange_n(&g_owner_taken, &no, 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)
+            ? 1
+            : 2;
   }
   return t_role == 1;
 }
@@ -91,8 +93,8 @@ static void atfork_child(void) {
 static tdist_stats_file_t *map_file(const char *path, int rank, int world_size) {
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
-    tdist__log(TDIST__LOG_WARN, "stats", "TDIST_STATS_FILE=%s: open: %s; statistics disabled",
-               path, strerror(errno));
+    tdist__log(TDIST__LOG_WARN, "stats", "TDIST_STATS_FILE=%s: open: %s; statistics disabled", path,
+               strerror(errno));
     return NULL;
   }
   void *p = MAP_FAILED;
@@ -140,15 +142,12 @@ int tdist__stats_register(int rank, int world_size) {
 static int32_t peer_of(const tdist__coll_t *c) {
   switch (c->kind) {
     case TDIST__COLL_SEND:
-    case TDIST__COLL_RECV:
-      return c->peer;
+    case TDIST__COLL_RECV: return c->peer;
     case TDIST__COLL_BROADCAST:
     case TDIST__COLL_REDUCE:
     case TDIST__COLL_GATHER:
-    case TDIST__COLL_SCATTER:
-      return c->root;
-    default:
-      return -1;
+    case TDIST__COLL_SCATTER: return c->root;
+    default: return -1;
   }
 }
 
@@ -250,7 +249,8 @@ void tdist__stats_end(int group, const tdist__coll_t *c, const tdist__stats_op_t
 /* Reader                                                                                    */
 
 TDIST_EXTERN tdist_status_t tdist_stats_read(const char *path, tdist_stats_file_t *out) {
-  if (!path || !out) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_stats_read: NULL argument");
+  if (!path || !out)
+    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_stats_read: NULL argument");
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;

@@ -8,8 +8,8 @@
 typedef struct {
   int64_t start_mono_ns; /* CLOCK_MONOTONIC */
   int64_t start_ns;      /* CLOCK_REALTIME, as written to the file */
-  int64_t slot; /* flight-recorder slot, -1 = not recorded */
-  uint64_t bytes; /* computed once at begin, counted at end */
+  int64_t slot;          /* flight-recorder slot, -1 = not recorded */
+  uint64_t bytes;        /* computed once at begin, counted at end */
 } tdist__stats_op_t;
 
 /* Called once per new group. The first group maps TDIST_STATS_FILE (if set). Returns the group's

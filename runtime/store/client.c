@@ -38,11 +38,11 @@ typedef struct {
   char *host;
   int port;
   int64_t connect_timeout_ms;
-  tdist_store_dialect_t want;    /* what the caller asked for */
-  tdist__dialect_t dialect;      /* what the current/last connection speaks */
-  int queues;                    /* the server has QUEUE_*: 1 yes, -1 no, 0 not known yet */
-  int fd;                        /* -1 while disconnected */
-  uint8_t *buf;                  /* request being built */
+  tdist_store_dialect_t want; /* what the caller asked for */
+  tdist__dialect_t dialect;   /* what the current/last connection speaks */
+  int queues;                 /* the server has QUEUE_*: 1 yes, -1 no, 0 not known yet */
+  int fd;                     /* -1 while disconnected */
+  uint8_t *buf;               /* request being built */
   size_t len, cap;
   int oom;
   unsigned rng;
@@ -591,8 +591,10 @@ static tdist_status_t tcp_queue_pop(tdist_store_t *s, const char *key, int64_t w
     if (len > 0) return recv_bytes(t, "queue_pop", v, n, rdl);
     /* Another consumer took the item between our WAIT and POP: wait again if time is left. */
     if (wait_ms == 0 || tdist__now_ms() >= wait_deadline)
-      return tdist__store_fail(&t->base, TDIST_ERR_NOT_FOUND, "store queue_pop on %s: queue '%s' "
-                               "is empty", t->where, key);
+      return tdist__store_fail(&t->base, TDIST_ERR_NOT_FOUND,
+                               "store queue_pop on %s: queue '%s' "
+                               "is empty",
+                               t->where, key);
   }
 }
 
@@ -616,10 +618,9 @@ static void tcp_destroy(tdist_store_t *s) {
 }
 
 static const tdist__store_vtable_t k_tcp_vt = {
-    "tcp",          tcp_destroy,   tcp_set,       tcp_get,        tcp_add,
-    tcp_compare_set, tcp_check,    tcp_wait,      tcp_delete,     tcp_num_keys,
-    tcp_append,     tcp_multi_get, tcp_multi_set, tcp_queue_push, tcp_queue_pop,
-    tcp_queue_len,  0 /* thread_safe */
+    "tcp",         tcp_destroy,    tcp_set,       tcp_get,       tcp_add,    tcp_compare_set,
+    tcp_check,     tcp_wait,       tcp_delete,    tcp_num_keys,  tcp_append, tcp_multi_get,
+    tcp_multi_set, tcp_queue_push, tcp_queue_pop, tcp_queue_len, 0 /* thread_safe */
 };
 
 TDIST_EXTERN tdist_status_t tdist_tcp_store_connect(const tdist_tcp_store_options_t *opts,
@@ -680,7 +681,7 @@ TDIST_EXTERN tdist_status_t tdist_tcp_store_connect(const tdist_tcp_store_option
 TDIST_EXTERN tdist_store_dialect_t tdist_tcp_store_dialect(const tdist_store_t *s) {
   if (!s || s->magic != TDIST__STORE_MAGIC || s->vt != &k_tcp_vt) return TDIST_STORE_DIALECT_AUTO;
   return T((tdist_store_t *)s)->dialect == TDIST__DIALECT_V1_13 ? TDIST_STORE_DIALECT_V1_13
-                                                                 : TDIST_STORE_DIALECT_V2;
+                                                                : TDIST_STORE_DIALECT_V2;
 }
 
 int tdist__store_local_ip(tdist_store_t *s, char *ip, size_t cap) {

@@ -225,8 +225,8 @@ static tdist_status_t fs_append(tdist_store_t *s, const char *key, const void *v
   return st;
 }
 
-static tdist_status_t fs_multi_get(tdist_store_t *s, const char *const *keys, size_t n,
-                                   void **vals, size_t *lens, int64_t to) {
+static tdist_status_t fs_multi_get(tdist_store_t *s, const char *const *keys, size_t n, void **vals,
+                                   size_t *lens, int64_t to) {
   tdist_status_t st = fs_wait(s, keys, n, to);
   for (size_t i = 0; !st && i < n; i++) st = fs_get(s, keys[i], &vals[i], &lens[i], to);
   if (st)
@@ -272,10 +272,9 @@ static void fs_destroy(tdist_store_t *s) {
 }
 
 static const tdist__store_vtable_t k_file_vt = {
-    "file",        fs_destroy,   fs_set,       fs_get,        fs_add,
-    fs_compare_set, fs_check,    fs_wait,      fs_delete,     fs_num_keys,
-    fs_append,     fs_multi_get, fs_multi_set, fs_queue_push, fs_queue_pop,
-    fs_queue_len,  0 /* thread_safe */
+    "file",       fs_destroy,    fs_set,       fs_get,       fs_add,    fs_compare_set,
+    fs_check,     fs_wait,       fs_delete,    fs_num_keys,  fs_append, fs_multi_get,
+    fs_multi_set, fs_queue_push, fs_queue_pop, fs_queue_len, 0 /* thread_safe */
 };
 
 TDIST_EXTERN tdist_status_t tdist_file_store_create(const char *path, int64_t timeout_ms,

@@ -267,8 +267,10 @@ int tdist__kv_queue_push(tdist__kv_t *kv, const void *key, size_t klen, const vo
   q->next = NULL;
   q->len = vlen;
   if (vlen) memcpy(q->data, val, vlen);
-  if (e->qtail) e->qtail->next = q;
-  else e->qhead = q;
+  if (e->qtail)
+    e->qtail->next = q;
+  else
+    e->qhead = q;
   e->qtail = q;
   e->qlen++;
   if (out) *out = e;

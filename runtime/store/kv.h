@@ -1,6 +1,7 @@
-/* The store's key/value map with PyTorch's per-operation semantics (ADD as decimal text, COMPARE_SET
- * rules, queues), shared by the TCP server (single thread) and the memory store (under its mutex).
- * Not thread safe by itself. Every function that can fail returns 0 or -errno (-ENOMEM, -EINVAL).
+/* The store's key/value map with PyTorch's per-operation semantics (ADD as decimal text,
+ * COMPARE_SET rules, queues), shared by the TCP server (single thread) and the memory store (under
+ * its mutex). Not thread safe by itself. Every function that can fail returns 0 or -errno (-ENOMEM,
+ * -EINVAL).
  *
  * An entry "exists" for WAIT/CHECK when it holds a value or a non-empty queue. Entries also carry
  * an opaque `waiters` pointer owned by the server; an entry with waiters is never freed. */

@@ -106,8 +106,8 @@ static tdist_status_t mem_compare_set(tdist_store_t *s, const char *key, const v
   size_t cur_len;
   int stored;
   LOCK(m);
-  int r = tdist__kv_compare_set(m->kv, key, strlen(key), e, en, d, dn, &cur, &cur_len, &stored,
-                                NULL);
+  int r =
+      tdist__kv_compare_set(m->kv, key, strlen(key), e, en, d, dn, &cur, &cur_len, &stored, NULL);
   if (r == 0) {
     if (stored) CHANGED(m);
     *out = tdist__kv_dup(cur, cur_len);
@@ -236,14 +236,14 @@ static tdist_status_t mem_queue_len(tdist_store_t *s, const char *key, int64_t *
 }
 
 static const tdist__store_vtable_t k_mem_vt = {
-    "memory",      mem_destroy,   mem_set,       mem_get,      mem_add,
-    mem_compare_set, mem_check,   mem_wait,      mem_delete,   mem_num_keys,
-    mem_append,    mem_multi_get, mem_multi_set, mem_queue_push, mem_queue_pop,
-    mem_queue_len, 1 /* thread_safe */
+    "memory",      mem_destroy,    mem_set,       mem_get,       mem_add,    mem_compare_set,
+    mem_check,     mem_wait,       mem_delete,    mem_num_keys,  mem_append, mem_multi_get,
+    mem_multi_set, mem_queue_push, mem_queue_pop, mem_queue_len, 1 /* thread_safe */
 };
 
 TDIST_EXTERN tdist_status_t tdist_memory_store_create(tdist_store_t **out) {
-  if (!out) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_memory_store_create: out is NULL");
+  if (!out)
+    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_memory_store_create: out is NULL");
   *out = NULL;
   mem_store_t *m = calloc(1, sizeof *m);
   if (!m) return tdist__fail(TDIST_ERR_NO_MEMORY, "tdist_memory_store_create: out of memory");

@@ -62,14 +62,14 @@ static void px_destroy(tdist_store_t *s) {
 }
 
 /* One-key operations share this shape: join the key, forward, relay the error. */
-#define ONE_KEY(name, call)                                          \
-  static tdist_status_t name {                                       \
-    prefix_store_t *p = P(s);                                        \
-    char *k = join(p, key);                                          \
-    if (!k) return nomem(p);                                         \
-    tdist_status_t st = relay(p, p->inner->vt->call);                \
-    free(k);                                                         \
-    return st;                                                       \
+#define ONE_KEY(name, call)                           \
+  static tdist_status_t name {                        \
+    prefix_store_t *p = P(s);                         \
+    char *k = join(p, key);                           \
+    if (!k) return nomem(p);                          \
+    tdist_status_t st = relay(p, p->inner->vt->call); \
+    free(k);                                          \
+    return st;                                        \
   }
 
 ONE_KEY(px_set(tdist_store_t *s, const char *key, const void *v, size_t n, int64_t to),
@@ -87,22 +87,21 @@ ONE_KEY(px_append(tdist_store_t *s, const char *key, const void *v, size_t n, in
         append(p->inner, k, v, n, to))
 ONE_KEY(px_queue_push(tdist_store_t *s, const char *key, const void *v, size_t n, int64_t to),
         queue_push(p->inner, k, v, n, to))
-ONE_KEY(px_queue_pop(tdist_store_t *s, const char *key, int64_t w, void **v, size_t *n,
-                     int64_t to),
+ONE_KEY(px_queue_pop(tdist_store_t *s, const char *key, int64_t w, void **v, size_t *n, int64_t to),
         queue_pop(p->inner, k, w, v, n, to))
 ONE_KEY(px_queue_len(tdist_store_t *s, const char *key, int64_t *n, int64_t to),
         queue_len(p->inner, k, n, to))
 
 /* Multi-key operations: join every key, forward, relay. */
-#define MULTI_KEY(name, call)                                        \
-  static tdist_status_t name {                                       \
-    prefix_store_t *p = P(s);                                        \
-    char **ks = join_all(p, keys, n);                                \
-    if (!ks) return nomem(p);                                        \
-    const char *const *k = (const char *const *)ks;                  \
-    tdist_status_t st = relay(p, p->inner->vt->call);                \
-    free_all(ks, n);                                                 \
-    return st;                                                       \
+#define MULTI_KEY(name, call)                         \
+  static tdist_status_t name {                        \
+    prefix_store_t *p = P(s);                         \
+    char **ks = join_all(p, keys, n);                 \
+    if (!ks) return nomem(p);                         \
+    const char *const *k = (const char *const *)ks;   \
+    tdist_status_t st = relay(p, p->inner->vt->call); \
+    free_all(ks, n);                                  \
+    return st;                                        \
   }
 
 MULTI_KEY(px_check(tdist_store_t *s, const char *const *keys, size_t n, int *ready, int64_t to),
@@ -122,15 +121,15 @@ static tdist_status_t px_num_keys(tdist_store_t *s, int64_t *n, int64_t to) {
 }
 
 static const tdist__store_vtable_t k_prefix_vt = {
-    "prefix",      px_destroy,   px_set,       px_get,        px_add,
-    px_compare_set, px_check,    px_wait,      px_delete,     px_num_keys,
-    px_append,     px_multi_get, px_multi_set, px_queue_push, px_queue_pop,
-    px_queue_len,  0 /* thread_safe */
+    "prefix",     px_destroy,    px_set,       px_get,       px_add,    px_compare_set,
+    px_check,     px_wait,       px_delete,    px_num_keys,  px_append, px_multi_get,
+    px_multi_set, px_queue_push, px_queue_pop, px_queue_len, 0 /* thread_safe */
 };
 
 TDIST_EXTERN tdist_status_t tdist_prefix_store_create(tdist_store_t *inner, const char *prefix,
                                                       tdist_store_t **out) {
-  if (!out) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_prefix_store_create: out is NULL");
+  if (!out)
+    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_prefix_store_create: out is NULL");
   *out = NULL;
   if (!inner || inner->magic != TDIST__STORE_MAGIC)
     return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,

@@ -7,28 +7,37 @@
 
 /* Wire byte -> op, per dialect. Index = wire byte. */
 static const tdist__op_t k_v113_ops[] = {
-    TDIST__OP_SET,   TDIST__OP_COMPARE_SET, TDIST__OP_GET,       TDIST__OP_ADD,
-    TDIST__OP_CHECK, TDIST__OP_WAIT,        TDIST__OP_GETNUMKEYS, TDIST__OP_WATCH_KEY,
-    TDIST__OP_DELETE_KEY,
+    TDIST__OP_SET,        TDIST__OP_COMPARE_SET, TDIST__OP_GET,
+    TDIST__OP_ADD,        TDIST__OP_CHECK,       TDIST__OP_WAIT,
+    TDIST__OP_GETNUMKEYS, TDIST__OP_WATCH_KEY,   TDIST__OP_DELETE_KEY,
 };
 static const tdist__op_t k_v2_ops[] = {
-    TDIST__OP_VALIDATE,   TDIST__OP_SET,       TDIST__OP_COMPARE_SET, TDIST__OP_GET,
-    TDIST__OP_ADD,        TDIST__OP_CHECK,     TDIST__OP_WAIT,        TDIST__OP_GETNUMKEYS,
-    TDIST__OP_DELETE_KEY, TDIST__OP_APPEND,    TDIST__OP_MULTI_GET,   TDIST__OP_MULTI_SET,
-    TDIST__OP_CANCEL_WAIT, TDIST__OP_PING,     TDIST__OP_QUEUE_PUSH,  TDIST__OP_QUEUE_POP,
+    TDIST__OP_VALIDATE,    TDIST__OP_SET,    TDIST__OP_COMPARE_SET, TDIST__OP_GET,
+    TDIST__OP_ADD,         TDIST__OP_CHECK,  TDIST__OP_WAIT,        TDIST__OP_GETNUMKEYS,
+    TDIST__OP_DELETE_KEY,  TDIST__OP_APPEND, TDIST__OP_MULTI_GET,   TDIST__OP_MULTI_SET,
+    TDIST__OP_CANCEL_WAIT, TDIST__OP_PING,   TDIST__OP_QUEUE_PUSH,  TDIST__OP_QUEUE_POP,
     TDIST__OP_QUEUE_LEN,
 };
 
 static const char *const k_op_names[TDIST__OP_COUNT_] = {
-    [TDIST__OP_INVALID] = "INVALID",         [TDIST__OP_VALIDATE] = "VALIDATE",
-    [TDIST__OP_SET] = "SET",                 [TDIST__OP_COMPARE_SET] = "COMPARE_SET",
-    [TDIST__OP_GET] = "GET",                 [TDIST__OP_ADD] = "ADD",
-    [TDIST__OP_CHECK] = "CHECK",             [TDIST__OP_WAIT] = "WAIT",
-    [TDIST__OP_GETNUMKEYS] = "GETNUMKEYS",   [TDIST__OP_WATCH_KEY] = "WATCH_KEY",
-    [TDIST__OP_DELETE_KEY] = "DELETE_KEY",   [TDIST__OP_APPEND] = "APPEND",
-    [TDIST__OP_MULTI_GET] = "MULTI_GET",     [TDIST__OP_MULTI_SET] = "MULTI_SET",
-    [TDIST__OP_CANCEL_WAIT] = "CANCEL_WAIT", [TDIST__OP_PING] = "PING",
-    [TDIST__OP_QUEUE_PUSH] = "QUEUE_PUSH",   [TDIST__OP_QUEUE_POP] = "QUEUE_POP",
+    [TDIST__OP_INVALID] = "INVALID",
+    [TDIST__OP_VALIDATE] = "VALIDATE",
+    [TDIST__OP_SET] = "SET",
+    [TDIST__OP_COMPARE_SET] = "COMPARE_SET",
+    [TDIST__OP_GET] = "GET",
+    [TDIST__OP_ADD] = "ADD",
+    [TDIST__OP_CHECK] = "CHECK",
+    [TDIST__OP_WAIT] = "WAIT",
+    [TDIST__OP_GETNUMKEYS] = "GETNUMKEYS",
+    [TDIST__OP_WATCH_KEY] = "WATCH_KEY",
+    [TDIST__OP_DELETE_KEY] = "DELETE_KEY",
+    [TDIST__OP_APPEND] = "APPEND",
+    [TDIST__OP_MULTI_GET] = "MULTI_GET",
+    [TDIST__OP_MULTI_SET] = "MULTI_SET",
+    [TDIST__OP_CANCEL_WAIT] = "CANCEL_WAIT",
+    [TDIST__OP_PING] = "PING",
+    [TDIST__OP_QUEUE_PUSH] = "QUEUE_PUSH",
+    [TDIST__OP_QUEUE_POP] = "QUEUE_POP",
     [TDIST__OP_QUEUE_LEN] = "QUEUE_LEN",
 };
 
@@ -162,9 +171,8 @@ static int c_items(cursor_t *c, int with_values, tdist__request_t *req) {
 }
 
 tdist__parse_result_t tdist__proto_parse(tdist__dialect_t dialect, const uint8_t *buf, size_t len,
-                                         const tdist__proto_limits_t *limits,
-                                         tdist__request_t *req, size_t *consumed,
-                                         const char **why) {
+                                         const tdist__proto_limits_t *limits, tdist__request_t *req,
+                                         size_t *consumed, const char **why) {
   cursor_t c = {.buf = buf, .len = len, .pos = 0, .lim = limits};
   memset(req, 0, sizeof *req);
   *why = NULL;
@@ -183,9 +191,7 @@ tdist__parse_result_t tdist__proto_parse(tdist__dialect_t dialect, const uint8_t
   int r = C_OK;
   switch (req->op) {
     case TDIST__OP_VALIDATE:
-    case TDIST__OP_PING:
-      r = c_u32(&c, &req->u32);
-      break;
+    case TDIST__OP_PING: r = c_u32(&c, &req->u32); break;
     case TDIST__OP_SET:
     case TDIST__OP_APPEND:
     case TDIST__OP_QUEUE_PUSH:
@@ -198,9 +204,7 @@ tdist__parse_result_t tdist__proto_parse(tdist__dialect_t dialect, const uint8_t
     case TDIST__OP_WATCH_KEY:
     case TDIST__OP_DELETE_KEY:
     case TDIST__OP_QUEUE_POP:
-    case TDIST__OP_QUEUE_LEN:
-      r = c_key(&c, &req->key);
-      break;
+    case TDIST__OP_QUEUE_LEN: r = c_key(&c, &req->key); break;
     case TDIST__OP_ADD: {
       uint64_t d = 0;
       if (!(r = c_key(&c, &req->key)) && !(r = c_u64(&c, &d))) req->delta = (int64_t)d;
@@ -208,15 +212,10 @@ tdist__parse_result_t tdist__proto_parse(tdist__dialect_t dialect, const uint8_t
     }
     case TDIST__OP_CHECK:
     case TDIST__OP_WAIT:
-    case TDIST__OP_MULTI_GET:
-      r = c_items(&c, 0, req);
-      break;
-    case TDIST__OP_MULTI_SET:
-      r = c_items(&c, 1, req);
-      break;
+    case TDIST__OP_MULTI_GET: r = c_items(&c, 0, req); break;
+    case TDIST__OP_MULTI_SET: r = c_items(&c, 1, req); break;
     case TDIST__OP_GETNUMKEYS:
-    case TDIST__OP_CANCEL_WAIT:
-      break;
+    case TDIST__OP_CANCEL_WAIT: break;
     default:
       *why = "unknown opcode";
       *consumed = 0;

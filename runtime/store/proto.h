@@ -51,9 +51,9 @@ typedef enum {
 #define TDIST__WATCH_CALLBACK_REGISTERED 3
 
 typedef struct {
-  uint64_t max_key;   /* longest key accepted */
-  uint64_t max_value; /* largest value accepted */
-  uint64_t max_keys;  /* most keys in one CHECK/WAIT/MULTI_GET/MULTI_SET */
+  uint64_t max_key;     /* longest key accepted */
+  uint64_t max_value;   /* largest value accepted */
+  uint64_t max_keys;    /* most keys in one CHECK/WAIT/MULTI_GET/MULTI_SET */
   uint64_t max_request; /* most bytes in one whole request (MULTI_SET); 0 = no limit */
 } tdist__proto_limits_t;
 
@@ -68,20 +68,20 @@ typedef struct {
  * `items`: walk them with tdist__proto_next_item(). */
 typedef struct {
   tdist__op_t op;
-  uint8_t wire_op;     /* the opcode byte as received */
-  tdist__slice_t key;  /* SET, COMPARE_SET, GET, ADD, WATCH_KEY, DELETE_KEY, APPEND, QUEUE_* */
-  tdist__slice_t a;    /* SET/APPEND/QUEUE_PUSH: value; COMPARE_SET: expected */
-  tdist__slice_t b;    /* COMPARE_SET: desired */
-  int64_t delta;       /* ADD */
-  uint32_t u32;        /* VALIDATE: magic; PING: nonce */
-  uint64_t n;          /* multi-key ops: number of keys (or pairs for MULTI_SET) */
+  uint8_t wire_op;    /* the opcode byte as received */
+  tdist__slice_t key; /* SET, COMPARE_SET, GET, ADD, WATCH_KEY, DELETE_KEY, APPEND, QUEUE_* */
+  tdist__slice_t a;   /* SET/APPEND/QUEUE_PUSH: value; COMPARE_SET: expected */
+  tdist__slice_t b;   /* COMPARE_SET: desired */
+  int64_t delta;      /* ADD */
+  uint32_t u32;       /* VALIDATE: magic; PING: nonce */
+  uint64_t n;         /* multi-key ops: number of keys (or pairs for MULTI_SET) */
   tdist__slice_t items;
 } tdist__request_t;
 
 typedef enum {
-  TDIST__PARSE_OK = 0,       /* *req is filled, *consumed bytes belong to it */
-  TDIST__PARSE_NEED_MORE = 1,/* incomplete; *consumed = a lower bound of the total bytes needed */
-  TDIST__PARSE_ERROR = 2     /* the connection must be closed; *why says why */
+  TDIST__PARSE_OK = 0,        /* *req is filled, *consumed bytes belong to it */
+  TDIST__PARSE_NEED_MORE = 1, /* incomplete; *consumed = a lower bound of the total bytes needed */
+  TDIST__PARSE_ERROR = 2      /* the connection must be closed; *why says why */
 } tdist__parse_result_t;
 
 /* Classifies a connection from its first bytes (PyTorch reference §1.11): a first byte other than
@@ -92,9 +92,8 @@ tdist__dialect_t tdist__proto_classify(const uint8_t *buf, size_t len);
 
 /* Parses one request from buf[0..len). See tdist__parse_result_t. */
 tdist__parse_result_t tdist__proto_parse(tdist__dialect_t dialect, const uint8_t *buf, size_t len,
-                                         const tdist__proto_limits_t *limits,
-                                         tdist__request_t *req, size_t *consumed,
-                                         const char **why);
+                                         const tdist__proto_limits_t *limits, tdist__request_t *req,
+                                         size_t *consumed, const char **why);
 
 /* Walks the items of a multi-key request. *pos starts at 0. For CHECK/WAIT/MULTI_GET each call
  * gives one key (value untouched); for MULTI_SET one key and its value. Returns 0 at the end. The

@@ -32,8 +32,9 @@
 
 #define SERVER_MAGIC 0x7d57a5e1u
 #define IN_CHUNK (64 * 1024)
-#define IN_KEEP_MAX (256 * 1024)   /* an idle connection keeps at most this much input buffer */
-#define OUT_HIGH (16 * 1024 * 1024) /* stop reading a connection whose replies pile up past this */
+#define IN_KEEP_MAX (256 * 1024) /* an idle connection keeps at most this much input buffer */
+/* Stop reading a connection whose replies pile up past this. */
+#define OUT_HIGH (16 * 1024 * 1024)
 #define MAX_EVENTS 256
 
 typedef struct conn conn_t;
@@ -58,20 +59,20 @@ struct conn {
   int fd;
   tdist__dialect_t dialect;
   int validated;
-  int closing;      /* queued for close at the end of the iteration */
-  int in_flush;     /* on the flush list */
-  int read_paused;  /* backpressure: EPOLLIN off */
-  int want_out;     /* EPOLLOUT on */
+  int closing;     /* queued for close at the end of the iteration */
+  int in_flush;    /* on the flush list */
+  int read_paused; /* backpressure: EPOLLIN off */
+  int want_out;    /* EPOLLOUT on */
   uint8_t *in;
   size_t in_len, in_cap, in_need;
   uint8_t *out;
   size_t out_off, out_len, out_cap;
-  int out_failed;   /* allocation of reply space failed: close */
+  int out_failed; /* allocation of reply space failed: close */
   wait_t *waits;
-  conn_t *prev, *next;      /* all connections */
-  conn_t *flush_next;       /* flush list */
-  conn_t *close_next;       /* close list */
-  char close_why[200];      /* empty: a normal close, no log line */
+  conn_t *prev, *next; /* all connections */
+  conn_t *flush_next;  /* flush list */
+  conn_t *close_next;  /* close list */
+  char close_why[200]; /* empty: a normal close, no log line */
   char peer[64];
 };
 
@@ -106,8 +107,10 @@ static void key_str(const uint8_t *k, size_t n, char *buf, size_t cap) {
       j += (size_t)snprintf(buf + j, cap - j, "...");
       break;
     }
-    if (k[i] >= 0x20 && k[i] < 0x7f && k[i] != '\\') buf[j++] = (char)k[i];
-    else j += (size_t)snprintf(buf + j, cap - j, "\\x%02x", k[i]);
+    if (k[i] >= 0x20 && k[i] < 0x7f && k[i] != '\\')
+      buf[j++] = (char)k[i];
+    else
+      j += (size_t)snprintf(buf + j, cap - j, "\\x%02x", k[i]);
   }
   buf[j] = '\0';
 }
@@ -191,8 +194,10 @@ static int link_add(tdist__kv_entry_t *e, waitlink_t *l) {
   l->e = e;
   l->next = NULL;
   l->prev = q->tail;
-  if (q->tail) q->tail->next = l;
-  else q->head = l;
+  if (q->tail)
+    q->tail->next = l;
+  else
+    q->head = l;
   q->tail = l;
   return 0;
 }
@@ -201,10 +206,14 @@ static void link_del(tdist_store_server_t *s, waitlink_t *l) {
   tdist__kv_entry_t *e = l->e;
   if (!e) return;
   waitq_t *q = e->waiters;
-  if (l->prev) l->prev->next = l->next;
-  else q->head = l->next;
-  if (l->next) l->next->prev = l->prev;
-  else q->tail = l->prev;
+  if (l->prev)
+    l->prev->next = l->next;
+  else
+    q->head = l->next;
+  if (l->next)
+    l->next->prev = l->prev;
+  else
+    q->tail = l->prev;
   l->e = NULL;
   if (!q->head) {
     free(q);
@@ -217,8 +226,10 @@ static void link_del(tdist_store_server_t *s, waitlink_t *l) {
 static void wait_destroy(tdist_store_server_t *s, wait_t *w, int linked) {
   for (size_t i = 0; i < w->nlinks; i++) link_del(s, &w->links[i]);
   if (linked) {
-    if (w->prev) w->prev->next = w->next;
-    else w->c->waits = w->next;
+    if (w->prev)
+      w->prev->next = w->next;
+    else
+      w->c->waits = w->next;
     if (w->next) w->next->prev = w->prev;
     atomic_fetch_sub_explicit(&s->st_waits, 1, memory_order_relaxed);
   }
@@ -232,8 +243,10 @@ static void conn_free(tdist_store_server_t *s, conn_t *c) {
   while (c->waits) wait_free(s, c->waits);
   epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   close(c->fd);
-  if (c->prev) c->prev->next = c->next;
-  else s->conns = c->next;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    s->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   free(c->in);
   free(c->out);
@@ -462,9 +475,7 @@ static const char *execute(tdist_store_server_t *s, conn_t *c, const tdist__requ
       while (c->waits) wait_free(s, c->waits);
       put_u8(s, c, TDIST__WAIT_CANCELED);
       return NULL;
-    case TDIST__OP_GETNUMKEYS:
-      put_i64(s, c, (int64_t)tdist__kv_num_keys(s->kv));
-      return NULL;
+    case TDIST__OP_GETNUMKEYS: put_i64(s, c, (int64_t)tdist__kv_num_keys(s->kv)); return NULL;
     case TDIST__OP_DELETE_KEY:
       put_i64(s, c, tdist__kv_delete(s->kv, r->key.ptr, r->key.len));
       return NULL;
@@ -478,8 +489,10 @@ static const char *execute(tdist_store_server_t *s, conn_t *c, const tdist__requ
       tdist__slice_t k;
       while (tdist__proto_next_item(r, &pos, &k, NULL)) {
         e = tdist__kv_find(s->kv, k.ptr, k.len);
-        if (e && e->has_value) put_bytes(s, c, e->val, e->vlen);
-        else put_bytes(s, c, NULL, 0);
+        if (e && e->has_value)
+          put_bytes(s, c, e->val, e->vlen);
+        else
+          put_bytes(s, c, NULL, 0);
       }
       return NULL;
     }
@@ -500,8 +513,7 @@ static const char *execute(tdist_store_server_t *s, conn_t *c, const tdist__requ
     case TDIST__OP_QUEUE_LEN:
       put_i64(s, c, (int64_t)tdist__kv_queue_len(s->kv, r->key.ptr, r->key.len));
       return NULL;
-    default:
-      return "unknown opcode";
+    default: return "unknown opcode";
   }
 nomem:
   return "out of memory executing the request";
@@ -688,8 +700,10 @@ static void *server_main(void *arg) {
         if (c->closing) continue;
         if (evs[i].events & EPOLLOUT) mark_flush(s, c);
         if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
-          if (!c->read_paused) on_readable(s, c);
-          else if (evs[i].events & (EPOLLERR | EPOLLHUP)) close_later(s, c, NULL);
+          if (!c->read_paused)
+            on_readable(s, c);
+          else if (evs[i].events & (EPOLLERR | EPOLLHUP))
+            close_later(s, c, NULL);
         }
       }
       flush_all(s);
@@ -760,7 +774,8 @@ static int open_listener(const char *host, int port, int backlog, char *where, s
 TDIST_EXTERN tdist_status_t tdist_store_server_create(const tdist_store_server_options_t *opts,
                                                       tdist_store_server_t **out) {
   tdist_store_server_options_t o = TDIST_STORE_SERVER_OPTIONS_INIT;
-  if (!out) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_store_server_create: out is NULL");
+  if (!out)
+    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_store_server_create: out is NULL");
   *out = NULL;
   if (opts) {
     if (opts->size < offsetof(tdist_store_server_options_t, quiet) + sizeof(int) ||
@@ -793,7 +808,8 @@ TDIST_EXTERN tdist_status_t tdist_store_server_create(const tdist_store_server_o
   s->limits.max_keys = o.max_multi_keys;
   /* A MULTI_SET may carry many values; bound the whole request so a header cannot make us
    * buffer without limit. */
-  s->limits.max_request = o.max_value_bytes > (UINT64_MAX / 4) ? 0 : o.max_value_bytes * 2 + (64u << 20);
+  s->limits.max_request =
+      o.max_value_bytes > (UINT64_MAX / 4) ? 0 : o.max_value_bytes * 2 + (64u << 20);
   s->max_connections = o.max_connections;
   tdist_status_t st;
   s->kv = tdist__kv_create();

@@ -53,18 +53,18 @@ void tdist__store_keys_str(const char *const *keys, size_t n, char *buf, size_t 
 }
 
 /* Validates the handle; on success clears its error. */
-#define CHECK_HANDLE(s, fn)                                                                \
-  do {                                                                                     \
-    if (!(s) || (s)->magic != TDIST__STORE_MAGIC)                                          \
+#define CHECK_HANDLE(s, fn)                                                                 \
+  do {                                                                                      \
+    if (!(s) || (s)->magic != TDIST__STORE_MAGIC)                                           \
       return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, fn ": store handle is NULL or freed"); \
-    if (thread_safe(s))                                                                    \
-      tdist__clear_last_error();                                                           \
-    else                                                                                   \
-      (s)->err[0] = '\0';                                                                  \
+    if (thread_safe(s))                                                                     \
+      tdist__clear_last_error();                                                            \
+    else                                                                                    \
+      (s)->err[0] = '\0';                                                                   \
   } while (0)
 
-#define CHECK_ARG(s, cond, fn, what)                                                   \
-  do {                                                                                 \
+#define CHECK_ARG(s, cond, fn, what)                                                      \
+  do {                                                                                    \
     if (!(cond)) return tdist__store_fail((s), TDIST_ERR_INVALID_ARGUMENT, fn ": " what); \
   } while (0)
 

@@ -17,8 +17,7 @@ typedef struct tdist__store_vtable {
   void (*destroy)(tdist_store_t *s);
   tdist_status_t (*set)(tdist_store_t *s, const char *key, const void *v, size_t n, int64_t to);
   tdist_status_t (*get)(tdist_store_t *s, const char *key, void **v, size_t *n, int64_t to);
-  tdist_status_t (*add)(tdist_store_t *s, const char *key, int64_t delta, int64_t *res,
-                        int64_t to);
+  tdist_status_t (*add)(tdist_store_t *s, const char *key, int64_t delta, int64_t *res, int64_t to);
   tdist_status_t (*compare_set)(tdist_store_t *s, const char *key, const void *e, size_t en,
                                 const void *d, size_t dn, void **out, size_t *outn, int64_t to);
   tdist_status_t (*check)(tdist_store_t *s, const char *const *keys, size_t n, int *ready,
@@ -26,8 +25,7 @@ typedef struct tdist__store_vtable {
   tdist_status_t (*wait)(tdist_store_t *s, const char *const *keys, size_t n, int64_t to);
   tdist_status_t (*delete_key)(tdist_store_t *s, const char *key, int *deleted, int64_t to);
   tdist_status_t (*num_keys)(tdist_store_t *s, int64_t *n, int64_t to);
-  tdist_status_t (*append)(tdist_store_t *s, const char *key, const void *v, size_t n,
-                           int64_t to);
+  tdist_status_t (*append)(tdist_store_t *s, const char *key, const void *v, size_t n, int64_t to);
   tdist_status_t (*multi_get)(tdist_store_t *s, const char *const *keys, size_t n, void **vals,
                               size_t *lens, int64_t to);
   tdist_status_t (*multi_set)(tdist_store_t *s, const char *const *keys, const void *const *vals,

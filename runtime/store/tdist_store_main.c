@@ -1,7 +1,7 @@
 /* tdist-store: a TCPStore server and a command-line client for it.
  *
- * `tdist-store serve` runs libtdist's store server (the same one tdist-agent hosts) until SIGTERM or
- * SIGINT; PyTorch's TCPStore clients (1.13 and 2.x) and libtdist clients can use it. The other
+ * `tdist-store serve` runs libtdist's store server (the same one tdist-agent hosts) until SIGTERM
+ * or SIGINT; PyTorch's TCPStore clients (1.13 and 2.x) and libtdist clients can use it. The other
  * subcommands are a one-shot client for scripts and debugging: one connection, one operation,
  * the result on stdout, errors on stderr, and an exit status a script can branch on.
  *
@@ -28,9 +28,9 @@
 /* Exit statuses (documented in --help; tests/cli checks them). */
 enum {
   EXIT_OK = 0,
-  EXIT_ERROR = 1,   /* the operation failed (server unreachable, protocol error, ...) */
-  EXIT_USAGE = 2,   /* bad command line */
-  EXIT_TIMEOUT = 3  /* the operation did not complete within --timeout-ms */
+  EXIT_ERROR = 1,  /* the operation failed (server unreachable, protocol error, ...) */
+  EXIT_USAGE = 2,  /* bad command line */
+  EXIT_TIMEOUT = 3 /* the operation did not complete within --timeout-ms */
 };
 
 #define DEFAULT_PORT 29500
@@ -120,14 +120,19 @@ static int parse_u64(const char *s, int sizes, uint64_t lo, uint64_t hi, uint64_
   if (sizes && *end != '\0') {
     int shift = 0;
     switch (*end) {
-      case 'k': case 'K': shift = 10; break;
-      case 'm': case 'M': shift = 20; break;
-      case 'g': case 'G': shift = 30; break;
+      case 'k':
+      case 'K': shift = 10; break;
+      case 'm':
+      case 'M': shift = 20; break;
+      case 'g':
+      case 'G': shift = 30; break;
       default: return -1;
     }
     end++;
-    if (*end == 'i' && end[1] == 'B') end += 2; /* "64MiB" */
-    else if (*end == 'B') end++;               /* "64MB", same meaning here */
+    if (*end == 'i' && end[1] == 'B')
+      end += 2; /* "64MiB" */
+    else if (*end == 'B')
+      end++; /* "64MB", same meaning here */
     if (v > (UINT64_MAX >> shift)) return -1;
     v <<= shift;
   }
@@ -148,7 +153,7 @@ static int parse_i64(const char *s, int64_t *out) {
 }
 
 typedef struct {
-  const char *name;  /* "--port" */
+  const char *name; /* "--port" */
   int takes_value;
   const char **value; /* where the value (or "1" for a switch) goes */
 } flag_t;
@@ -314,8 +319,8 @@ static int cmd_serve(int argc, char **argv) {
                                          &opts.max_key_bytes)) != 0) {
     return rc;
   }
-  if (max_value_s && (rc = parse_size_flag("--max-value-bytes", max_value_s, 0,
-                                           (uint64_t)1 << 40, &opts.max_value_bytes)) != 0) {
+  if (max_value_s && (rc = parse_size_flag("--max-value-bytes", max_value_s, 0, (uint64_t)1 << 40,
+                                           &opts.max_value_bytes)) != 0) {
     return rc;
   }
   if (max_multi_s) {
@@ -327,8 +332,7 @@ static int cmd_serve(int argc, char **argv) {
   }
   if (max_conn_s) {
     if (parse_u64(max_conn_s, 0, 1, INT_MAX, &v) != 0) {
-      return usage_error("--max-connections: '%s' is not a number in 1..%d", max_conn_s,
-                         INT_MAX);
+      return usage_error("--max-connections: '%s' is not a number in 1..%d", max_conn_s, INT_MAX);
     }
     opts.max_connections = (size_t)v;
   }
@@ -385,8 +389,8 @@ static int cmd_serve(int argc, char **argv) {
   tdist_store_server_stats_t stats;
   memset(&stats, 0, sizeof stats);
   tdist_store_server_stats(server, &stats);
-  log_line("%s received, stopping (%" PRIu64 " requests, %" PRIu64 " connections served, %"
-           PRIu64 " open, %" PRIu64 " keys)",
+  log_line("%s received, stopping (%" PRIu64 " requests, %" PRIu64 " connections served, %" PRIu64
+           " open, %" PRIu64 " keys)",
            sig == SIGTERM ? "SIGTERM" : "SIGINT", stats.requests_total, stats.connections_total,
            stats.connections_open, stats.keys);
   tdist_store_server_destroy(server);
@@ -510,8 +514,7 @@ static int cmd_client(const char *cmd, client_op_t op, int argc, char **argv) {
   int64_t timeout_ms = DEFAULT_TIMEOUT_MS;
   if (timeout_s) {
     if (parse_u64(timeout_s, 0, 1, INT64_MAX / 1000000, &v) != 0) {
-      return usage_error("--timeout-ms: '%s' is not a positive number of milliseconds",
-                         timeout_s);
+      return usage_error("--timeout-ms: '%s' is not a positive number of milliseconds", timeout_s);
     }
     timeout_ms = (int64_t)v;
   }
@@ -543,8 +546,8 @@ static int cmd_client(const char *cmd, client_op_t op, int argc, char **argv) {
   tdist_store_t *s = NULL;
   tdist_status_t st = tdist_tcp_store_connect(&opts, &s);
   if (st != TDIST_OK) {
-    fprintf(stderr, "tdist-store: %s: cannot connect to %s:%d: %s: %s\n", cmd, opts.host,
-            opts.port, tdist_strerror(st), tdist_last_error());
+    fprintf(stderr, "tdist-store: %s: cannot connect to %s:%d: %s: %s\n", cmd, opts.host, opts.port,
+            tdist_strerror(st), tdist_last_error());
     free(stdin_value);
     return exit_for(st);
   }
@@ -577,8 +580,10 @@ static int cmd_client(const char *cmd, client_op_t op, int argc, char **argv) {
     case OP_ADD: {
       int64_t result = 0;
       st = tdist_store_add(s, pos[0], delta, &result);
-      if (st != TDIST_OK) rc = op_failed(cmd, s, st);
-      else printf("%" PRId64 "\n", result);
+      if (st != TDIST_OK)
+        rc = op_failed(cmd, s, st);
+      else
+        printf("%" PRId64 "\n", result);
       break;
     }
     case OP_WAIT:
@@ -588,15 +593,19 @@ static int cmd_client(const char *cmd, client_op_t op, int argc, char **argv) {
     case OP_DELETE: {
       int deleted = 0;
       st = tdist_store_delete_key(s, pos[0], &deleted);
-      if (st != TDIST_OK) rc = op_failed(cmd, s, st);
-      else printf("%d\n", deleted ? 1 : 0);
+      if (st != TDIST_OK)
+        rc = op_failed(cmd, s, st);
+      else
+        printf("%d\n", deleted ? 1 : 0);
       break;
     }
     case OP_NUM_KEYS: {
       int64_t n = 0;
       st = tdist_store_num_keys(s, &n);
-      if (st != TDIST_OK) rc = op_failed(cmd, s, st);
-      else printf("%" PRId64 "\n", n);
+      if (st != TDIST_OK)
+        rc = op_failed(cmd, s, st);
+      else
+        printf("%" PRId64 "\n", n);
       break;
     }
   }

@@ -15,15 +15,15 @@ static inline int cfg_str_eq_(const char *a, const char *b) {
 
 /* 1 if equal; else 0 with the first differing field named in why. */
 static inline int cfg_equal(const agent_cfg_t *a, const agent_cfg_t *b, char *why, size_t cap) {
-#define CFG_EQ_NUM_(f)                                     \
-  if (a->f != b->f) {                                      \
+#define CFG_EQ_NUM_(f)                                                        \
+  if (a->f != b->f) {                                                         \
     snprintf(why, cap, "%s: %.17g != %.17g", #f, (double)a->f, (double)b->f); \
-    return 0;                                              \
+    return 0;                                                                 \
   }
-#define CFG_EQ_STR_(f)                                                                   \
-  if (!cfg_str_eq_(a->f, b->f)) {                                                        \
+#define CFG_EQ_STR_(f)                                                                          \
+  if (!cfg_str_eq_(a->f, b->f)) {                                                               \
     snprintf(why, cap, "%s: '%s' != '%s'", #f, a->f ? a->f : "(null)", b->f ? b->f : "(null)"); \
-    return 0;                                                                            \
+    return 0;                                                                                   \
   }
   CFG_EQ_NUM_(nnodes_min)
   CFG_EQ_NUM_(nnodes_max)

@@ -96,13 +96,13 @@ static void same_dump(const char *want, const char **argv, const char **envp) {
   free(d);
 }
 
-#define EXPECT_ERR(argv, envp, msg)                              \
-  do {                                                           \
-    agent_cfg_t c_;                                              \
-    char e_[512];                                                \
+#define EXPECT_ERR(argv, envp, msg)                               \
+  do {                                                            \
+    agent_cfg_t c_;                                               \
+    char e_[512];                                                 \
     CHECK_EQ_INT(load(&c_, e_, (argv), (envp)), AGENT_CFG_ERROR); \
-    CHECK_STR(e_, (msg));                                        \
-    agent_cfg_free(&c_);                                         \
+    CHECK_STR(e_, (msg));                                         \
+    agent_cfg_free(&c_);                                          \
   } while (0)
 
 /* agent_cfg_load_yaml of `text` on defaults must fail with "<path><suffix>". */
@@ -160,14 +160,22 @@ typedef struct {
 } prec_t;
 
 static void value_of(const agent_cfg_t *c, const char *flag, char *out, size_t cap) {
-  if (!strcmp(flag, "max-restarts")) snprintf(out, cap, "%d", c->max_restarts);
-  else if (!strcmp(flag, "master-port")) snprintf(out, cap, "%d", c->master_port);
-  else if (!strcmp(flag, "nproc-per-node")) snprintf(out, cap, "%d", c->nproc_per_node);
-  else if (!strcmp(flag, "role")) snprintf(out, cap, "%s", c->role);
-  else if (!strcmp(flag, "run-id")) snprintf(out, cap, "%s", c->run_id);
-  else if (!strcmp(flag, "rdzv-timeout")) snprintf(out, cap, "%.17g", c->rdzv_timeout_s);
-  else if (!strcmp(flag, "omp-num-threads")) snprintf(out, cap, "%d", c->omp_num_threads);
-  else CHECK(!"unknown flag in value_of");
+  if (!strcmp(flag, "max-restarts"))
+    snprintf(out, cap, "%d", c->max_restarts);
+  else if (!strcmp(flag, "master-port"))
+    snprintf(out, cap, "%d", c->master_port);
+  else if (!strcmp(flag, "nproc-per-node"))
+    snprintf(out, cap, "%d", c->nproc_per_node);
+  else if (!strcmp(flag, "role"))
+    snprintf(out, cap, "%s", c->role);
+  else if (!strcmp(flag, "run-id"))
+    snprintf(out, cap, "%s", c->run_id);
+  else if (!strcmp(flag, "rdzv-timeout"))
+    snprintf(out, cap, "%.17g", c->rdzv_timeout_s);
+  else if (!strcmp(flag, "omp-num-threads"))
+    snprintf(out, cap, "%d", c->omp_num_threads);
+  else
+    CHECK(!"unknown flag in value_of");
 }
 
 static void random_value(const prec_t *p, char *text, char *expect, size_t cap) {
@@ -204,8 +212,8 @@ static void test_precedence(void) {
   for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
     const prec_t *p = &keys[k];
     for (int mask = 0; mask < 8; mask++) {
-      char yv[64], ye[64], ev[64], ee[64], fv[64], fe[64], def[64], got[64], line[160],
-          envs[160], flag[160], cfgflag[700], err[512];
+      char yv[64], ye[64], ev[64], ee[64], fv[64], fe[64], def[64], got[64], line[160], envs[160],
+          flag[160], cfgflag[700], err[512];
       agent_cfg_t c;
       random_value(p, yv, ye, sizeof yv);
       random_value(p, ev, ee, sizeof ev);
@@ -239,8 +247,7 @@ static void test_env_names(void) {
   CHECK_EQ_INT(load(&c, err, ARGS("x"),
                     ENVS("PET_NNODES=3", "TDIST_NNODES=2:5", "PET_NPROC_PER_NODE=7",
                          "TDIST_NPROC_PER_NODE=", "MASTER_ADDR=plain", "PET_MASTER_ADDR=pet",
-                         "MASTER_PORT=23456", "PET_MAX_RESTARTS=", "TDIST_ROLE=r1",
-                         "PET_ROLE=r2")),
+                         "MASTER_PORT=23456", "PET_MAX_RESTARTS=", "TDIST_ROLE=r1", "PET_ROLE=r2")),
                AGENT_CFG_OK);
   CHECK(c.nnodes_min == 2 && c.nnodes_max == 5 && c.nproc_per_node == 7 && c.max_restarts == 0);
   CHECK_STR(c.master_addr, "pet");
@@ -349,16 +356,14 @@ static void test_every_flag(void) {
     CHECK(strstr(usage, dash) && strstr(usage, env) && strstr(usage, key));
   }
   free(def);
-  for (const char *const *s = (const char *const[]){"--standalone", "--check-config", "--config",
-                                                    "--help", "-h", "--version", "TDIST_CONFIG",
-                                                    "PET_STANDALONE", "TDIST_CHECK_CONFIG",
-                                                    "MASTER_ADDR (lowest)", "\n  64 ",
-                                                    "\n  69 ", "\n  70 ", "\n  71 ", "128+N",
-                                                    NULL};
+  for (const char *const *s =
+           (const char *const[]){"--standalone", "--check-config", "--config", "--help", "-h",
+                                 "--version", "TDIST_CONFIG", "PET_STANDALONE",
+                                 "TDIST_CHECK_CONFIG", "MASTER_ADDR (lowest)", "\n  64 ", "\n  69 ",
+                                 "\n  70 ", "\n  71 ", "128+N", NULL};
        *s; s++)
     CHECK(strstr(usage, *s) != NULL);
 }
-
 
 static void check_cmd(const agent_cfg_t *c, const char **want) {
   size_t n = 0;
@@ -377,10 +382,10 @@ static void test_command(void) {
   check_cmd(&c, ARGS("python", "--nnodes", "3", "--") + 1);
   agent_cfg_free(&c);
   /* torchrun style: the first argument that is not an option starts the command */
-  CHECK_EQ_INT(load(&c, err, ARGS("--nproc-per-node", "2", "--standalone", "train.py", "--lr",
-                                  "1", "--help"),
-                    NOENV),
-               AGENT_CFG_OK);
+  CHECK_EQ_INT(
+      load(&c, err,
+           ARGS("--nproc-per-node", "2", "--standalone", "train.py", "--lr", "1", "--help"), NOENV),
+      AGENT_CFG_OK);
   CHECK_EQ_INT(c.nproc_per_node, 2);
   check_cmd(&c, ARGS("train.py", "--lr", "1", "--help") + 1);
   agent_cfg_free(&c);
@@ -416,8 +421,7 @@ static void test_help_version(void) {
   agent_cfg_free(&c);
   CHECK_EQ_INT(load(&c, err, ARGS("--nnodes=bad", "--bogus", "--help"), NOENV), AGENT_CFG_HELP);
   agent_cfg_free(&c);
-  CHECK_EQ_INT(load(&c, err, ARGS("--version", "--config=/nonexistent"), NOENV),
-               AGENT_CFG_VERSION);
+  CHECK_EQ_INT(load(&c, err, ARGS("--version", "--config=/nonexistent"), NOENV), AGENT_CFG_VERSION);
   agent_cfg_free(&c);
   CHECK_EQ_INT(load(&c, err, ARGS("x", "--help"), NOENV), AGENT_CFG_OK); /* part of the command */
   agent_cfg_free(&c);
@@ -458,10 +462,8 @@ static void test_flag_env_errors(void) {
              "--node-rank: ' 1' is not an integer (expected 0..65535)");
   EXPECT_ERR(ARGS("--http-port=-2", "x"), NOENV, "--http-port: '-2' is out of range -1..65535");
   EXPECT_ERR(ARGS("x"), ENVS("PET_NNODES=2:1"), "env PET_NNODES: '2:1': MIN must be <= MAX");
-  EXPECT_ERR(ARGS("x"), ENVS("TDIST_NNODES=0"),
-             "env TDIST_NNODES: '0' is out of range 1..65536");
-  EXPECT_ERR(ARGS("--nnodes", "1:", "x"), NOENV,
-             "--nnodes: '1:' is not N or MIN:MAX (1..65536)");
+  EXPECT_ERR(ARGS("x"), ENVS("TDIST_NNODES=0"), "env TDIST_NNODES: '0' is out of range 1..65536");
+  EXPECT_ERR(ARGS("--nnodes", "1:", "x"), NOENV, "--nnodes: '1:' is not N or MIN:MAX (1..65536)");
   EXPECT_ERR(ARGS("--monitor-interval", "fast", "x"), NOENV,
              "--monitor-interval: 'fast' is not a duration (seconds such as 30 or 0.5, or with a "
              "unit: 100ms, 30s, 5m, 1h)");
@@ -536,7 +538,7 @@ static void test_standalone(void) {
   CHECK_EQ_INT(strlen(c.run_id), 36);
   for (int i = 0; i < 36; i++)
     CHECK((i == 8 || i == 13 || i == 18 || i == 23) ? c.run_id[i] == '-'
-                                                     : isxdigit((unsigned char)c.run_id[i]));
+                                                    : isxdigit((unsigned char)c.run_id[i]));
   CHECK(c.run_id[14] == '4' && strchr("89ab", c.run_id[19]));
   char first[40];
   snprintf(first, sizeof first, "%s", c.run_id);
@@ -665,15 +667,21 @@ static void test_yaml_values(void) {
   CHECK_STR(c.env[2].value, "10");
   check_cmd(&c, ARGS("python", "train.py") + 1);
   /* nulls on top of set values unset them; a later file replaces env and command */
-  p = yaml_file("node_rank: null\nmaster_addr:\ndiscovery: {job_name: NULL}\nenv: {}\n"
-                "command: []\nnnodes: 5\n");
+  p = yaml_file(
+      "node_rank: null\nmaster_addr:\ndiscovery: {job_name: NULL}\nenv: {}\n"
+      "command: []\nnnodes: 5\n");
   CHECK_EQ_INT(agent_cfg_load_yaml(&c, p, err, sizeof err), 0);
   CHECK(c.node_rank == -1 && c.master_addr == NULL && c.job_name == NULL && c.nenv == 0);
   CHECK(c.ncmd == 0 && c.cmd == NULL && c.nnodes_min == 5 && c.nnodes_max == 5);
   agent_cfg_free(&c);
   /* no settings: empty, comments only, an empty document, a null document, CRLF, BOM */
-  static const char *const empty[] = {"", "# nothing\n", "---\n", "~\n", "---\n...\n",
-                                      "role: a\r\nrdzv_id: b\r\n", "\xef\xbb\xbfrole: a\n"};
+  static const char *const empty[] = {"",
+                                      "# nothing\n",
+                                      "---\n",
+                                      "~\n",
+                                      "---\n...\n",
+                                      "role: a\r\nrdzv_id: b\r\n",
+                                      "\xef\xbb\xbfrole: a\n"};
   for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++) {
     agent_cfg_defaults(&c);
     CHECK_EQ_INT(agent_cfg_load_yaml(&c, yaml_file(empty[i]), err, sizeof err), 0);
@@ -702,17 +710,23 @@ static void test_yaml_values(void) {
 }
 
 static void test_yaml_errors(void) {
-  YAML_ERR("role: b: c\n", ":1:8: YAML syntax error: mapping values are not allowed in this context");
-  YAML_ERR("{", ":2:1: YAML syntax error: did not find expected node content (while parsing a "
-                "flow node at line 2, column 1)");
-  YAML_ERR("role: x\n\t- a\n", ":2:1: YAML syntax error: found a tab character that violates "
-                               "indentation (while scanning a plain scalar at line 1, column 7)");
-  YAML_ERR("\t- a\n", ":1:1: YAML syntax error: found character that cannot start any token "
-                      "(while scanning for the next token at line 1, column 1)");
-  YAML_ERR("role: \"abc\n", ":2:1: YAML syntax error: found unexpected end of stream (while "
-                            "scanning a quoted scalar at line 1, column 7)");
-  YAML_ERR("role: x\nrole: \xff\n", ":2:7: YAML: invalid leading UTF-8 octet (0xFF); the file "
-                                    "must be UTF-8 text");
+  YAML_ERR("role: b: c\n",
+           ":1:8: YAML syntax error: mapping values are not allowed in this context");
+  YAML_ERR("{",
+           ":2:1: YAML syntax error: did not find expected node content (while parsing a "
+           "flow node at line 2, column 1)");
+  YAML_ERR("role: x\n\t- a\n",
+           ":2:1: YAML syntax error: found a tab character that violates "
+           "indentation (while scanning a plain scalar at line 1, column 7)");
+  YAML_ERR("\t- a\n",
+           ":1:1: YAML syntax error: found character that cannot start any token "
+           "(while scanning for the next token at line 1, column 1)");
+  YAML_ERR("role: \"abc\n",
+           ":2:1: YAML syntax error: found unexpected end of stream (while "
+           "scanning a quoted scalar at line 1, column 7)");
+  YAML_ERR("role: x\nrole: \xff\n",
+           ":2:7: YAML: invalid leading UTF-8 octet (0xFF); the file "
+           "must be UTF-8 text");
   YAML_ERR("nproc_per_node: 2\nnprocs: 3\n",
            ":2:1: unknown key 'nprocs' (tdist-agent --help lists the YAML keys)");
   YAML_ERR("scheme: jobset\n", ":1:1: unknown key 'scheme': it belongs under discovery:");
@@ -740,13 +754,15 @@ static void test_yaml_errors(void) {
   YAML_ERR("role:\n", ":1:6: role: a value is required (NAME)");
   YAML_ERR("role: \"a\\0b\"\n", ":1:7: role: the value contains a NUL character");
   YAML_ERR("env:\n  A: 1\n  A: 2\n", ":3:3: env: duplicate variable 'A'");
-  YAML_ERR("env:\n  1A: x\n", ":2:3: env: '1A' is not a variable name (letters, digits and _, "
-                              "not starting with a digit, at most 256)");
+  YAML_ERR("env:\n  1A: x\n",
+           ":2:3: env: '1A' is not a variable name (letters, digits and _, "
+           "not starting with a digit, at most 256)");
   YAML_ERR("env:\n  A: [1]\n", ":2:6: env.A: expected a string, found a list");
   YAML_ERR("env:\n  A:\n", ":2:5: env.A: a value is required (write \"\" for an empty one)");
   YAML_ERR("env: [A]\n", ":1:6: env: expected a mapping of NAME: value, found a list");
-  YAML_ERR("command: python train.py\n", ":1:10: command: expected a list of strings such as "
-                                         "[python, train.py], found a single value");
+  YAML_ERR("command: python train.py\n",
+           ":1:10: command: expected a list of strings such as "
+           "[python, train.py], found a single value");
   YAML_ERR("command:\n  - python\n  - {a: b}\n",
            ":3:5: command[1]: expected a string, found a mapping");
   YAML_ERR("command: [a, ~]\n",
@@ -760,7 +776,8 @@ static void test_yaml_errors(void) {
   YAML_ERR("hello\n",
            ":1:1: the top level must be a mapping of settings (key: value), found a single value");
   YAML_ERR("? [a]\n: b\n", ":1:3: keys must be names, found a list");
-  YAML_ERR("discovery:\n  ? {a: 1}\n  : b\n", ":2:5: discovery: keys must be names, found a mapping");
+  YAML_ERR("discovery:\n  ? {a: 1}\n  : b\n",
+           ":2:5: discovery: keys must be names, found a mapping");
 
   agent_cfg_t c;
   char err[512], want[2048];
@@ -815,31 +832,72 @@ static void round_trip(const agent_cfg_t *c, const char *what) {
 }
 
 static void test_dump_round_trip(void) {
-  static const char *const tricky[] = {
-      "multi\nline", "tab\there", "quote\"back\\slash", "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac "
-      "\xf0\x9f\x98\x80", "\x01\x1f\x7f ctrl", "#not a comment", ": colon", "- dash", "",
-      "  leading", "trailing  ", "null", "~", "true", "123", "'single'", "\xc2\x85nel",
-      "\xe2\x80\xa8ls", "\xef\xbb\xbf" "bom", "\xef\xbf\xbe", "{a: b}", "[x]", "*alias", "&a",
-      "!tag", "%percent", "@at", "`tick", "a\r\nb"};
+  static const char *const tricky[] = {"multi\nline",
+                                       "tab\there",
+                                       "quote\"back\\slash",
+                                       "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac "
+                                       "\xf0\x9f\x98\x80",
+                                       "\x01\x1f\x7f ctrl",
+                                       "#not a comment",
+                                       ": colon",
+                                       "- dash",
+                                       "",
+                                       "  leading",
+                                       "trailing  ",
+                                       "null",
+                                       "~",
+                                       "true",
+                                       "123",
+                                       "'single'",
+                                       "\xc2\x85nel",
+                                       "\xe2\x80\xa8ls",
+                                       "\xef\xbb\xbf"
+                                       "bom",
+                                       "\xef\xbf\xbe",
+                                       "{a: b}",
+                                       "[x]",
+                                       "*alias",
+                                       "&a",
+                                       "!tag",
+                                       "%percent",
+                                       "@at",
+                                       "`tick",
+                                       "a\r\nb"};
   agent_cfg_t c;
   char err[512];
   const size_t n = sizeof tricky / sizeof tricky[0];
-  const char *argv[64] = {"tdist-agent", "--nnodes", "2:7", "--monitor-interval", "1ms",
-                          "--rdzv-timeout", "10000000", "--last-call", "1234.567",
-                          "--stop-grace-period", "0", "--master-template", "{job}.\xc3\xa9.",
-                          "--http-host", "", "--log-dir", "/tmp/\xe2\x82\xac dir", "--"};
+  const char *argv[64] = {"tdist-agent",
+                          "--nnodes",
+                          "2:7",
+                          "--monitor-interval",
+                          "1ms",
+                          "--rdzv-timeout",
+                          "10000000",
+                          "--last-call",
+                          "1234.567",
+                          "--stop-grace-period",
+                          "0",
+                          "--master-template",
+                          "{job}.\xc3\xa9.",
+                          "--http-host",
+                          "",
+                          "--log-dir",
+                          "/tmp/\xe2\x82\xac dir",
+                          "--"};
   size_t argc = 18;
   for (size_t i = 0; i < n; i++) argv[argc++] = tricky[i];
   argv[argc] = NULL;
   CHECK_EQ_INT(load(&c, err, argv, NOENV), AGENT_CFG_OK);
   /* env values can only come from YAML: add them with every escape form */
-  const char *p = yaml_file("env:\n  A: \"multi\\nline\\ttab \\\"q\\\" \\\\ \\x01\\u00e9\\U0001F600\"\n"
-                            "  B: ''\n  C: 'it''s'\n  D: \"\\N\\_\\L\\P\\e\\a\\b\\v\\f\\r\\0x\"\n"
-                            "  E: \"#x\"\n");
+  const char *p = yaml_file(
+      "env:\n  A: \"multi\\nline\\ttab \\\"q\\\" \\\\ \\x01\\u00e9\\U0001F600\"\n"
+      "  B: ''\n  C: 'it''s'\n  D: \"\\N\\_\\L\\P\\e\\a\\b\\v\\f\\r\\0x\"\n"
+      "  E: \"#x\"\n");
   CHECK_EQ_INT(agent_cfg_load_yaml(&c, p, err, sizeof err), -1); /* D has \0 */
   CHECK(strstr(err, ":5:6: env.D: the value contains a NUL character") != NULL);
-  p = yaml_file("env:\n  A: \"multi\\nline\\ttab \\\"q\\\" \\\\ \\x01\\u00e9\\U0001F600\"\n"
-                "  B: ''\n  C: 'it''s'\n  D: \"\\N\\_\\L\\P\\e\\a\\b\\v\\f\\r\"\n  E: \"#x\"\n");
+  p = yaml_file(
+      "env:\n  A: \"multi\\nline\\ttab \\\"q\\\" \\\\ \\x01\\u00e9\\U0001F600\"\n"
+      "  B: ''\n  C: 'it''s'\n  D: \"\\N\\_\\L\\P\\e\\a\\b\\v\\f\\r\"\n  E: \"#x\"\n");
   CHECK_EQ_INT(agent_cfg_load_yaml(&c, p, err, sizeof err), 0);
   CHECK_EQ_INT(c.nenv, 5);
   CHECK_STR(c.env[0].value, "multi\nline\ttab \"q\" \\ \x01\xc3\xa9\xf0\x9f\x98\x80");
@@ -847,13 +905,20 @@ static void test_dump_round_trip(void) {
   round_trip(&c, "tricky strings");
   agent_cfg_free(&c);
   /* a command argument that is not UTF-8 is written as \xNN and still loads */
-  CHECK_EQ_INT(load(&c, err, ARGS("--", "a\xff" "b"), NOENV), AGENT_CFG_OK);
+  CHECK_EQ_INT(load(&c, err,
+                    ARGS("--",
+                         "a\xff"
+                         "b"),
+                    NOENV),
+               AGENT_CFG_OK);
   char *d = dump(&c);
   CHECK(strstr(d, "\"a\\xFFb\"") != NULL);
   agent_cfg_t back;
   agent_cfg_defaults(&back);
   CHECK_EQ_INT(agent_cfg_load_yaml(&back, write_file("d.yaml", d, strlen(d)), err, 512), 0);
-  CHECK_STR(back.cmd[0], "a\xc3\xbf" "b");
+  CHECK_STR(back.cmd[0],
+            "a\xc3\xbf"
+            "b");
   free(d);
   agent_cfg_free(&back);
   agent_cfg_free(&c);
@@ -885,8 +950,10 @@ static void random_utf8(char *out, size_t cap) {
       default: cp = 0x10000 + (uint32_t)below(0x100000); break;
     }
     if (cp >= 0xd800 && cp <= 0xdfff) cp = 'x';
-    if (cp < 0x80) out[n++] = (char)cp;
-    else if (cp < 0x800) out[n++] = (char)(0xc0 | cp >> 6), out[n++] = (char)(0x80 | (cp & 0x3f));
+    if (cp < 0x80)
+      out[n++] = (char)cp;
+    else if (cp < 0x800)
+      out[n++] = (char)(0xc0 | cp >> 6), out[n++] = (char)(0x80 | (cp & 0x3f));
     else if (cp < 0x10000)
       out[n++] = (char)(0xe0 | cp >> 12), out[n++] = (char)(0x80 | ((cp >> 6) & 0x3f)),
       out[n++] = (char)(0x80 | (cp & 0x3f));
@@ -901,21 +968,36 @@ static void random_utf8(char *out, size_t cap) {
  * command and random env pairs written in YAML with \U escapes. */
 static void test_random_round_trips(void) {
   static const char *const flags[][4] = {
-      {"--nnodes", "1", "3:9", "65536"},          {"--nproc-per-node", "1", "17", "4096"},
-      {"--node-rank", "0", "0", "0"},              {"--master-addr", "h", "10.0.0.1", "::1"},
-      {"--master-port", "1", "2", "65535"},        {"--run-id", "a", "B.c:d-e_f", "0"},
-      {"--max-restarts", "0", "9", "1000000"},     {"--monitor-interval", "1ms", "0.25", "3m"},
-      {"--role", "r", "x.y", "Z"},                 {"--backend", "nccl", "gloo", "nccl"},
-      {"--rdzv-timeout", "2h", "1.001", "99"},     {"--heartbeat-interval", "0.1", "1", "3"},
-      {"--heartbeat-timeout", "4", "60", "1h"},    {"--stop-grace-period", "0", "1s", "0.003"},
-      {"--scheme", "volcano", "jobset", "kubeflow"}, {"--master-template", "{job}", "a.", "{x}"},
-      {"--job-name", "j", "k", "l"},              {"--service", "s", "t", "u"},
-      {"--namespace", "n", "o", "p"},              {"--cluster-domain", "d", "e", "f"},
-      {"--replicated-job", "r", "s", "t"},         {"--task", "t", "u", "v"},
-      {"--http-host", "", "0.0.0.0", "::"},        {"--http-port", "-1", "0", "65535"},
-      {"--http-port-file", "/p", "q", "/r s"},     {"--log-dir", "/l", "m", "/n o"},
-      {"--omp-num-threads", "0", "1", "65536"},    {"--log-format", "json", "text", "json"},
-      {"--standalone", NULL, NULL, NULL},         {"--last-call", "0", "1", "5"},
+      {"--nnodes", "1", "3:9", "65536"},
+      {"--nproc-per-node", "1", "17", "4096"},
+      {"--node-rank", "0", "0", "0"},
+      {"--master-addr", "h", "10.0.0.1", "::1"},
+      {"--master-port", "1", "2", "65535"},
+      {"--run-id", "a", "B.c:d-e_f", "0"},
+      {"--max-restarts", "0", "9", "1000000"},
+      {"--monitor-interval", "1ms", "0.25", "3m"},
+      {"--role", "r", "x.y", "Z"},
+      {"--backend", "nccl", "gloo", "nccl"},
+      {"--rdzv-timeout", "2h", "1.001", "99"},
+      {"--heartbeat-interval", "0.1", "1", "3"},
+      {"--heartbeat-timeout", "4", "60", "1h"},
+      {"--stop-grace-period", "0", "1s", "0.003"},
+      {"--scheme", "volcano", "jobset", "kubeflow"},
+      {"--master-template", "{job}", "a.", "{x}"},
+      {"--job-name", "j", "k", "l"},
+      {"--service", "s", "t", "u"},
+      {"--namespace", "n", "o", "p"},
+      {"--cluster-domain", "d", "e", "f"},
+      {"--replicated-job", "r", "s", "t"},
+      {"--task", "t", "u", "v"},
+      {"--http-host", "", "0.0.0.0", "::"},
+      {"--http-port", "-1", "0", "65535"},
+      {"--http-port-file", "/p", "q", "/r s"},
+      {"--log-dir", "/l", "m", "/n o"},
+      {"--omp-num-threads", "0", "1", "65536"},
+      {"--log-format", "json", "text", "json"},
+      {"--standalone", NULL, NULL, NULL},
+      {"--last-call", "0", "1", "5"},
   };
   const size_t nflags = sizeof flags / sizeof flags[0];
   int loaded = 0;
@@ -1018,8 +1100,7 @@ static void test_random_inputs(void) {
     }
     robust_one(buf, len);
   }
-  TEST_LOG("random inputs: %d in %.1f s (%d loaded, %d rejected)", done, now_s() - t0, g_ok,
-           g_err);
+  TEST_LOG("random inputs: %d in %.1f s (%d loaded, %d rejected)", done, now_s() - t0, g_ok, g_err);
   CHECK(g_ok > 0 && g_err > 0);
 }
 
@@ -1028,7 +1109,8 @@ int main(void) {
   snprintf(g_dir, sizeof g_dir, "%s/config_test.XXXXXX", tmp && *tmp ? tmp : "/tmp");
   CHECK(mkdtemp(g_dir) != NULL);
   const char *seed = getenv("TDIST_TEST_SEED");
-  g_rng.s = seed ? strtoull(seed, NULL, 0) : (uint64_t)time(NULL) * 2654435761u + (uint64_t)getpid();
+  g_rng.s =
+      seed ? strtoull(seed, NULL, 0) : (uint64_t)time(NULL) * 2654435761u + (uint64_t)getpid();
   if (g_rng.s == 0) g_rng.s = 1;
   TEST_LOG("seed: TDIST_TEST_SEED=%llu", (unsigned long long)g_rng.s);
   test_defaults();

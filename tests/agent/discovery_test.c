@@ -22,23 +22,23 @@
 
 #define SA_NAMESPACE_FILE "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
-#define CHECK_STR(a, b)                                                                       \
-  do {                                                                                        \
-    const char *sa_ = (a), *sb_ = (b);                                                        \
-    if (strcmp(sa_, sb_) != 0) {                                                              \
-      fprintf(stderr, "%s:%d: CHECK_STR failed: %s = \"%s\", %s = \"%s\"\n", __FILE__,        \
-              __LINE__, #a, sa_, #b, sb_);                                                    \
-      exit(1);                                                                                \
-    }                                                                                         \
+#define CHECK_STR(a, b)                                                                          \
+  do {                                                                                           \
+    const char *sa_ = (a), *sb_ = (b);                                                           \
+    if (strcmp(sa_, sb_) != 0) {                                                                 \
+      fprintf(stderr, "%s:%d: CHECK_STR failed: %s = \"%s\", %s = \"%s\"\n", __FILE__, __LINE__, \
+              #a, sa_, #b, sb_);                                                                 \
+      exit(1);                                                                                   \
+    }                                                                                            \
   } while (0)
-#define CHECK_HAS(s, sub)                                                                     \
-  do {                                                                                        \
-    const char *s_ = (s), *sub_ = (sub);                                                      \
-    if (strstr(s_, sub_) == NULL) {                                                           \
-      fprintf(stderr, "%s:%d: CHECK_HAS failed: \"%s\" does not contain \"%s\"\n", __FILE__,  \
-              __LINE__, s_, sub_);                                                            \
-      exit(1);                                                                                \
-    }                                                                                         \
+#define CHECK_HAS(s, sub)                                                                    \
+  do {                                                                                       \
+    const char *s_ = (s), *sub_ = (sub);                                                     \
+    if (strstr(s_, sub_) == NULL) {                                                          \
+      fprintf(stderr, "%s:%d: CHECK_HAS failed: \"%s\" does not contain \"%s\"\n", __FILE__, \
+              __LINE__, s_, sub_);                                                           \
+      exit(1);                                                                               \
+    }                                                                                        \
   } while (0)
 
 static uint64_t rng = 0xd15c0e77ULL;
@@ -174,34 +174,39 @@ static void expect_rc(const char *content, int rc, const char *ns, const char *d
 
 static void test_resolv_conf(void) {
   /* What kubelet writes for a ClusterFirst pod. */
-  expect_rc("search ns1.svc.cluster.local svc.cluster.local cluster.local\n"
-            "nameserver 10.96.0.10\noptions ndots:5\n",
-            0, "ns1", "cluster.local");
+  expect_rc(
+      "search ns1.svc.cluster.local svc.cluster.local cluster.local\n"
+      "nameserver 10.96.0.10\noptions ndots:5\n",
+      0, "ns1", "cluster.local");
   /* A custom cluster domain and host search domains appended by the node. */
-  expect_rc("nameserver 10.0.0.10\nsearch team-a.svc.corp.example svc.corp.example corp.example "
-            "us-east-1.compute.internal\noptions ndots:5\n",
-            0, "team-a", "corp.example");
+  expect_rc(
+      "nameserver 10.0.0.10\nsearch team-a.svc.corp.example svc.corp.example corp.example "
+      "us-east-1.compute.internal\noptions ndots:5\n",
+      0, "team-a", "corp.example");
   /* Not Kubernetes: neither is derivable. */
   expect_rc("search example.com lan\nnameserver 1.1.1.1\n", 0, "", "");
   expect_rc("nameserver 1.1.1.1\noptions edns0\n", 0, "", "");
   expect_rc("", 0, "", "");
   /* Several search lines: the last wins, like glibc; a "domain" line counts as one too. */
-  expect_rc("search old.svc.cluster.local svc.cluster.local cluster.local\nnameserver 1.1.1.1\n"
-            "search new.svc.c2.local svc.c2.local c2.local\n",
-            0, "new", "c2.local");
-  expect_rc("search ns1.svc.cluster.local svc.cluster.local cluster.local\ndomain example.com\n",
-            0, "", "");
+  expect_rc(
+      "search old.svc.cluster.local svc.cluster.local cluster.local\nnameserver 1.1.1.1\n"
+      "search new.svc.c2.local svc.c2.local c2.local\n",
+      0, "new", "c2.local");
+  expect_rc("search ns1.svc.cluster.local svc.cluster.local cluster.local\ndomain example.com\n", 0,
+            "", "");
   expect_rc("domain svc.corp.example\n", 0, "", "corp.example");
   expect_rc("search ns1.svc.cluster.local svc.cluster.local\nsearch \n", 0, "", "");
   expect_rc("search ns1.svc.cluster.local svc.cluster.local\nsearch\n", 0, "ns1", "cluster.local");
   /* Comments, tabs, CRLF, trailing dots, upper case; "searchx" is no keyword (glibc). */
-  expect_rc("# search c.svc.cluster.local svc.cluster.local\n; search d.svc.x svc.x\n"
-            "search\tNs2.svc.Cluster.Local.  svc.cluster.local.\r\nsearchx a.svc.b svc.b\n",
-            0, "ns2", "cluster.local");
+  expect_rc(
+      "# search c.svc.cluster.local svc.cluster.local\n; search d.svc.x svc.x\n"
+      "search\tNs2.svc.Cluster.Local.  svc.cluster.local.\r\nsearchx a.svc.b svc.b\n",
+      0, "ns2", "cluster.local");
   /* Only "<ns>.svc.<domain>": both come from it. Only "svc.<domain>": just the domain. */
   expect_rc("search ns3.svc.k8s.test\n", 0, "ns3", "k8s.test");
   expect_rc("search svc.k8s.test k8s.test\n", 0, "", "k8s.test");
-  /* The namespace entry must agree with the svc.<domain> entry; deeper prefixes are no namespace. */
+  /* The namespace entry must agree with the svc.<domain> entry; deeper prefixes are no namespace.
+   */
   expect_rc("search other.svc.x.test svc.k8s.test a.b.svc.k8s.test ns4.svc.k8s.test\n", 0, "ns4",
             "k8s.test");
   expect_rc("search .svc.k8s.test svc. svc..x\n", 0, "", "");
@@ -248,13 +253,13 @@ static void expect_name(const agent_cfg_t *cfg, char **envp, const char *host, c
   }
 }
 
-static void expect_name_err(const agent_cfg_t *cfg, char **envp, const char *host,
-                            const char *rc, const char *sub1, const char *sub2) {
+static void expect_name_err(const agent_cfg_t *cfg, char **envp, const char *host, const char *rc,
+                            const char *sub1, const char *sub2) {
   char out[300] = "junk", err[512] = "";
   int r = agent_master_name(cfg, envp, host, rc, out, sizeof out, err, sizeof err);
   if (r != -1 || out[0] != 0 || strstr(err, sub1) == NULL || (sub2 && strstr(err, sub2) == NULL)) {
-    fprintf(stderr, "master name: got %d '%s' err '%s', want an error with '%s' and '%s'\n", r,
-            out, err, sub1, sub2 ? sub2 : "");
+    fprintf(stderr, "master name: got %d '%s' err '%s', want an error with '%s' and '%s'\n", r, out,
+            err, sub1, sub2 ? sub2 : "");
     exit(1);
   }
 }
@@ -377,8 +382,7 @@ static void test_master_name(void) {
   cfg_init(&cfg);
   cfg.job_name = "j";
   cfg.namespace_ = "My_NS";
-  expect_name_err(&cfg, env_ns, "h-0", k8s_rc, "namespace 'My_NS' (from --namespace)",
-                  "DNS label");
+  expect_name_err(&cfg, env_ns, "h-0", k8s_rc, "namespace 'My_NS' (from --namespace)", "DNS label");
   cfg.namespace_ = NULL;
   char *env_bad_ns[] = {"POD_NAMESPACE=bad.ns", NULL};
   expect_name_err(&cfg, env_bad_ns, "h-0", k8s_rc, "'bad.ns' (from env POD_NAMESPACE)", NULL);
@@ -390,8 +394,7 @@ static void test_master_name(void) {
   expect_name_err(&cfg, env_ns, "h-0", k8s_rc, "service 'Svc' (from --service)", NULL);
   cfg.service = NULL;
   cfg.cluster_domain = "cluster..local";
-  expect_name_err(&cfg, env_ns, "h-0", k8s_rc, "cluster domain 'cluster..local'",
-                  "empty label");
+  expect_name_err(&cfg, env_ns, "h-0", k8s_rc, "cluster domain 'cluster..local'", "empty label");
   cfg.cluster_domain = NULL;
   cfg.scheme = AGENT_SCHEME_JOBSET;
   cfg.replicated_job = "Node";
@@ -414,8 +417,7 @@ static void test_master_name(void) {
   /* The output buffer is checked. */
   cfg.job_name = "j";
   char small[8], err[256];
-  CHECK_EQ_INT(agent_master_name(&cfg, env_ns, "h-0", k8s_rc, small, sizeof small, err,
-                                 sizeof err),
+  CHECK_EQ_INT(agent_master_name(&cfg, env_ns, "h-0", k8s_rc, small, sizeof small, err, sizeof err),
                -1);
   CHECK_STR(small, "");
 
@@ -442,8 +444,10 @@ static void test_master_name(void) {
     char envns[80];
     snprintf(envns, sizeof envns, "POD_NAMESPACE=%s", ns);
     char *envp[] = {"X=1", envns, NULL};
-    if (!from_env) cfg.namespace_ = ns;
-    else if (sa_file_exists()) continue;
+    if (!from_env)
+      cfg.namespace_ = ns;
+    else if (sa_file_exists())
+      continue;
     char rcbuf[300];
     snprintf(rcbuf, sizeof rcbuf, "search zz.svc.%s svc.%s %s\n", dom, dom, dom);
     const char *rc = resolv(rcbuf);
@@ -569,8 +573,8 @@ static void test_resolve(void) {
   r = agent_resolve("127.0.0.1", port, 1, t0 + 20000, cancel_cb, &c, ip, sizeof ip, &st, err,
                     sizeof err);
   took = now_ms() - t0;
-  TEST_LOG("cancelled: %s (%d polls, max gap %lld ms, %lld ms)", err, c.calls,
-           (long long)c.max_gap, (long long)took);
+  TEST_LOG("cancelled: %s (%d polls, max gap %lld ms, %lld ms)", err, c.calls, (long long)c.max_gap,
+           (long long)took);
   CHECK_EQ_INT(r, -2);
   CHECK_HAS(err, "cancelled");
   CHECK(took >= 700 && took < 1500);
@@ -586,19 +590,19 @@ static void test_resolve(void) {
   close(rfd);
 
   /* Argument errors and an address that does not fit. */
-  CHECK_EQ_INT(agent_resolve("", 1, 0, now_ms() + 100, NULL, NULL, ip, sizeof ip, NULL, err,
-                             sizeof err),
-               -1);
-  CHECK_EQ_INT(agent_resolve("127.0.0.1", 70000, 0, now_ms() + 100, NULL, NULL, ip, sizeof ip,
-                             NULL, err, sizeof err),
+  CHECK_EQ_INT(
+      agent_resolve("", 1, 0, now_ms() + 100, NULL, NULL, ip, sizeof ip, NULL, err, sizeof err),
+      -1);
+  CHECK_EQ_INT(agent_resolve("127.0.0.1", 70000, 0, now_ms() + 100, NULL, NULL, ip, sizeof ip, NULL,
+                             err, sizeof err),
                -1);
   CHECK_HAS(err, "70000");
   CHECK_EQ_INT(agent_resolve("127.0.0.1", 0, 1, now_ms() + 100, NULL, NULL, ip, sizeof ip, NULL,
                              err, sizeof err),
                -1);
-  CHECK_EQ_INT(agent_resolve("127.0.0.1", 1, 0, now_ms() + 100, NULL, NULL, ip, 5, NULL, err,
-                             sizeof err),
-               -1);
+  CHECK_EQ_INT(
+      agent_resolve("127.0.0.1", 1, 0, now_ms() + 100, NULL, NULL, ip, 5, NULL, err, sizeof err),
+      -1);
   CHECK_HAS(err, "does not fit");
   /* IPv6 literal when the host has ::1 (no DNS involved). */
   if (agent_resolve("::1", 1, 0, now_ms() + 100, NULL, NULL, ip, sizeof ip, NULL, err,

@@ -16,14 +16,14 @@
 #include "tests/testlib/check.h"
 #include "tests/testlib/utf8.h"
 
-#define CHECK_STR(a, b)                                                                       \
-  do {                                                                                        \
-    const char *sa_ = (a), *sb_ = (b);                                                        \
-    if (strcmp(sa_, sb_) != 0) {                                                              \
-      fprintf(stderr, "%s:%d: CHECK_STR failed: %s = \"%s\", %s = \"%s\"\n", __FILE__,        \
-              __LINE__, #a, sa_, #b, sb_);                                                    \
-      exit(1);                                                                                \
-    }                                                                                         \
+#define CHECK_STR(a, b)                                                                          \
+  do {                                                                                           \
+    const char *sa_ = (a), *sb_ = (b);                                                           \
+    if (strcmp(sa_, sb_) != 0) {                                                                 \
+      fprintf(stderr, "%s:%d: CHECK_STR failed: %s = \"%s\", %s = \"%s\"\n", __FILE__, __LINE__, \
+              #a, sa_, #b, sb_);                                                                 \
+      exit(1);                                                                                   \
+    }                                                                                            \
   } while (0)
 
 static uint64_t rng = 0x5eed0e77f11eULL;
@@ -74,7 +74,8 @@ static void test_reference_forms(void) {
   /* torch-contracts.md §2.8, byte for byte (the @record form). */
   const char *record =
       "{\"message\": {\"message\": \"ValueError: deliberate failure on attempt 0\",\n"
-      "             \"extraInfo\": {\"py_callstack\": \"Traceback (most recent call last):\\n ...\",\n"
+      "             \"extraInfo\": {\"py_callstack\": \"Traceback (most recent call last):\\n "
+      "...\",\n"
       "                           \"timestamp\": \"1796207442\"}}}";
   CHECK_EQ_INT(parse_str(record, &info, err), 0);
   CHECK_STR(info.message, "ValueError: deliberate failure on attempt 0");
@@ -148,9 +149,8 @@ static void test_reference_forms(void) {
   CHECK_EQ_INT(info.timestamp, 1700000000);
   CHECK_EQ_INT(parse_str("{\"message\": \"m\", \"timestamp\": \"12x\"}", &info, err), 0);
   CHECK_EQ_INT(info.timestamp, 0);
-  CHECK_EQ_INT(parse_str("{\"message\": \"m\", \"timestamp\": \"99999999999999999999\"}", &info,
-                         err),
-               0);
+  CHECK_EQ_INT(
+      parse_str("{\"message\": \"m\", \"timestamp\": \"99999999999999999999\"}", &info, err), 0);
   CHECK_EQ_INT(info.timestamp, 0);
 }
 
@@ -160,27 +160,31 @@ static void test_escapes(void) {
   CHECK_EQ_INT(parse_str("{\"message\": \"q\\\" b\\\\ s\\/ \\b\\f\\n\\r\\t end\"}", &info, err), 0);
   CHECK_STR(info.message, "q\" b\\ s/ \b\f\n\r\t end");
   /* \u escapes: 1, 2, 3 and 4 UTF-8 bytes (a surrogate pair), either case of hex. */
-  CHECK_EQ_INT(parse_str("{\"message\": \"\\u0041\\u00e9\\u00C9\\u20ac\\ud83d\\ude00\"}", &info,
-                         err),
-               0);
+  CHECK_EQ_INT(
+      parse_str("{\"message\": \"\\u0041\\u00e9\\u00C9\\u20ac\\ud83d\\ude00\"}", &info, err), 0);
   CHECK_STR(info.message, "A\xC3\xA9\xC3\x89\xE2\x82\xAC\xF0\x9F\x98\x80");
   /* Lone surrogates, a reversed pair and \u0000 become U+FFFD. */
-  CHECK_EQ_INT(parse_str("{\"message\": \"a\\ud800b\\udc00c\\ude00\\ud83dd\\u0000e\\ud800\"}",
-                         &info, err),
-               0);
-  CHECK_STR(info.message, "a\xEF\xBF\xBD" "b\xEF\xBF\xBD" "c\xEF\xBF\xBD\xEF\xBF\xBD"
-                          "d\xEF\xBF\xBD" "e\xEF\xBF\xBD");
+  CHECK_EQ_INT(
+      parse_str("{\"message\": \"a\\ud800b\\udc00c\\ude00\\ud83dd\\u0000e\\ud800\"}", &info, err),
+      0);
+  CHECK_STR(info.message,
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD"
+            "c\xEF\xBF\xBD\xEF\xBF\xBD"
+            "d\xEF\xBF\xBD"
+            "e\xEF\xBF\xBD");
   /* Raw UTF-8 passes through; invalid bytes (0xFF, an overlong '/', a truncated sequence, an
    * encoded surrogate) become U+FFFD, one per byte. */
-  CHECK_EQ_INT(parse_str("{\"message\": \"\xE2\x82\xAC|\xFF|\xC0\xAF|\xE2\x82|\xED\xA0\x80\"}",
-                         &info, err),
-               0);
-  CHECK_STR(info.message, "\xE2\x82\xAC|\xEF\xBF\xBD|\xEF\xBF\xBD\xEF\xBF\xBD|\xEF\xBF\xBD\xEF\xBF"
-                          "\xBD|\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  CHECK_EQ_INT(
+      parse_str("{\"message\": \"\xE2\x82\xAC|\xFF|\xC0\xAF|\xE2\x82|\xED\xA0\x80\"}", &info, err),
+      0);
+  CHECK_STR(info.message,
+            "\xE2\x82\xAC|\xEF\xBF\xBD|\xEF\xBF\xBD\xEF\xBF\xBD|\xEF\xBF\xBD\xEF\xBF"
+            "\xBD|\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
   /* Bad escapes and raw control characters are invalid JSON. */
-  const char *bad[] = {"{\"message\": \"\\x41\"}", "{\"message\": \"\\u12\"}",
+  const char *bad[] = {"{\"message\": \"\\x41\"}",   "{\"message\": \"\\u12\"}",
                        "{\"message\": \"\\u12G4\"}", "{\"message\": \"a\nb\"}",
-                       "{\"message\": \"a\tb\"}", "{\"message\": \"\\"};
+                       "{\"message\": \"a\tb\"}",    "{\"message\": \"\\"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     CHECK_EQ_INT(parse_str(bad[i], &info, err), -1);
     CHECK(strstr(err, "invalid JSON") != NULL);
@@ -280,7 +284,8 @@ static void test_round_trip(void) {
     for (size_t i = 0; i < nm; i++) cps[i] = below(3) ? 0x20 + (uint32_t)below(0x5F) : random_cp();
     size_t lm = utf8_of(want_msg, cps, nm);
     o += json_quote(doc + o, cps, nm, ascii);
-    o += (size_t)sprintf(doc + o, ", \"extraInfo\": {\"timestamp\": \"%d\", \"py_callstack\": ", iter);
+    o += (size_t)sprintf(doc + o,
+                         ", \"extraInfo\": {\"timestamp\": \"%d\", \"py_callstack\": ", iter);
     for (size_t i = 0; i < nt; i++) cps[i] = random_cp();
     size_t lt = utf8_of(want_tb, cps, nt);
     o += json_quote(doc + o, cps, nt, ascii);
@@ -351,7 +356,8 @@ static void test_truncation_edges(void) {
       o += strlen(c);
     }
     body[o] = 0;
-    snprintf(doc, 20000, "{\"message\": {\"message\": \"%s\", \"extraInfo\": {\"py_callstack\": \"%s\"}}}",
+    snprintf(doc, 20000,
+             "{\"message\": {\"message\": \"%s\", \"extraInfo\": {\"py_callstack\": \"%s\"}}}",
              body, body);
     CHECK_EQ_INT(parse_str(doc, &info, err), 0); /* check_invariants verified UTF-8 */
     CHECK(strlen(info.message) >= 1023 - 3 - 3);
@@ -365,12 +371,32 @@ static void test_invalid(void) {
   agent_error_info_t info;
   char err[256];
   const char *bad[] = {
-      "", "   \n ", "{", "}", "[", "{\"message\": \"x\"", "{\"message\": \"x\"} extra",
-      "{\"message\": \"x\"}}", "{\"message\": \"x\",}", "{\"message\" \"x\"}", "{message: \"x\"}",
-      "{'message': 'x'}", "{\"message\": \"x\", }", "{\"message\": [1,]}", "{\"message\": 01}",
-      "{\"message\": 1.}", "{\"message\": -}", "{\"message\": 1e}", "{\"message\": .5}",
-      "{\"message\": NaN}", "{\"message\": Infinity}", "{\"message\": tru}", "{\"message\": nul}",
-      "{\"message\": \"x\" \"y\"}", "{\"a\":1 \"message\": \"x\"}", "{\"message\": +1}",
+      "",
+      "   \n ",
+      "{",
+      "}",
+      "[",
+      "{\"message\": \"x\"",
+      "{\"message\": \"x\"} extra",
+      "{\"message\": \"x\"}}",
+      "{\"message\": \"x\",}",
+      "{\"message\" \"x\"}",
+      "{message: \"x\"}",
+      "{'message': 'x'}",
+      "{\"message\": \"x\", }",
+      "{\"message\": [1,]}",
+      "{\"message\": 01}",
+      "{\"message\": 1.}",
+      "{\"message\": -}",
+      "{\"message\": 1e}",
+      "{\"message\": .5}",
+      "{\"message\": NaN}",
+      "{\"message\": Infinity}",
+      "{\"message\": tru}",
+      "{\"message\": nul}",
+      "{\"message\": \"x\" \"y\"}",
+      "{\"a\":1 \"message\": \"x\"}",
+      "{\"message\": +1}",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     info.timestamp = 99;
@@ -380,9 +406,17 @@ static void test_invalid(void) {
   CHECK_EQ_INT(parse("\0", 1, &info, err), -1);
   CHECK_EQ_INT(parse("{\"message\": \"x\"}\0", 17, &info, err), -1);
   /* Valid JSON that is neither form. */
-  const char *other[] = {"[]", "\"x\"", "42", "null", "{}", "{\"msg\": \"x\"}",
-                         "{\"message\": 5}", "{\"message\": null}", "{\"message\": [\"x\"]}",
-                         "{\"timestamp\": 5}", "[{\"message\": \"x\"}]"};
+  const char *other[] = {"[]",
+                         "\"x\"",
+                         "42",
+                         "null",
+                         "{}",
+                         "{\"msg\": \"x\"}",
+                         "{\"message\": 5}",
+                         "{\"message\": null}",
+                         "{\"message\": [\"x\"]}",
+                         "{\"timestamp\": 5}",
+                         "[{\"message\": \"x\"}]"};
   for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
     CHECK_EQ_INT(parse_str(other[i], &info, err), -1);
     CHECK(strstr(err, "neither error-file form") != NULL);
@@ -419,7 +453,8 @@ static void test_depth(void) {
 
 static const char *const seeds[] = {
     "{\"message\": {\"message\": \"ValueError: deliberate failure on attempt 0\",\n"
-    "             \"extraInfo\": {\"py_callstack\": \"Traceback (most recent call last):\\n ...\",\n"
+    "             \"extraInfo\": {\"py_callstack\": \"Traceback (most recent call last):\\n "
+    "...\",\n"
     "                           \"timestamp\": \"1796207442\"}}}",
     "{\"message\": \"<str>\", \"timestamp\": 1796207442}",
     "{\"message\": {\"message\": \"E\\u00e9\\ud83d\\ude00\", \"errorCode\": 1, \"extraInfo\": "
@@ -439,8 +474,7 @@ static void test_random_inputs(void) {
     size_t n;
     if (iter % 3 == 0) { /* random bytes, biased towards JSON punctuation */
       n = below(300);
-      for (size_t i = 0; i < n; i++)
-        b[i] = below(2) ? punct[below(sizeof punct - 1)] : (char)rnd();
+      for (size_t i = 0; i < n; i++) b[i] = below(2) ? punct[below(sizeof punct - 1)] : (char)rnd();
     } else { /* a mutated valid file */
       const char *s = seeds[below(sizeof seeds / sizeof seeds[0])];
       n = strlen(s);
@@ -469,9 +503,7 @@ static void test_random_inputs(void) {
               n--;
             }
             break;
-          case 4:
-            n = below(n + 1);
-            break;
+          case 4: n = below(n + 1); break;
         }
       }
     }

@@ -84,8 +84,7 @@ static void fill_state(agent_state_t *st) {
     st->members[i].group_rank = i;
     snprintf(st->members[i].addr, sizeof st->members[i].addr, "10.%u.%u.%u",
              (unsigned)rnd_below(256), (unsigned)rnd_below(256), (unsigned)rnd_below(256));
-    snprintf(st->members[i].host, sizeof st->members[i].host, i == 1 ? "pod\\\"%d\"" : "pod-%d",
-             i);
+    snprintf(st->members[i].host, sizeof st->members[i].host, i == 1 ? "pod\\\"%d\"" : "pod-%d", i);
   }
   st->nworkers = st->nproc_per_node;
   st->workers = calloc((size_t)st->nworkers, sizeof *st->workers);
@@ -120,7 +119,6 @@ static void fill_state(agent_state_t *st) {
 }
 
 /* ---- /metrics ----------------------------------------------------------------------------- */
-
 
 static void check_metrics_values(const char *body, agent_state_t *st) {
   char key[256];
@@ -242,11 +240,12 @@ static void check_status_json(const char *body, size_t len, agent_state_t *st) {
   agent_buf_init(&want);
   char hx[2048];
   agent_state_lock(st);
-  agent_buf_puts(&want,
-                 "keys state,node_rank,run_id,role,backend,round,restart_count,max_restarts,"
-                 "group_rank,group_world_size,world_size,master_addr,master_port,worker_master_port,"
-                 "is_store_host,"
-                 "members,workers,last_error,ranks,collectives\n");
+  agent_buf_puts(
+      &want,
+      "keys state,node_rank,run_id,role,backend,round,restart_count,max_restarts,"
+      "group_rank,group_world_size,world_size,master_addr,master_port,worker_master_port,"
+      "is_store_host,"
+      "members,workers,last_error,ranks,collectives\n");
   agent_buf_printf(&want,
                    "node_rank %d\nround %lld\nrestart_count %d\nmax_restarts %d\ngroup_rank %d\n"
                    "group_world_size %d\nworld_size %d\nmaster_port %d\nworker_master_port %d\n"
@@ -281,8 +280,7 @@ static void check_status_json(const char *body, size_t len, agent_state_t *st) {
     int exited = w->pid > 0 && w->state != AGENT_WORKER_PENDING && w->state != AGENT_WORKER_RUNNING;
     char code[32] = "null";
     if (exited) snprintf(code, sizeof code, "%d", w->exit_code);
-    agent_buf_printf(&want,
-                     "worker local_rank,global_rank,pid,state,exit_code %d %d %d %s %s\n",
+    agent_buf_printf(&want, "worker local_rank,global_rank,pid,state,exit_code %d %d %d %s %s\n",
                      w->local_rank, w->global_rank, (int)w->pid, hx, code);
   }
   agent_state_unlock(st);
@@ -334,8 +332,9 @@ static void test_escapers(void) {
   CHECK(s && !strcmp(s, "\"q\\\"\\\\\\n\\u0001\xef\xbf\xbd\""));
   free(s);
   static const double dv[] = {0, 1, 0.1, 2.5, 120, 1e21, 1733150000.25, -3, 1e16, 0.0001, 1e-7};
-  static const char *const ds[] = {"0",     "1",     "0.1",    "2.5",   "120",  "1e+21",
-                                   "1733150000.25",  "-3", "10000000000000000", "0.0001", "1e-07"};
+  static const char *const ds[] = {
+      "0",      "1",    "0.1", "2.5", "120", "1e+21", "1733150000.25", "-3", "10000000000000000",
+      "0.0001", "1e-07"};
   for (size_t i = 0; i < sizeof dv / sizeof dv[0]; i++) {
     agent_buf_double(&b, dv[i]);
     s = agent_buf_finish(&b, NULL);
@@ -347,10 +346,29 @@ static void test_escapers(void) {
 
   /* Random bytes: JSON must decode to Python's decoding of the bytes; the label value must
    * unescape to it with control characters as spaces; promtool must accept every label. */
-  static const char *const pieces[] = {"\"", "\\", "\n", "\t", "\r", "\x7f", "\xc3\xa9",
-                                       "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xc3", "\xe2\x82",
-                                       "\xf0\x9f\x98", "\xed\xa0\x80", "\xc0\xaf", "\xf5", "\xff",
-                                       "a", "Z", " ", "{", "}", "=", ","};
+  static const char *const pieces[] = {"\"",
+                                       "\\",
+                                       "\n",
+                                       "\t",
+                                       "\r",
+                                       "\x7f",
+                                       "\xc3\xa9",
+                                       "\xe2\x82\xac",
+                                       "\xf0\x9f\x98\x80",
+                                       "\xc3",
+                                       "\xe2\x82",
+                                       "\xf0\x9f\x98",
+                                       "\xed\xa0\x80",
+                                       "\xc0\xaf",
+                                       "\xf5",
+                                       "\xff",
+                                       "a",
+                                       "Z",
+                                       " ",
+                                       "{",
+                                       "}",
+                                       "=",
+                                       ","};
   agent_buf_t lines, prom;
   agent_buf_init(&lines);
   agent_buf_init(&prom);
@@ -429,10 +447,9 @@ static void set_tick_age(agent_state_t *st, double age_s) {
 
 static void test_paths_and_methods(int port) {
   static const char *const paths[] = {"/", "/healthz", "/readyz", "/metrics", "/status"};
-  static const char *const ctypes[] = {"text/html; charset=utf-8", "text/plain; charset=utf-8",
-                                       "text/plain; charset=utf-8",
-                                       "text/plain; version=0.0.4; charset=utf-8",
-                                       "application/json"};
+  static const char *const ctypes[] = {
+      "text/html; charset=utf-8", "text/plain; charset=utf-8", "text/plain; charset=utf-8",
+      "text/plain; version=0.0.4; charset=utf-8", "application/json"};
   static const char *const other[] = {"POST", "PUT", "DELETE", "PATCH", "OPTIONS"};
   http_resp_t r;
   for (size_t i = 0; i < 5; i++) {
@@ -459,8 +476,8 @@ static void test_paths_and_methods(int port) {
   CHECK(strstr(r.body, "href=\"/metrics\"") != NULL);
   http_resp_free(&r);
 
-  static const char *const unknown[] = {"/nope", "/metrics/", "/metricsx", "/healthz/x", "//",
-                                        "/STATUS"};
+  static const char *const unknown[] = {"/nope",      "/metrics/", "/metricsx",
+                                        "/healthz/x", "//",        "/STATUS"};
   for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
     http_expect(port, "GET", unknown[i], 404, &r);
     http_resp_free(&r);
@@ -606,23 +623,23 @@ static void test_store_metrics(agent_state_t *st, int port, tdist_store_server_t
   http_expect(port, "GET", "/metrics", 200, &r);
   tdist_store_server_stats(srv, &after);
   if (memcmp(&before, &after, sizeof before)) {
-    fprintf(stderr, "store stats moved during the scrape: requests %llu->%llu conns %llu->%llu "
+    fprintf(stderr,
+            "store stats moved during the scrape: requests %llu->%llu conns %llu->%llu "
             "open %llu->%llu dropped %llu->%llu keys %llu->%llu waits %llu->%llu\n",
             (unsigned long long)before.requests_total, (unsigned long long)after.requests_total,
             (unsigned long long)before.connections_total,
             (unsigned long long)after.connections_total,
             (unsigned long long)before.connections_open, (unsigned long long)after.connections_open,
             (unsigned long long)before.connections_dropped,
-            (unsigned long long)after.connections_dropped,
-            (unsigned long long)before.keys, (unsigned long long)after.keys,
-            (unsigned long long)before.waits_pending, (unsigned long long)after.waits_pending);
+            (unsigned long long)after.connections_dropped, (unsigned long long)before.keys,
+            (unsigned long long)after.keys, (unsigned long long)before.waits_pending,
+            (unsigned long long)after.waits_pending);
     exit(1);
   }
   prom_check(r.body, "tdist_store_requests_total", (double)after.requests_total);
   prom_check(r.body, "tdist_store_connections_total", (double)after.connections_total);
   prom_check(r.body, "tdist_store_clients", (double)after.connections_open);
-  prom_check(r.body, "tdist_store_connections_dropped_total",
-               (double)after.connections_dropped);
+  prom_check(r.body, "tdist_store_connections_dropped_total", (double)after.connections_dropped);
   prom_check(r.body, "tdist_store_keys", (double)after.keys);
   prom_check(r.body, "tdist_store_waits_pending", (double)after.waits_pending);
   CHECK(after.keys == (uint64_t)n && n >= nkeys);
@@ -797,8 +814,8 @@ static void test_bind(agent_state_t *st, int used_port) {
 
 int main(void) {
   const char *seed_env = getenv("TDIST_TEST_SEED");
-  uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0)
-                           : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+  uint64_t seed =
+      seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
   g_rng = seed;
   TEST_LOG("http_test: TDIST_TEST_SEED=%llu", (unsigned long long)seed);
 
@@ -821,7 +838,12 @@ int main(void) {
   test_promtool_check(m, len, "fresh");
   free(m);
   char *s = agent_status_render(&st, &len);
-  CHECK(s != NULL && strstr(s, "\"members\":[],\"workers\":[],\"last_error\":null,\"ranks\":[],\"collectives\":null}") != NULL);
+  CHECK(
+      s != NULL &&
+      strstr(
+          s,
+          "\"members\":[],\"workers\":[],\"last_error\":null,\"ranks\":[],\"collectives\":null}") !=
+          NULL);
   free(s);
 
   fill_state(&st);

@@ -203,8 +203,8 @@ char *http_header(const http_resp_t *r, const char *name) {
 void http_check_header(const http_resp_t *r, const char *name, const char *want) {
   char *v = http_header(r, name);
   if (!v || strcmp(v, want) != 0) {
-    fprintf(stderr, "header %s: got \"%s\", want \"%s\"\nanswer:\n%.400s\n", name,
-            v ? v : "(none)", want, r->raw);
+    fprintf(stderr, "header %s: got \"%s\", want \"%s\"\nanswer:\n%.400s\n", name, v ? v : "(none)",
+            want, r->raw);
     exit(1);
   }
   free(v);

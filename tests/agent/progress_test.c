@@ -58,9 +58,12 @@ static void pos_put(char *line, size_t cap, const pos_t *p) {
 /* Parses "rank N" / "ranks A,B,C" at *s into mask; returns how many, or -1. */
 static int parse_ranks(const char **s, char *mask) {
   const char *p = *s;
-  if (!strncmp(p, "ranks ", 6)) p += 6;
-  else if (!strncmp(p, "rank ", 5)) p += 5;
-  else return -1;
+  if (!strncmp(p, "ranks ", 6))
+    p += 6;
+  else if (!strncmp(p, "rank ", 5))
+    p += 5;
+  else
+    return -1;
   int n = 0;
   for (;;) {
     char *end;
@@ -110,7 +113,8 @@ static void fixed_shapes(void) {
 
   /* One idle rank on one node. */
   char l1[256];
-  snprintf(l1, sizeof l1, "0:19:20:%d:6000 1:19:20:%d:6100 2:19:0:-1:0 3:19:20:%d:5900", ar, ar, ar);
+  snprintf(l1, sizeof l1, "0:19:20:%d:6000 1:19:20:%d:6100 2:19:0:-1:0 3:19:20:%d:5900", ar, ar,
+           ar);
   const char *one[] = {l1};
   summarize(one, 1, 5, out, 4);
   TEST_LOG("one idle rank: %s", out);
@@ -123,7 +127,8 @@ static void fixed_shapes(void) {
   /* Several idle ranks, over two nodes, lines in reverse order, a node with no line yet. */
   char a[256], b[256];
   snprintf(a, sizeof a, "4:99:100:%d:7000 5:99:0:-1:0 6:99:100:%d:7000 7:98:0:-1:0", ar, ar);
-  snprintf(b, sizeof b, "0:99:100:%d:7000 1:99:100:%d:7000 2:99:0:-1:0 3:99:100:%d:7000", ar, ar, ar);
+  snprintf(b, sizeof b, "0:99:100:%d:7000 1:99:100:%d:7000 2:99:0:-1:0 3:99:100:%d:7000", ar, ar,
+           ar);
   const char *two[] = {a, NULL, b};
   summarize(two, 3, 5, out, 8);
   TEST_LOG("several idle ranks: %s", out);
@@ -190,9 +195,9 @@ static void fixed_shapes(void) {
   /* Garbage lines are ignored; the good lines still count. */
   char good[128];
   snprintf(good, sizeof good, "0:7:8:%d:9000 1:7:0:-1:0", ar);
-  const char *junk[] = {"",      "garbage",           "1:2:3",          "-1:0:0:0:0",
-                        good,    "99999999:1:2:3:4", "x:1:2:3:4 0:1:2", NULL,
-                        "\xff\xfe", "   "};
+  const char *junk[] = {
+      "",   "garbage",  "1:2:3", "-1:0:0:0:0", good, "99999999:1:2:3:4", "x:1:2:3:4 0:1:2",
+      NULL, "\xff\xfe", "   "};
   summarize(junk, sizeof junk / sizeof junk[0], 5, out, 2);
   TEST_LOG("garbage around one good line: %s", out);
   CHECK(parse_summary(out, stuck, hold, &ns, &nh) && ns == 1 && stuck[0] && nh == 1 && hold[1]);
@@ -233,7 +238,8 @@ static void random_shapes(int iters) {
         p->cur = front;
         p->last = front - 1;
         p->op = op;
-        p->age_ms = r == first_waiter || rnd() % 2 ? stall_ms + rnd_in(0, 100000) : rnd_in(0, (int)stall_ms);
+        p->age_ms = r == first_waiter || rnd() % 2 ? stall_ms + rnd_in(0, 100000)
+                                                   : rnd_in(0, (int)stall_ms);
       } else if (rnd() % 2) { /* idle, some collectives behind */
         p->cur = 0;
         p->last = front - (unsigned long long)rnd_in(1, front > 5 ? 5 : (int)front);
@@ -269,7 +275,8 @@ static void random_shapes(int iters) {
       for (int r = 0; r < w; r++)
         if (want_hold[r]) fprintf(stderr, " %d", r);
       fprintf(stderr, "):\n  summary: %s\n", out);
-      for (size_t l = 0; l < nl; l++) fprintf(stderr, "  line %zu: %s\n", l, lines[l] ? lines[l] : "(null)");
+      for (size_t l = 0; l < nl; l++)
+        fprintf(stderr, "  line %zu: %s\n", l, lines[l] ? lines[l] : "(null)");
       exit(1);
     }
     char want[64];
@@ -278,8 +285,11 @@ static void random_shapes(int iters) {
     for (int i = 0; i < w; i++) { /* each holder described as it is */
       const pos_t *p = &pos[i];
       if (!want_hold[p->rank]) continue;
-      if (p->cur) snprintf(want, sizeof want, "%d: in %s #%llu", p->rank, tdist_stats_op_name(p->op), p->cur);
-      else snprintf(want, sizeof want, "%d: not in a collective, last completed #%llu", p->rank, p->last);
+      if (p->cur)
+        snprintf(want, sizeof want, "%d: in %s #%llu", p->rank, tdist_stats_op_name(p->op), p->cur);
+      else
+        snprintf(want, sizeof want, "%d: not in a collective, last completed #%llu", p->rank,
+                 p->last);
       CHECK(strstr(out, want) != NULL);
     }
     /* Every output size: a terminated prefix of the full sentence, never an overrun. */
@@ -370,10 +380,14 @@ static void local_and_dump(void) {
   f->flight_next = 300;
   for (uint64_t i = 0; i < 300; i++) {
     tdist_stats_flight_t *e = &f->flight[i % TDIST_STATS_FLIGHT];
-    *e = (tdist_stats_flight_t){.seq = i + 1, .op = ar, .status = TDIST_OK,
+    *e = (tdist_stats_flight_t){.seq = i + 1,
+                                .op = ar,
+                                .status = TDIST_OK,
                                 .start_ns = now - 9000000000LL + (int64_t)i * 1000000,
                                 .end_ns = now - 9000000000LL + (int64_t)i * 1000000 + 5000,
-                                .bytes = 4 * (i + 1), .peer = -1, .stamp = 2};
+                                .bytes = 4 * (i + 1),
+                                .peer = -1,
+                                .stamp = 2};
   }
   tdist_stats_flight_t *cur = &f->flight[299 % TDIST_STATS_FLIGHT];
   cur->op = bc;
@@ -386,10 +400,19 @@ static void local_and_dump(void) {
   /* local 1 (rank 5): idle after #2, which failed. */
   tdist_stats_file_t *g = stats_new(5, 2);
   g->flight_next = 2;
-  g->flight[0] = (tdist_stats_flight_t){.seq = 1, .op = ar, .status = TDIST_OK, .start_ns = now - 10,
-                                        .end_ns = now - 5, .peer = -1, .stamp = 2};
-  g->flight[1] = (tdist_stats_flight_t){.seq = 2, .op = ar, .status = TDIST_ERR_REMOTE,
-                                        .start_ns = now - 4, .end_ns = now - 1, .peer = -1,
+  g->flight[0] = (tdist_stats_flight_t){.seq = 1,
+                                        .op = ar,
+                                        .status = TDIST_OK,
+                                        .start_ns = now - 10,
+                                        .end_ns = now - 5,
+                                        .peer = -1,
+                                        .stamp = 2};
+  g->flight[1] = (tdist_stats_flight_t){.seq = 2,
+                                        .op = ar,
+                                        .status = TDIST_ERR_REMOTE,
+                                        .start_ns = now - 4,
+                                        .end_ns = now - 1,
+                                        .peer = -1,
                                         .stamp = 2};
   snprintf(w[1].stats_file, sizeof w[1].stats_file, "%s/stats1", dir);
   write_stats(w[1].stats_file, g);
@@ -421,8 +444,8 @@ static void local_and_dump(void) {
 
   /* The dump: valid JSON, both readable ranks, oldest first after the wrap. */
   char path[1024], err[300];
-  CHECK_EQ_INT(agent_flight_dump(&ws, 1, 3, dir, "why \"quoted\"\n", path, sizeof path, err,
-                                 sizeof err), 0);
+  CHECK_EQ_INT(
+      agent_flight_dump(&ws, 1, 3, dir, "why \"quoted\"\n", path, sizeof path, err, sizeof err), 0);
   CHECK(!strncmp(path, dir, strlen(dir)));
   char *res = test_python("progress_dump_check.py", k_dump_check, path);
   CHECK(strstr(res, "dump ok") != NULL);
@@ -442,7 +465,8 @@ static void local_and_dump(void) {
 
 int main(void) {
   const char *seed = getenv("TDIST_TEST_SEED");
-  rng_state = seed ? strtoull(seed, NULL, 0) : rng_state ^ (uint64_t)time(NULL) * 0x2545F4914F6CDD1Dull;
+  rng_state =
+      seed ? strtoull(seed, NULL, 0) : rng_state ^ (uint64_t)time(NULL) * 0x2545F4914F6CDD1Dull;
   if (!rng_state) rng_state = 1; /* xorshift's one bad state */
   TEST_LOG("seed %llu (TDIST_TEST_SEED=%llu repeats this run)", (unsigned long long)rng_state,
            (unsigned long long)rng_state);

@@ -59,8 +59,7 @@ static void sim_close(sim_t *a) {
 }
 
 static void join_all(sim_t *a, int n, int64_t round) {
-  for (int i = 0; i < n; i++)
-    CHECK(agent_rdzv_join(&a[i].r, round, 0, 0) == AGENT_RDZV_PENDING);
+  for (int i = 0; i < n; i++) CHECK(agent_rdzv_join(&a[i].r, round, 0, 0) == AGENT_RDZV_PENDING);
 }
 
 /* Polls every agent until each is MEMBER or WAITER; returns how many are members. */
@@ -98,7 +97,8 @@ static void test_fixed(unsigned seed) {
   for (int i = 0; i < N; i++) sim_open(&a[i], run, order[i], nproc[order[i]], N, N);
   /* Three of four joined: nobody may close. */
   join_all(a, N - 1, 0);
-  for (int i = 0; i < N - 1; i++) CHECK(agent_rdzv_join_poll(&a[i].r, 100 * S) == AGENT_RDZV_PENDING);
+  for (int i = 0; i < N - 1; i++)
+    CHECK(agent_rdzv_join_poll(&a[i].r, 100 * S) == AGENT_RDZV_PENDING);
   join_all(a + N - 1, 1, 0);
   CHECK_EQ_INT(poll_until_closed(a, N, 0), N);
   int base = 0;

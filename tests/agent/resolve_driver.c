@@ -39,8 +39,9 @@ static void *listen_later(void *arg) {
 }
 
 static int usage(void) {
-  fprintf(stderr, "usage: resolve_driver [--timeout-ms MS] [--confirm] [--listen-after MS] "
-                  "(NAME [PORT] | --master-from-host HOSTNAME [--scheme S])\n");
+  fprintf(stderr,
+          "usage: resolve_driver [--timeout-ms MS] [--confirm] [--listen-after MS] "
+          "(NAME [PORT] | --master-from-host HOSTNAME [--scheme S])\n");
   return 2;
 }
 
@@ -76,8 +77,8 @@ int main(int argc, char **argv) {
   char master[300], err[1024];
   if (master_host != NULL) {
     char *envp[] = {NULL}; /* no POD_NAMESPACE: the namespace comes from /etc/resolv.conf */
-    if (agent_master_name(&cfg, envp, master_host, NULL, master, sizeof master, err,
-                          sizeof err) != 0) {
+    if (agent_master_name(&cfg, envp, master_host, NULL, master, sizeof master, err, sizeof err) !=
+        0) {
       printf("fail rc=-1 name=- attempts=0 failures=0 elapsed_ms=0 err=%s\n", err);
       return 1;
     }

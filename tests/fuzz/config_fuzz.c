@@ -23,15 +23,14 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FUZZ_CHECK(cond, ...)                                                              \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      fprintf(stderr, "config_fuzz: %s:%d: invariant failed: %s\n  ", __FILE__, __LINE__, \
-              #cond);                                                                      \
-      fprintf(stderr, __VA_ARGS__);                                                        \
-      fputc('\n', stderr);                                                                 \
-      abort();                                                                             \
-    }                                                                                      \
+#define FUZZ_CHECK(cond, ...)                                                                     \
+  do {                                                                                            \
+    if (!(cond)) {                                                                                \
+      fprintf(stderr, "config_fuzz: %s:%d: invariant failed: %s\n  ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                                               \
+      fputc('\n', stderr);                                                                        \
+      abort();                                                                                    \
+    }                                                                                             \
   } while (0)
 
 static char g_in[600], g_out[600];
@@ -99,8 +98,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   agent_cfg_defaults(&back);
   rc = agent_cfg_load_yaml(&back, g_out, err, sizeof err);
   FUZZ_CHECK(rc == 0, "the dump does not load: %s\n--- dump ---\n%s", err, d1);
-  FUZZ_CHECK(cfg_equal(&c, &back, why, sizeof why), "round trip differs: %s\n--- dump ---\n%s",
-             why, d1);
+  FUZZ_CHECK(cfg_equal(&c, &back, why, sizeof why), "round trip differs: %s\n--- dump ---\n%s", why,
+             d1);
   char *d2 = dump_text(&back, &len2);
   FUZZ_CHECK(len1 == len2 && !memcmp(d1, d2, len1), "dump of the dump differs:\n%s\n---\n%s", d1,
              d2);

@@ -22,15 +22,59 @@ static inline uint64_t cfg_rnd(cfg_rng_t *r) { /* xorshift64* */
 static inline uint64_t cfg_below(cfg_rng_t *r, uint64_t n) { return n ? cfg_rnd(r) % n : 0; }
 
 /* YAML syntax, escapes, encodings, boundary numbers and the reader's own keys. "\0" is one NUL. */
-static const char *const cfg_gen_tokens[] = {
-    ":",         ": ",       "- ",      "[",         "]",       "{",          "}",
-    ",",         "&a ",      "*a",      "!!str ",    "!x ",     "\"",         "'",
-    "\n",        "\n  ",     "~",       "null",      "---\n",   "...\n",      "#",
-    "\t",        "\\x",      "\\u00",   "\\U0001",   "? ",      "|\n  ",      ">\n  ",
-    "%YAML 1.1\n", "\r",     "\xef\xbb\xbf", "\xff", "\0",      "99999999999", "-1",
-    "0",         "1:",       "gpu",     "cpu",       "100ms",   "0.0001",     "1e3",
-    "env",       "command",  "discovery", "nnodes",  "run_id",  "rdzv_id",    "standalone",
-    "master_port", "node_rank", "scheme", "http_port"};
+static const char *const cfg_gen_tokens[] = {":",
+                                             ": ",
+                                             "- ",
+                                             "[",
+                                             "]",
+                                             "{",
+                                             "}",
+                                             ",",
+                                             "&a ",
+                                             "*a",
+                                             "!!str ",
+                                             "!x ",
+                                             "\"",
+                                             "'",
+                                             "\n",
+                                             "\n  ",
+                                             "~",
+                                             "null",
+                                             "---\n",
+                                             "...\n",
+                                             "#",
+                                             "\t",
+                                             "\\x",
+                                             "\\u00",
+                                             "\\U0001",
+                                             "? ",
+                                             "|\n  ",
+                                             ">\n  ",
+                                             "%YAML 1.1\n",
+                                             "\r",
+                                             "\xef\xbb\xbf",
+                                             "\xff",
+                                             "\0",
+                                             "99999999999",
+                                             "-1",
+                                             "0",
+                                             "1:",
+                                             "gpu",
+                                             "cpu",
+                                             "100ms",
+                                             "0.0001",
+                                             "1e3",
+                                             "env",
+                                             "command",
+                                             "discovery",
+                                             "nnodes",
+                                             "run_id",
+                                             "rdzv_id",
+                                             "standalone",
+                                             "master_port",
+                                             "node_rank",
+                                             "scheme",
+                                             "http_port"};
 
 static inline size_t cfg_gen_random(cfg_rng_t *r, char *buf, size_t cap) {
   static const char alpha[] = "ab01: -\n[]{},'\"#&*!?|>~%@`\t\\.";
@@ -49,7 +93,8 @@ static inline size_t cfg_gen_mutate(cfg_rng_t *r, char *buf, size_t len, size_t 
         if (len) buf[cfg_below(r, len)] ^= (char)(1u << cfg_below(r, 8));
         break;
       case 1: { /* insert a token */
-        const char *t = cfg_gen_tokens[cfg_below(r, sizeof cfg_gen_tokens / sizeof *cfg_gen_tokens)];
+        const char *t =
+            cfg_gen_tokens[cfg_below(r, sizeof cfg_gen_tokens / sizeof *cfg_gen_tokens)];
         size_t tl = t[0] ? strlen(t) : 1;
         if (len + tl > cap) break;
         memmove(buf + at + tl, buf + at, len - at);
@@ -75,8 +120,7 @@ static inline size_t cfg_gen_mutate(cfg_rng_t *r, char *buf, size_t len, size_t 
         len += e - s;
         break;
       }
-      default:
-        len = at; /* truncate */
+      default: len = at; /* truncate */
     }
   }
   return len;

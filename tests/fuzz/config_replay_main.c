@@ -67,8 +67,7 @@ int main(int argc, char **argv) {
         len = a + g->len - b;
         break;
       }
-      default:
-        len = cfg_gen_random(&rng, buf, sizeof buf);
+      default: len = cfg_gen_random(&rng, buf, sizeof buf);
     }
     corpus_run(buf, len);
     if (now_s() - t0 > 40.0) { /* a safety net for slow sanitizer builds */

@@ -73,7 +73,8 @@ static void check_round_trip(const agent_error_info_t *info) {
       o += (size_t)sprintf(doc + o, ", \"extraInfo\": {\"py_callstack\": ");
       o += quote(doc + o, info->traceback);
       o += (size_t)sprintf(doc + o, ", \"timestamp\": \"%" PRId64 "\"}", info->timestamp);
-      if (info->has_error_code) o += (size_t)sprintf(doc + o, ", \"errorCode\": %d", info->error_code);
+      if (info->has_error_code)
+        o += (size_t)sprintf(doc + o, ", \"errorCode\": %d", info->error_code);
       o += (size_t)sprintf(doc + o, "}}");
     } else {
       if (info->traceback[0] || info->has_error_code) continue; /* not expressible */

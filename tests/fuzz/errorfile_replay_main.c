@@ -50,10 +50,40 @@ static uint64_t rnd(void) { /* xorshift64* */
 static uint64_t below(uint64_t n) { return n ? rnd() % n : 0; }
 
 static const char *const tokens[] = {
-    "\"message\"", "\"extraInfo\"", "\"py_callstack\"", "\"timestamp\"", "\"errorCode\"",
-    "\\u", "\\ud83d\\ude00", "\\ud800", "\\udc00", "\\u0000", "\\\"", "\\\\", "\\n", "\xF0\x9F",
-    "\xE2\x82\xAC", "\xC0\xAF", "\xFF", "true", "false", "null", "-0", "1e9", "0.5", "{", "}", "[",
-    "]", ":", ",", "\"", "9223372036854775808", "2147483648", "-2147483649", "\"1796207442\"",
+    "\"message\"",
+    "\"extraInfo\"",
+    "\"py_callstack\"",
+    "\"timestamp\"",
+    "\"errorCode\"",
+    "\\u",
+    "\\ud83d\\ude00",
+    "\\ud800",
+    "\\udc00",
+    "\\u0000",
+    "\\\"",
+    "\\\\",
+    "\\n",
+    "\xF0\x9F",
+    "\xE2\x82\xAC",
+    "\xC0\xAF",
+    "\xFF",
+    "true",
+    "false",
+    "null",
+    "-0",
+    "1e9",
+    "0.5",
+    "{",
+    "}",
+    "[",
+    "]",
+    ":",
+    ",",
+    "\"",
+    "9223372036854775808",
+    "2147483648",
+    "-2147483649",
+    "\"1796207442\"",
 };
 #define NTOKENS (sizeof tokens / sizeof tokens[0])
 
@@ -90,8 +120,10 @@ static void gen_string(buf_t *b, size_t maxlen) {
 static void gen_value(buf_t *b, int depth, int deep);
 
 static void gen_key(buf_t *b) {
-  if (below(3)) buf_str(b, tokens[below(5)]);
-  else gen_string(b, 6);
+  if (below(3))
+    buf_str(b, tokens[below(5)]);
+  else
+    gen_string(b, 6);
 }
 
 static void gen_value(buf_t *b, int depth, int deep) {
@@ -122,22 +154,17 @@ static void gen_value(buf_t *b, int depth, int deep) {
       buf_str(b, "]");
       break;
     }
-    case 2:
-      gen_string(b, below(4) == 0 ? 2000 : 40);
-      break;
+    case 2: gen_string(b, below(4) == 0 ? 2000 : 40); break;
     case 3:
       if (below(2))
         snprintf(num, sizeof num, "%" PRId64, (int64_t)rnd() >> below(64));
       else
-        snprintf(num, sizeof num, "%" PRId64 ".%u", (int64_t)rnd() >> below(64), (unsigned)below(100));
+        snprintf(num, sizeof num, "%" PRId64 ".%u", (int64_t)rnd() >> below(64),
+                 (unsigned)below(100));
       buf_str(b, num);
       break;
-    case 4:
-      buf_str(b, tokens[17 + below(3)]);
-      break;
-    default:
-      buf_str(b, tokens[20 + below(3)]);
-      break;
+    case 4: buf_str(b, tokens[17 + below(3)]); break;
+    default: buf_str(b, tokens[20 + below(3)]); break;
   }
 }
 
@@ -155,8 +182,10 @@ static void gen_doc(buf_t *b) {
     buf_str(b, ", \"extraInfo\": {\"py_callstack\": ");
     gen_string(b, below(4) == 0 ? 8000 : 200);
     buf_str(b, ", \"timestamp\": ");
-    if (below(2)) buf_str(b, "\"1796207442\"");
-    else gen_value(b, 3, 0);
+    if (below(2))
+      buf_str(b, "\"1796207442\"");
+    else
+      gen_value(b, 3, 0);
     buf_str(b, "}");
     if (below(2)) {
       buf_str(b, ", \"errorCode\": ");

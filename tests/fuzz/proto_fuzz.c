@@ -26,15 +26,14 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FUZZ_CHECK(cond, ...)                                                             \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
-      fprintf(stderr, "proto_fuzz: %s:%d: invariant failed: %s\n  ", __FILE__, __LINE__, \
-              #cond);                                                                     \
-      fprintf(stderr, __VA_ARGS__);                                                       \
-      fputc('\n', stderr);                                                                \
-      abort();                                                                            \
-    }                                                                                     \
+#define FUZZ_CHECK(cond, ...)                                                                    \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      fprintf(stderr, "proto_fuzz: %s:%d: invariant failed: %s\n  ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                                              \
+      fputc('\n', stderr);                                                                       \
+      abort();                                                                                   \
+    }                                                                                            \
   } while (0)
 
 /* Small limits so that length checks are reached by short inputs; max_keys stays within
@@ -64,15 +63,15 @@ static void slice_inside(const uint8_t *buf, size_t len, tdist__slice_t s, const
     return;
   }
   FUZZ_CHECK(s.ptr >= buf && s.ptr <= buf + len && s.len <= (uint64_t)(buf + len - s.ptr),
-             "%s slice (%" PRIu64 " bytes at offset %td) outside the %zu-byte buffer", what,
-             s.len, s.ptr - buf, len);
+             "%s slice (%" PRIu64 " bytes at offset %td) outside the %zu-byte buffer", what, s.len,
+             s.ptr - buf, len);
 }
 
 static void slice_is(const uint8_t *buf, tdist__slice_t s, size_t off, size_t len,
                      const char *what) {
   FUZZ_CHECK(s.len == len && (len == 0 || s.ptr == buf + off),
-             "%s: parser gives %" PRIu64 " bytes at offset %td, reference %zu at %zu", what,
-             s.len, s.len ? s.ptr - buf : (ptrdiff_t)-1, len, off);
+             "%s: parser gives %" PRIu64 " bytes at offset %td, reference %zu at %zu", what, s.len,
+             s.len ? s.ptr - buf : (ptrdiff_t)-1, len, off);
 }
 
 /* Parses buf[0..len) and checks the answer against the reference. Returns the result; on OK
@@ -151,8 +150,9 @@ static int parse_checked(tdist__dialect_t d, const uint8_t *buf, size_t len,
       memset(&v, 0, sizeof v);
       uint64_t before = pos;
       if (!tdist__proto_next_item(req, &pos, &k, &v)) break;
-      FUZZ_CHECK(pos > before && pos <= req->items.len, "next_item pos %" PRIu64 " -> %" PRIu64
-                 " of %" PRIu64, before, pos, req->items.len);
+      FUZZ_CHECK(pos > before && pos <= req->items.len,
+                 "next_item pos %" PRIu64 " -> %" PRIu64 " of %" PRIu64, before, pos,
+                 req->items.len);
       FUZZ_CHECK(i < req->n, "next_item gives more than n = %" PRIu64 " items", req->n);
       slice_inside(buf, len, k, "item key");
       slice_is(buf, k, ref.item_key_off[i], ref.item_key_len[i], "item key");
@@ -178,10 +178,14 @@ static void check_prefixes(tdist__dialect_t d, const uint8_t *buf, size_t size,
   size_t steps = size <= 256 ? size : 64;
   for (size_t s = 0; s <= steps; s++) {
     size_t p;
-    if (size <= 256) p = s;
-    else if (s < 16) p = s;
-    else if (s >= steps - 16) p = size - (steps - s);
-    else p = (size * s) / steps;
+    if (size <= 256)
+      p = s;
+    else if (s < 16)
+      p = s;
+    else if (s >= steps - 16)
+      p = size - (steps - s);
+    else
+      p = (size * s) / steps;
     if (p > size) p = size;
     uint8_t *copy = p ? malloc(p) : NULL;
     if (p && copy == NULL) return;
@@ -198,8 +202,8 @@ static void check_prefixes(tdist__dialect_t d, const uint8_t *buf, size_t size,
     } else {
       FUZZ_CHECK(res == TDIST__PARSE_OK && consumed == size && req.op == whole->op &&
                      req.key.len == whole->key.len && req.a.len == whole->a.len &&
-                     req.b.len == whole->b.len && req.n == whole->n &&
-                     req.delta == whole->delta && req.u32 == whole->u32,
+                     req.b.len == whole->b.len && req.n == whole->n && req.delta == whole->delta &&
+                     req.u32 == whole->u32,
                  "the %zu-byte request alone parses differently (%s)", size, result_name(res));
     }
     free(copy);

@@ -1,5 +1,5 @@
-/* An independent reference for the c10d TCPStore request layouts, written from
- * /work/shared/reference/torch-contracts.md §1.2-§1.3 (not from runtime/store/proto.c), used by the
+/* An independent reference for the c10d TCPStore request layouts, written from the shared
+ * reference torch-contracts.md §1.2-§1.3 (not from runtime/store/proto.c), used by the
  * fuzz target to check the real parser field by field and by the replay test to generate valid
  * requests. Header-only (static) so both binaries and the plain-clang libFuzzer build share it.
  *
@@ -22,18 +22,18 @@ typedef struct {
 
 /* Index = wire byte. §1.2: 1.13 numbering. */
 static const ref_op_t ref_v113[] = {
-    {TDIST__OP_SET, "kv"},    {TDIST__OP_COMPARE_SET, "kvv"}, {TDIST__OP_GET, "k"},
-    {TDIST__OP_ADD, "ki"},    {TDIST__OP_CHECK, "K"},         {TDIST__OP_WAIT, "K"},
-    {TDIST__OP_GETNUMKEYS, ""}, {TDIST__OP_WATCH_KEY, "k"},   {TDIST__OP_DELETE_KEY, "k"},
+    {TDIST__OP_SET, "kv"},      {TDIST__OP_COMPARE_SET, "kvv"}, {TDIST__OP_GET, "k"},
+    {TDIST__OP_ADD, "ki"},      {TDIST__OP_CHECK, "K"},         {TDIST__OP_WAIT, "K"},
+    {TDIST__OP_GETNUMKEYS, ""}, {TDIST__OP_WATCH_KEY, "k"},     {TDIST__OP_DELETE_KEY, "k"},
 };
 
 /* §1.2: 2.6 numbering plus the post-2.6 queue ops. */
 static const ref_op_t ref_v2[] = {
-    {TDIST__OP_VALIDATE, "u"},   {TDIST__OP_SET, "kv"},        {TDIST__OP_COMPARE_SET, "kvv"},
-    {TDIST__OP_GET, "k"},        {TDIST__OP_ADD, "ki"},        {TDIST__OP_CHECK, "K"},
-    {TDIST__OP_WAIT, "K"},       {TDIST__OP_GETNUMKEYS, ""},   {TDIST__OP_DELETE_KEY, "k"},
-    {TDIST__OP_APPEND, "kv"},    {TDIST__OP_MULTI_GET, "K"},   {TDIST__OP_MULTI_SET, "P"},
-    {TDIST__OP_CANCEL_WAIT, ""}, {TDIST__OP_PING, "u"},        {TDIST__OP_QUEUE_PUSH, "kv"},
+    {TDIST__OP_VALIDATE, "u"},   {TDIST__OP_SET, "kv"},      {TDIST__OP_COMPARE_SET, "kvv"},
+    {TDIST__OP_GET, "k"},        {TDIST__OP_ADD, "ki"},      {TDIST__OP_CHECK, "K"},
+    {TDIST__OP_WAIT, "K"},       {TDIST__OP_GETNUMKEYS, ""}, {TDIST__OP_DELETE_KEY, "k"},
+    {TDIST__OP_APPEND, "kv"},    {TDIST__OP_MULTI_GET, "K"}, {TDIST__OP_MULTI_SET, "P"},
+    {TDIST__OP_CANCEL_WAIT, ""}, {TDIST__OP_PING, "u"},      {TDIST__OP_QUEUE_PUSH, "kv"},
     {TDIST__OP_QUEUE_POP, "k"},  {TDIST__OP_QUEUE_LEN, "k"},
 };
 
@@ -71,7 +71,7 @@ typedef enum { REF_OK, REF_MORE, REF_ERROR } ref_result_t;
 
 typedef struct {
   ref_result_t result;
-  size_t total;     /* REF_OK: request size; REF_MORE: end of the field that is short */
+  size_t total; /* REF_OK: request size; REF_MORE: end of the field that is short */
   tdist__op_t op;
   size_t key_off, key_len, a_off, a_len, b_off, b_len; /* offsets into the buffer */
   int64_t delta;
@@ -104,23 +104,33 @@ static inline void ref_parse(tdist__dialect_t d, const uint8_t *b, size_t len,
   int slot = 0; /* which of key/a/b the next k/v fills */
   uint64_t max_req = lim->max_request;
 /* Needs `n` more bytes at pos: REF_ERROR past max_request, REF_MORE past len. */
-#define REF_NEED(n)                                                       \
-  do {                                                                    \
-    uint64_t end_ = (uint64_t)pos + (uint64_t)(n);                         \
-    if (max_req && end_ > max_req) { r->result = REF_ERROR; return; }     \
-    if (end_ > len) { r->result = REF_MORE; r->total = (size_t)end_; return; } \
+#define REF_NEED(n)                                \
+  do {                                             \
+    uint64_t end_ = (uint64_t)pos + (uint64_t)(n); \
+    if (max_req && end_ > max_req) {               \
+      r->result = REF_ERROR;                       \
+      return;                                      \
+    }                                              \
+    if (end_ > len) {                              \
+      r->result = REF_MORE;                        \
+      r->total = (size_t)end_;                     \
+      return;                                      \
+    }                                              \
   } while (0)
 /* Reads one length-prefixed field bounded by `limit` into (off, flen). */
-#define REF_BYTES(limit, off, flen)                                       \
-  do {                                                                    \
-    REF_NEED(8);                                                          \
-    uint64_t n_ = ref_le64(b + pos);                                      \
-    pos += 8;                                                             \
-    if (n_ > (limit)) { r->result = REF_ERROR; return; }                  \
-    REF_NEED(n_);                                                         \
-    (off) = pos;                                                          \
-    (flen) = (size_t)n_;                                                  \
-    pos += (size_t)n_;                                                    \
+#define REF_BYTES(limit, off, flen)  \
+  do {                               \
+    REF_NEED(8);                     \
+    uint64_t n_ = ref_le64(b + pos); \
+    pos += 8;                        \
+    if (n_ > (limit)) {              \
+      r->result = REF_ERROR;         \
+      return;                        \
+    }                                \
+    REF_NEED(n_);                    \
+    (off) = pos;                     \
+    (flen) = (size_t)n_;             \
+    pos += (size_t)n_;               \
   } while (0)
   for (const char *l = e->layout; *l; l++) {
     switch (*l) {

@@ -83,15 +83,9 @@ static void gen_request(buf_t *b, tdist__dialect_t d) {
   for (const char *l = e->layout; *l; l++) {
     switch (*l) {
       case 'k':
-      case 'v':
-        put_str(b, pick_len());
-        break;
-      case 'i':
-        buf_le(b, rnd(), 8);
-        break;
-      case 'u':
-        buf_le(b, rnd_below(2) ? TDIST__VALIDATE_MAGIC : (uint32_t)rnd(), 4);
-        break;
+      case 'v': put_str(b, pick_len()); break;
+      case 'i': buf_le(b, rnd(), 8); break;
+      case 'u': buf_le(b, rnd_below(2) ? TDIST__VALIDATE_MAGIC : (uint32_t)rnd(), 4); break;
       case 'K':
       case 'P': {
         uint64_t n = rnd_below(10);
@@ -119,9 +113,8 @@ static void gen_stream(buf_t *b) {
 }
 
 static void mutate(buf_t *b) {
-  static const uint64_t interesting[] = {0,  1,  7,   8,   15,  16,         17,
-                                         64, 65, 300, 301, 600, 1ULL << 32, 1ULL << 63,
-                                         UINT64_MAX};
+  static const uint64_t interesting[] = {0,  1,   7,   8,   15,         16,         17,        64,
+                                         65, 300, 301, 600, 1ULL << 32, 1ULL << 63, UINT64_MAX};
   int n = 1 + (int)rnd_below(4);
   for (int i = 0; i < n; i++) {
     switch (rnd_below(6)) {
@@ -193,9 +186,7 @@ int main(int argc, char **argv) {
   for (long i = 0; i < count; i++) {
     b.len = 0;
     switch (i % 4) {
-      case 0:
-        gen_stream(&b);
-        break;
+      case 0: gen_stream(&b); break;
       case 1: {
         const corpus_file_t *f = &files[rnd_below(nfiles)];
         buf_put(&b, f->data, f->len);

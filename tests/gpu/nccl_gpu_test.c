@@ -39,15 +39,16 @@ static ncclResult_t (*p_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
 static int g_failures, g_checks;
 
 #define DIE(...) (fprintf(stderr, "nccl_gpu_test: " __VA_ARGS__), fputc('\n', stderr), exit(2))
-#define CU(x)                                                                     \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) DIE("%s: %s", #x, L.cudaGetErrorString(e_));           \
+#define CU(x)                                                           \
+  do {                                                                  \
+    cudaError_t e_ = (x);                                               \
+    if (e_ != cudaSuccess) DIE("%s: %s", #x, L.cudaGetErrorString(e_)); \
   } while (0)
-#define NC(x)                                                                                \
-  do {                                                                                       \
-    ncclResult_t r_ = (x);                                                                   \
-    if (r_ != ncclSuccess) DIE("%s: %s (%s)", #x, L.ncclGetErrorString(r_), L.ncclGetLastError(NULL)); \
+#define NC(x)                                                                     \
+  do {                                                                            \
+    ncclResult_t r_ = (x);                                                        \
+    if (r_ != ncclSuccess)                                                        \
+      DIE("%s: %s (%s)", #x, L.ncclGetErrorString(r_), L.ncclGetLastError(NULL)); \
   } while (0)
 
 static double now_s(void) {
@@ -96,10 +97,22 @@ static void fill(void *b, tdist_dtype_t t, size_t n) {
     uint64_t r = rnd();
     float f = (float)((double)(r >> 11) / (double)(1ull << 53) * 8.0 - 4.0);
     switch (t) {
-      case TDIST_FLOAT16: { uint16_t h = tdist__f32_to_f16(f); memcpy(p + 2 * i, &h, 2); break; }
-      case TDIST_BFLOAT16: { uint16_t h = tdist__f32_to_bf16(f); memcpy(p + 2 * i, &h, 2); break; }
+      case TDIST_FLOAT16: {
+        uint16_t h = tdist__f32_to_f16(f);
+        memcpy(p + 2 * i, &h, 2);
+        break;
+      }
+      case TDIST_BFLOAT16: {
+        uint16_t h = tdist__f32_to_bf16(f);
+        memcpy(p + 2 * i, &h, 2);
+        break;
+      }
       case TDIST_FLOAT32: memcpy(p + 4 * i, &f, 4); break;
-      case TDIST_FLOAT64: { double d = f * 1.000000123; memcpy(p + 8 * i, &d, 8); break; }
+      case TDIST_FLOAT64: {
+        double d = f * 1.000000123;
+        memcpy(p + 8 * i, &d, 8);
+        break;
+      }
       default: memcpy(p + tdist_dtype_size(t) * i, &r, tdist_dtype_size(t)); break;
     }
   }
@@ -117,13 +130,13 @@ static tdist_pg_t *init_pg(tdist_store_t *store, int world, int64_t tmo, tdist_s
   return pg;
 }
 
-#define TOK(pg, x, ...)                                                                  \
-  do {                                                                                   \
-    tdist_status_t s_ = (x);                                                             \
-    if (s_) {                                                                            \
+#define TOK(pg, x, ...)                                                                    \
+  do {                                                                                     \
+    tdist_status_t s_ = (x);                                                               \
+    if (s_) {                                                                              \
       expect(0, "%s returned %s: %s", #x, tdist_status_name(s_), tdist_pg_last_error(pg)); \
-      return;                                                                            \
-    }                                                                                    \
+      return;                                                                              \
+    }                                                                                      \
   } while (0)
 
 /* One dtype/op/count: all_reduce, reduce, reduce_scatter (blocking and async). */
@@ -210,8 +223,8 @@ static size_t g_big_count = (1u << 20) + 3;
 static void correctness(tdist_store_t *store) {
   tdist_status_t st;
   tdist_pg_t *pg = init_pg(store, 1, 60000, &st);
-  if (st) DIE("init_process_group(nccl, world 1): %s: %s", tdist_status_name(st),
-              tdist_last_error());
+  if (st)
+    DIE("init_process_group(nccl, world 1): %s: %s", tdist_status_name(st), tdist_last_error());
   static const tdist_reduce_op_t ops[] = {TDIST_SUM, TDIST_PROD, TDIST_MIN, TDIST_MAX, TDIST_AVG};
   const size_t counts[] = {0, 1, 1001, g_big_count};
   double t0 = now_s();
@@ -223,8 +236,7 @@ static void correctness(tdist_store_t *store) {
         check_reductions(pg, (tdist_dtype_t)t, ops[k], counts[ci]);
       check_moves(pg, (tdist_dtype_t)t, counts[ci]);
     }
-    printf("%-10s %8d %8d\n", tdist_dtype_name((tdist_dtype_t)t), g_checks - c0,
-           g_failures - f0);
+    printf("%-10s %8d %8d\n", tdist_dtype_name((tdist_dtype_t)t), g_checks - c0, g_failures - f0);
   }
   check_refusals(pg);
   expect(tdist_pg_finalize(pg) == TDIST_OK, "finalize: %s", tdist_pg_last_error(pg));
@@ -307,10 +319,14 @@ static void measure(bench_t *b, size_t n, ncclRedOp_t nop, tdist_reduce_op_t top
 }
 
 static void fmt_size(size_t b, char *s, size_t cap) {
-  if (b >= (1u << 30)) snprintf(s, cap, "%zu GiB", b >> 30);
-  else if (b >= (1u << 20)) snprintf(s, cap, "%zu MiB", b >> 20);
-  else if (b >= 1024) snprintf(s, cap, "%zu KiB", b >> 10);
-  else snprintf(s, cap, "%zu B", b);
+  if (b >= (1u << 30))
+    snprintf(s, cap, "%zu GiB", b >> 30);
+  else if (b >= (1u << 20))
+    snprintf(s, cap, "%zu MiB", b >> 20);
+  else if (b >= 1024)
+    snprintf(s, cap, "%zu KiB", b >> 10);
+  else
+    snprintf(s, cap, "%zu B", b);
 }
 
 static void bench(tdist_store_t *store, size_t max_bytes, double budget_s) {
@@ -325,11 +341,12 @@ static void bench(tdist_store_t *store, size_t max_bytes, double budget_s) {
   CU(L.cudaEventCreateWithFlags(&b.ev, cudaEventDisableTiming));
   b.buf = dmalloc(max_bytes);
   CU(p_sync(NULL));
-  printf("all_reduce, float32, in place, world size 1: microseconds per call (median of 5 "
-         "rounds).\n\"nccl\": ncclAllReduce + cudaStreamSynchronize; \"+ev\": ncclAllReduce + "
-         "cudaEventRecord + cudaEventQuery polling (tdist's way of waiting); overhead: tdist vs "
-         "nccl.\nSUM launches no kernel with one rank (pure call cost); AVG runs one over the "
-         "data: the goal is read there.\n");
+  printf(
+      "all_reduce, float32, in place, world size 1: microseconds per call (median of 5 "
+      "rounds).\n\"nccl\": ncclAllReduce + cudaStreamSynchronize; \"+ev\": ncclAllReduce + "
+      "cudaEventRecord + cudaEventQuery polling (tdist's way of waiting); overhead: tdist vs "
+      "nccl.\nSUM launches no kernel with one rank (pure call cost); AVG runs one over the "
+      "data: the goal is read there.\n");
   printf("%9s | %9s %9s %9s %8s | %9s %9s %9s %8s %8s\n", "bytes", "nccl SUM", "+ev SUM",
          "tdist SUM", "overhead", "nccl AVG", "+ev AVG", "tdist AVG", "overhead", "GB/s");
   int goal_rows = 0, goal_ok = 0;
@@ -342,9 +359,9 @@ static void bench(tdist_store_t *store, size_t max_bytes, double budget_s) {
     fmt_size(bytes, sz, sizeof sz);
     double os = (ts - ps) / ps * 100, oa = (ta - pa) / pa * 100;
     int big = bytes >= (64u << 20);
-    printf("%9s | %9.2f %9.2f %9.2f %7.1f%% | %9.2f %9.2f %9.2f %7.1f%% %8.1f%s\n", sz,
-           ps * 1e6, es * 1e6, ts * 1e6, os, pa * 1e6, ea * 1e6, ta * 1e6, oa,
-           2.0 * bytes / ta / 1e9, big ? (oa <= 2.0 ? "  goal met" : "  GOAL MISSED") : "");
+    printf("%9s | %9.2f %9.2f %9.2f %7.1f%% | %9.2f %9.2f %9.2f %7.1f%% %8.1f%s\n", sz, ps * 1e6,
+           es * 1e6, ts * 1e6, os, pa * 1e6, ea * 1e6, ta * 1e6, oa, 2.0 * bytes / ta / 1e9,
+           big ? (oa <= 2.0 ? "  goal met" : "  GOAL MISSED") : "");
     goal_rows += big;
     goal_ok += big && oa <= 2.0;
   }
@@ -375,8 +392,8 @@ static void fault(void) {
   tdist_pg_t *pg = init_pg(store, 2, 5000, &st);
   double took = now_s() - t0;
   alarm(0);
-  printf("world size 2, rank 1 absent: init returned %s after %.1f s: %s\n",
-         tdist_status_name(st), took, st ? tdist_last_error() : "");
+  printf("world size 2, rank 1 absent: init returned %s after %.1f s: %s\n", tdist_status_name(st),
+         took, st ? tdist_last_error() : "");
   expect(st == TDIST_ERR_TIMEOUT && took >= 4.9 && took < 20,
          "init with an absent rank: want TDIST_ERR_TIMEOUT after ~5 s");
   tdist_pg_destroy(pg);
@@ -388,13 +405,20 @@ int main(int argc, char **argv) {
   double budget_s = 0.1;
   int do_bench = 1, do_fault = 1;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) max_bytes = strtoull(argv[++i], NULL, 0);
-    else if (!strcmp(argv[i], "--budget-ms") && i + 1 < argc) budget_s = atof(argv[++i]) / 1e3;
-    else if (!strcmp(argv[i], "--big-count") && i + 1 < argc) g_big_count = strtoull(argv[++i], NULL, 0);
-    else if (!strcmp(argv[i], "--no-bench")) do_bench = 0;
-    else if (!strcmp(argv[i], "--no-fault")) do_fault = 0;
-    else DIE("usage: %s [--max-bytes N] [--budget-ms N] [--big-count N] [--no-bench] "
-             "[--no-fault]", argv[0]);
+    if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc)
+      max_bytes = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--budget-ms") && i + 1 < argc)
+      budget_s = atof(argv[++i]) / 1e3;
+    else if (!strcmp(argv[i], "--big-count") && i + 1 < argc)
+      g_big_count = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "--no-bench"))
+      do_bench = 0;
+    else if (!strcmp(argv[i], "--no-fault"))
+      do_fault = 0;
+    else
+      DIE("usage: %s [--max-bytes N] [--budget-ms N] [--big-count N] [--no-bench] "
+          "[--no-fault]",
+          argv[0]);
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
   char err[512];
@@ -402,7 +426,8 @@ int main(int argc, char **argv) {
   p_memcpy = (__typeof__(p_memcpy))dlsym(L.cudart_handle, "cudaMemcpy");
   p_sync = (__typeof__(p_sync))dlsym(L.cudart_handle, "cudaStreamSynchronize");
   p_init_rank = (__typeof__(p_init_rank))dlsym(L.nccl_handle, "ncclCommInitRank");
-  if (!p_memcpy || !p_sync || !p_init_rank) DIE("missing cudaMemcpy/cudaStreamSynchronize/ncclCommInitRank");
+  if (!p_memcpy || !p_sync || !p_init_rank)
+    DIE("missing cudaMemcpy/cudaStreamSynchronize/ncclCommInitRank");
   const char *dv = getenv("TDIST_NCCL_DEVICE");
   int dev = dv && *dv ? atoi(dv) : 0, ndev = 0, drv = 0, rt = 0;
   cudaError_t ce = L.cudaGetDeviceCount(&ndev);

@@ -24,8 +24,10 @@
 static char g_fake[PATH_MAX];
 
 static void env(const char *name, const char *value) {
-  if (value) setenv(name, value, 1);
-  else unsetenv(name);
+  if (value)
+    setenv(name, value, 1);
+  else
+    unsetenv(name);
 }
 
 /* Inits a world-size-1 nccl group; returns its status and copies the error text. On success
@@ -53,21 +55,21 @@ static tdist_status_t try_init(char *msg, size_t cap) {
   return st;
 }
 
-#define EXPECT(status, ...)                                                                   \
-  do {                                                                                        \
-    char m_[1024];                                                                            \
-    tdist_status_t st_ = try_init(m_, sizeof m_);                                             \
-    const char *want_[] = {__VA_ARGS__, NULL};                                                \
-    int ok_ = st_ == (status);                                                                \
-    for (int i_ = 0; ok_ && want_[i_]; i_++) ok_ = strstr(m_, want_[i_]) != NULL;             \
-    if (!ok_) {                                                                               \
-      fprintf(stderr, "%s:%d: init returned %s: '%s'; wanted %s with:", __FILE__, __LINE__,   \
-              tdist_status_name(st_), m_, tdist_status_name(status));                         \
-      for (int i_ = 0; want_[i_]; i_++) fprintf(stderr, " '%s'", want_[i_]);                  \
-      fprintf(stderr, "\n");                                                                  \
-      exit(1);                                                                                \
-    }                                                                                         \
-    TEST_LOG("  ok: %s", m_);                                                                 \
+#define EXPECT(status, ...)                                                                 \
+  do {                                                                                      \
+    char m_[1024];                                                                          \
+    tdist_status_t st_ = try_init(m_, sizeof m_);                                           \
+    const char *want_[] = {__VA_ARGS__, NULL};                                              \
+    int ok_ = st_ == (status);                                                              \
+    for (int i_ = 0; ok_ && want_[i_]; i_++) ok_ = strstr(m_, want_[i_]) != NULL;           \
+    if (!ok_) {                                                                             \
+      fprintf(stderr, "%s:%d: init returned %s: '%s'; wanted %s with:", __FILE__, __LINE__, \
+              tdist_status_name(st_), m_, tdist_status_name(status));                       \
+      for (int i_ = 0; want_[i_]; i_++) fprintf(stderr, " '%s'", want_[i_]);                \
+      fprintf(stderr, "\n");                                                                \
+      exit(1);                                                                              \
+    }                                                                                       \
+    TEST_LOG("  ok: %s", m_);                                                               \
   } while (0)
 
 static void test_tables(void) {
@@ -136,8 +138,7 @@ static void test_devices(void) {
   env("TDIST_CUDART_LIBRARY", g_fake);
   env("TDIST_NCCL_LIBRARY", g_fake);
   env("TDIST_FAKE_CUDA_DEVICES", "0");
-  EXPECT(TDIST_ERR_NOT_AVAILABLE, "no usable CUDA device", "cudaGetDeviceCount returned 0",
-         g_fake);
+  EXPECT(TDIST_ERR_NOT_AVAILABLE, "no usable CUDA device", "cudaGetDeviceCount returned 0", g_fake);
   env("TDIST_FAKE_CUDA_DEVICES", "-35");
   EXPECT(TDIST_ERR_NOT_AVAILABLE, "cudaErrorInsufficientDriver", "no NVIDIA driver");
   env("TDIST_FAKE_CUDA_DEVICES", "2");
@@ -179,13 +180,12 @@ static void test_real_libraries(void) {
     if (e == cudaSuccess && ndev > 0) {
       char m[512];
       tdist_status_t st = try_init(m, sizeof m);
-      TEST_LOG("  %d GPU(s) here: init returned %s %s (case skipped)", ndev,
-               tdist_status_name(st), m);
+      TEST_LOG("  %d GPU(s) here: init returned %s %s (case skipped)", ndev, tdist_status_name(st),
+               m);
     } else if (e == cudaSuccess) {
       EXPECT(TDIST_ERR_NOT_AVAILABLE, "no usable CUDA device", "cudaGetDeviceCount returned 0");
     } else {
-      const char *(*name)(cudaError_t) =
-          (const char *(*)(cudaError_t))dlsym(c, "cudaGetErrorName");
+      const char *(*name)(cudaError_t) = (const char *(*)(cudaError_t))dlsym(c, "cudaGetErrorName");
       CHECK(name != NULL);
       EXPECT(TDIST_ERR_NOT_AVAILABLE, "no usable CUDA device", "cudaGetDeviceCount returned",
              name(e), "libcudart");

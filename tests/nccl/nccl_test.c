@@ -129,12 +129,29 @@ static void put(void *b, tdist_dtype_t t, size_t i, uint64_t r) {
   uint8_t *p = b;
   float f = (float)((int)(r % 7) - 3);
   switch (t) {
-    case TDIST_FLOAT16: { uint16_t h = tdist__f32_to_f16(f); memcpy(p + 2 * i, &h, 2); break; }
-    case TDIST_BFLOAT16: { uint16_t h = tdist__f32_to_bf16(f); memcpy(p + 2 * i, &h, 2); break; }
+    case TDIST_FLOAT16: {
+      uint16_t h = tdist__f32_to_f16(f);
+      memcpy(p + 2 * i, &h, 2);
+      break;
+    }
+    case TDIST_BFLOAT16: {
+      uint16_t h = tdist__f32_to_bf16(f);
+      memcpy(p + 2 * i, &h, 2);
+      break;
+    }
     case TDIST_FLOAT32: memcpy(p + 4 * i, &f, 4); break;
-    case TDIST_FLOAT64: { double d = f; memcpy(p + 8 * i, &d, 8); break; }
-    case TDIST_INT8: case TDIST_UINT8: p[i] = (uint8_t)r; break;
-    case TDIST_INT32: { uint32_t v = (uint32_t)r; memcpy(p + 4 * i, &v, 4); break; }
+    case TDIST_FLOAT64: {
+      double d = f;
+      memcpy(p + 8 * i, &d, 8);
+      break;
+    }
+    case TDIST_INT8:
+    case TDIST_UINT8: p[i] = (uint8_t)r; break;
+    case TDIST_INT32: {
+      uint32_t v = (uint32_t)r;
+      memcpy(p + 4 * i, &v, 4);
+      break;
+    }
     default: memcpy(p + 8 * i, &r, 8); break;
   }
 }
@@ -149,8 +166,16 @@ static double getf(const void *b, tdist_dtype_t t, size_t i) {
   switch (t) {
     case TDIST_FLOAT16: memcpy(&h, p + 2 * i, 2); return tdist__f16_to_f32(h);
     case TDIST_BFLOAT16: memcpy(&h, p + 2 * i, 2); return tdist__bf16_to_f32(h);
-    case TDIST_FLOAT32: { float f; memcpy(&f, p + 4 * i, 4); return f; }
-    default: { double d; memcpy(&d, p + 8 * i, 8); return d; }
+    case TDIST_FLOAT32: {
+      float f;
+      memcpy(&f, p + 4 * i, 4);
+      return f;
+    }
+    default: {
+      double d;
+      memcpy(&d, p + 8 * i, 8);
+      return d;
+    }
   }
 }
 
@@ -160,8 +185,16 @@ static int64_t geti(const void *b, tdist_dtype_t t, size_t i) {
   switch (t) {
     case TDIST_INT8: return (int8_t)p[i];
     case TDIST_UINT8: return p[i];
-    case TDIST_INT32: { int32_t v; memcpy(&v, p + 4 * i, 4); return v; }
-    default: { int64_t v; memcpy(&v, p + 8 * i, 8); return v; }
+    case TDIST_INT32: {
+      int32_t v;
+      memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+    default: {
+      int64_t v;
+      memcpy(&v, p + 8 * i, 8);
+      return v;
+    }
   }
 }
 
@@ -181,10 +214,14 @@ static void expect_elem(void *const *in, int n, size_t idx, tdist_dtype_t t, tdi
     double a = getf(in[0], t, idx);
     for (int r = 1; r < n; r++) {
       double x = getf(in[r], t, idx);
-      if (op == TDIST_SUM || op == TDIST_AVG) a += x;
-      else if (op == TDIST_PROD) a *= x;
-      else if (op == TDIST_MIN) a = fmin(a, x);
-      else a = fmax(a, x);
+      if (op == TDIST_SUM || op == TDIST_AVG)
+        a += x;
+      else if (op == TDIST_PROD)
+        a *= x;
+      else if (op == TDIST_MIN)
+        a = fmin(a, x);
+      else
+        a = fmax(a, x);
     }
     *fv = op == TDIST_AVG ? a / n : a;
     return;
@@ -192,10 +229,14 @@ static void expect_elem(void *const *in, int n, size_t idx, tdist_dtype_t t, tdi
   uint64_t a = (uint64_t)geti(in[0], t, idx);
   for (int r = 1; r < n; r++) {
     int64_t x = geti(in[r], t, idx);
-    if (op == TDIST_SUM || op == TDIST_AVG) a = (uint64_t)trunc_to(t, a + (uint64_t)x);
-    else if (op == TDIST_PROD) a = (uint64_t)trunc_to(t, a * (uint64_t)x);
-    else if (op == TDIST_MIN) a = (int64_t)a < x ? a : (uint64_t)x;
-    else a = (int64_t)a > x ? a : (uint64_t)x;
+    if (op == TDIST_SUM || op == TDIST_AVG)
+      a = (uint64_t)trunc_to(t, a + (uint64_t)x);
+    else if (op == TDIST_PROD)
+      a = (uint64_t)trunc_to(t, a * (uint64_t)x);
+    else if (op == TDIST_MIN)
+      a = (int64_t)a < x ? a : (uint64_t)x;
+    else
+      a = (int64_t)a > x ? a : (uint64_t)x;
   }
   *iv = op == TDIST_AVG ? (int64_t)a / n : (int64_t)a;
 }
@@ -207,11 +248,11 @@ static void check_elem(const char *what, const void *got, size_t gi, void *const
   expect_elem(in, n, idx, t, op, &fv, &iv);
   if (is_float(t)) {
     double g = getf(got, t, gi);
-    double tol = op != TDIST_AVG       ? 0 /* small integers: exact */
-                 : t == TDIST_FLOAT64  ? 1e-12
-                 : t == TDIST_FLOAT32  ? 1e-6
-                 : t == TDIST_FLOAT16  ? 1e-2
-                                       : 4e-2;
+    double tol = op != TDIST_AVG      ? 0 /* small integers: exact */
+                 : t == TDIST_FLOAT64 ? 1e-12
+                 : t == TDIST_FLOAT32 ? 1e-6
+                 : t == TDIST_FLOAT16 ? 1e-2
+                                      : 4e-2;
     if (fabs(g - fv) > tol * fmax(1.0, fabs(fv))) {
       fprintf(stderr, "%s %s %s: element %zu = %.17g, want %.17g\n", what, tdist_dtype_name(t),
               tdist_reduce_op_name(op), gi, g, fv);
@@ -358,8 +399,7 @@ static void sweep_moves(tdist_pg_t *pg, uint64_t seed) {
     OK(pg, tdist_all_to_all(pg, b, a, n, dt));
     CHECK_EQ_INT(ctr("last_group_ops"), 2 * p); /* one send and one recv per rank, in a group */
     for (int r = 0; r < p; r++)
-      check_copy("all_to_all", b + (size_t)r * n * es, (char *)in[r] + (size_t)me * n * es,
-                 n * es);
+      check_copy("all_to_all", b + (size_t)r * n * es, (char *)in[r] + (size_t)me * n * es, n * es);
     /* all_to_all_v: rank i sends (i + j + t) % 3 elements to rank j, from in_displs packed */
     size_t ic[16], id[16], oc[16], od[16], io = 0, oo = 0;
     for (int j = 0; j < p; j++) {
@@ -416,8 +456,9 @@ static void async_work(tdist_pg_t *pg, uint64_t seed) {
     tdist_work_destroy(w[k]);
   }
   for (int k = 0; k < K; k++) {
-    for (int i = 0; i < N; i++) check_elem("all_reduce_async", buf[k], (size_t)i, in, p,
-                                           (size_t)(k * N + i), TDIST_INT32, TDIST_SUM);
+    for (int i = 0; i < N; i++)
+      check_elem("all_reduce_async", buf[k], (size_t)i, in, p, (size_t)(k * N + i), TDIST_INT32,
+                 TDIST_SUM);
     F.free(buf[k]);
   }
   free_inputs(in, p);
@@ -436,8 +477,7 @@ static void refusals(tdist_pg_t *pg) {
   CHECK_EQ_INT(tdist_monitored_barrier(pg, 1000), TDIST_ERR_NOT_AVAILABLE);
   CHECK(strstr(tdist_pg_last_error(pg), "monitored_barrier") != NULL);
   int32_t host[4] = {0};
-  CHECK_EQ_INT(tdist_all_reduce(pg, host, 4, TDIST_INT32, TDIST_SUM),
-               TDIST_ERR_INVALID_ARGUMENT);
+  CHECK_EQ_INT(tdist_all_reduce(pg, host, 4, TDIST_INT32, TDIST_SUM), TDIST_ERR_INVALID_ARGUMENT);
   CHECK(strstr(tdist_last_error(), "host memory") != NULL);
   tdist_work_t *w = NULL;
   CHECK_EQ_INT(tdist_all_reduce_async(pg, host, 4, TDIST_INT32, TDIST_SUM, &w),
@@ -610,8 +650,8 @@ static int hang_body(int rank, int world, int port, void *arg) {
   int64_t t0 = now_ms();
   int st = all_reduce_once(pg, d);
   int64_t took = now_ms() - t0;
-  TEST_LOG("rank %d: hung op -> %s after %lld ms: %s", rank, tdist_status_name(st),
-           (long long)took, tdist_pg_last_error(pg));
+  TEST_LOG("rank %d: hung op -> %s after %lld ms: %s", rank, tdist_status_name(st), (long long)took,
+           tdist_pg_last_error(pg));
   CHECK_EQ_INT(st, TDIST_ERR_TIMEOUT);
   CHECK(took >= TMO - 50 && took <= TMO + SLACK_MS);
   CHECK(strstr(tdist_pg_last_error(pg), "ncclCommAbort") != NULL);
@@ -659,8 +699,7 @@ static int asyncerr_body(int rank, int world, int port, void *arg) {
   int st = all_reduce_once(pg, d);
   int64_t took = now_ms() - t0;
   const char *msg = tdist_pg_last_error(pg);
-  TEST_LOG("rank %d: -> %s after %lld ms: %s", rank, tdist_status_name(st), (long long)took,
-           msg);
+  TEST_LOG("rank %d: -> %s after %lld ms: %s", rank, tdist_status_name(st), (long long)took, msg);
   if (rank == 1) {
     CHECK_EQ_INT(st, TDIST_ERR_REMOTE);
     CHECK(took < 5000); /* found by polling ncclCommGetAsyncError, not by the 60 s timeout */
@@ -719,8 +758,8 @@ static int initto_body(int rank, int world, int port, void *arg) {
   int64_t t0 = now_ms();
   int st = init_nccl(rank, world, port, TMO, &store, &pg);
   int64_t took = now_ms() - t0;
-  TEST_LOG("rank %d: init -> %s after %lld ms: %s", rank, tdist_status_name(st),
-           (long long)took, tdist_last_error());
+  TEST_LOG("rank %d: init -> %s after %lld ms: %s", rank, tdist_status_name(st), (long long)took,
+           tdist_last_error());
   CHECK_EQ_INT(st, TDIST_ERR_TIMEOUT);
   CHECK(pg == NULL);
   CHECK(took <= TMO + SLACK_MS);

@@ -1,6 +1,7 @@
-/* Smoke test of every collective on real processes, over shared memory and over TCP: world sizes 1..5, int64 data (exact
- * reference), each result checked against a reference computed independently from the same
- * deterministic inputs. The full dtype/op/algorithm sweep lives in collectives_sweep_test. */
+/* Smoke test of every collective on real processes, over shared memory and over TCP: world
+ * sizes 1..5, int64 data (exact reference), each result checked against a reference computed
+ * independently from the same deterministic inputs. The full dtype/op/algorithm sweep lives in
+ * collectives_sweep_test. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,9 @@
 
 #define N 1003 /* odd, larger than any world size */
 
-static int64_t val(int rank, size_t i) { return (int64_t)(tdist_test_rand(7, (uint64_t)rank, i) % 1000) - 500; }
+static int64_t val(int rank, size_t i) {
+  return (int64_t)(tdist_test_rand(7, (uint64_t)rank, i) % 1000) - 500;
+}
 
 static int body(int rank, int world, int port, void *arg) {
   (void)arg;
@@ -92,7 +95,8 @@ static int body(int rank, int world, int port, void *arg) {
   /* all_to_all: block j of rank r is val(r, j*N+i) */
   CHECK_OK_MSG(tdist_all_to_all(pg, out, in, N, TDIST_INT64), tdist_pg_last_error(pg));
   for (int r = 0; r < world; r++)
-    for (size_t i = 0; i < N; i++) CHECK_EQ_INT(out[(size_t)r * N + i], val(r, (size_t)rank * N + i));
+    for (size_t i = 0; i < N; i++)
+      CHECK_EQ_INT(out[(size_t)r * N + i], val(r, (size_t)rank * N + i));
   CHECK_OK_MSG(tdist_barrier(pg), tdist_pg_last_error(pg));
   /* send/recv ring */
   if (world > 1) {

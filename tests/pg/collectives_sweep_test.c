@@ -58,11 +58,11 @@
 #include "check.h"
 #include "ranks.h"
 
-#define LARGE 100003    /* > 64 KiB for every dtype: the ring runs */
-#define RS_LARGE 20011  /* reduce_scatter: per-rank block, p * 20011 elements in all */
-#define A2A_LARGE 4099  /* all_to_all: per-peer block */
+#define LARGE 100003   /* > 64 KiB for every dtype: the ring runs */
+#define RS_LARGE 20011 /* reduce_scatter: per-rank block, p * 20011 elements in all */
+#define A2A_LARGE 4099 /* all_to_all: per-peer block */
 #define GATHER_LARGE 10007
-#define GUARD 64        /* guard bytes after every output buffer */
+#define GUARD 64 /* guard bytes after every output buffer */
 #define GUARD_BYTE 0xC3
 #define TIMEOUT_MS 60000
 #define RUN_TIMEOUT_MS 110000
@@ -110,9 +110,12 @@ static long double unit_roundoff(tdist_dtype_t dt) {
 static long double f16_value(uint16_t h) {
   int e = (h >> 10) & 0x1f, m = h & 0x3ff;
   long double v;
-  if (e == 0) v = ldexpl(m, -24);
-  else if (e == 31) v = m ? NAN : INFINITY;
-  else v = ldexpl(1024 + m, e - 25);
+  if (e == 0)
+    v = ldexpl(m, -24);
+  else if (e == 31)
+    v = m ? NAN : INFINITY;
+  else
+    v = ldexpl(1024 + m, e - 25);
   return (h & 0x8000) ? -v : v;
 }
 
@@ -209,8 +212,8 @@ static void fill(void *buf, size_t count, tdist_dtype_t dt, tdist_reduce_op_t op
   for (size_t i = 0; i < count; i++) gen(dt, op, seed, rank, base + i, (uint8_t *)buf + i * es);
 }
 
-static uint64_t case_seed(int kind, int world, tdist_dtype_t dt, tdist_reduce_op_t op,
-                          size_t count, int root) {
+static uint64_t case_seed(int kind, int world, tdist_dtype_t dt, tdist_reduce_op_t op, size_t count,
+                          int root) {
   return ((((uint64_t)kind * 16 + (uint64_t)world) * 16 + (uint64_t)dt) * 16 + (uint64_t)op) *
              1000003u +
          count * 17 + (uint64_t)root;
@@ -236,10 +239,22 @@ static void check_reduction(const char *what, const cfg_t *cfg, int world, const
       }
       long double u = unit_roundoff(dt), ref, tol;
       switch (op) {
-        case TDIST_SUM: ref = sum; tol = 2 * (world - 1) * u * abs_sum; break;
-        case TDIST_PROD: ref = prod; tol = 2 * (world - 1) * u * fabsl(prod); break;
-        case TDIST_MIN: ref = mn; tol = 0; break;
-        case TDIST_MAX: ref = mx; tol = 0; break;
+        case TDIST_SUM:
+          ref = sum;
+          tol = 2 * (world - 1) * u * abs_sum;
+          break;
+        case TDIST_PROD:
+          ref = prod;
+          tol = 2 * (world - 1) * u * fabsl(prod);
+          break;
+        case TDIST_MIN:
+          ref = mn;
+          tol = 0;
+          break;
+        case TDIST_MAX:
+          ref = mx;
+          tol = 0;
+          break;
         default: /* AVG */
           ref = sum / world;
           tol = 2 * (world - 1) * u * abs_sum / world + 2 * u * fabsl(ref);
@@ -309,8 +324,10 @@ static void check_guard(const char *what, const void *buf, size_t bytes) {
   const uint8_t *g = (const uint8_t *)buf + bytes;
   for (size_t i = 0; i < GUARD; i++) {
     if (g[i] != GUARD_BYTE) {
-      fprintf(stderr, "%s: wrote past the end of the output (%zu bytes): guard byte %zu is "
-              "0x%02x\n", what, bytes, i, g[i]);
+      fprintf(stderr,
+              "%s: wrote past the end of the output (%zu bytes): guard byte %zu is "
+              "0x%02x\n",
+              what, bytes, i, g[i]);
       exit(1);
     }
   }
@@ -331,8 +348,8 @@ static void check_bytes(const char *what, int world, const void *buf, size_t n, 
   const uint8_t *p = buf;
   for (size_t k = 0; k < n; k++) {
     if (p[k] != byte_at(seed, stream, k)) {
-      fprintf(stderr, "%s (world %d): byte %zu of %zu is 0x%02x, expected 0x%02x\n", what, world,
-              k, n, p[k], byte_at(seed, stream, k));
+      fprintf(stderr, "%s (world %d): byte %zu of %zu is 0x%02x, expected 0x%02x\n", what, world, k,
+              n, p[k], byte_at(seed, stream, k));
       exit(1);
     }
   }
@@ -351,9 +368,10 @@ static void check_identical(tdist_pg_t *pg, const char *what, const void *buf, s
   CHECK_OK_MSG(tdist_all_gather(pg, all, &mine, 1, TDIST_INT64), tdist_pg_last_error(pg));
   for (int r = 0; r < world; r++) {
     if (all[r] != mine) {
-      fprintf(stderr, "%s: rank %d's result differs from rank %d's (hash %016" PRIx64
-              " vs %016" PRIx64 ")\n", what, tdist_pg_rank(pg), r, (uint64_t)mine,
-              (uint64_t)all[r]);
+      fprintf(stderr,
+              "%s: rank %d's result differs from rank %d's (hash %016" PRIx64 " vs %016" PRIx64
+              ")\n",
+              what, tdist_pg_rank(pg), r, (uint64_t)mine, (uint64_t)all[r]);
       exit(1);
     }
   }
@@ -448,12 +466,12 @@ static void run_reduce_scatter(tdist_pg_t *pg, const cfg_t *cfg) {
         uint64_t seed = case_seed(3, world, dt, (tdist_reduce_op_t)op, n, 0);
         fill(in, n * (size_t)world, dt, (tdist_reduce_op_t)op, seed, rank, 0);
         set_guard(out, n * es);
-        tdist_status_t st = tdist_reduce_scatter(pg, n ? out : NULL, n ? in : NULL, n, dt,
-                                                 (tdist_reduce_op_t)op);
+        tdist_status_t st =
+            tdist_reduce_scatter(pg, n ? out : NULL, n ? in : NULL, n, dt, (tdist_reduce_op_t)op);
         if (st) {
           fprintf(stderr, "rank %d: reduce_scatter world %d dtype %s op %s count %zu: %s: %s\n",
-                  rank, world, tdist_dtype_name(dt), tdist_reduce_op_name((tdist_reduce_op_t)op),
-                  n, tdist_status_name(st), tdist_pg_last_error(pg));
+                  rank, world, tdist_dtype_name(dt), tdist_reduce_op_name((tdist_reduce_op_t)op), n,
+                  tdist_status_name(st), tdist_pg_last_error(pg));
           exit(1);
         }
         check_guard("reduce_scatter", out, n * es);
@@ -480,8 +498,10 @@ static void run_broadcast(tdist_pg_t *pg, uint8_t *buf) {
       tdist_dtype_t dt = k_dtypes[((size_t)root + c) % NDT];
       size_t bytes = n * tdist_dtype_size(dt);
       uint64_t seed = case_seed(4, world, dt, 0, n, root);
-      if (rank == root) fill_bytes(buf, bytes, seed, 0);
-      else memset(buf, 0xA5, bytes);
+      if (rank == root)
+        fill_bytes(buf, bytes, seed, 0);
+      else
+        memset(buf, 0xA5, bytes);
       set_guard(buf, bytes);
       OK(pg, tdist_broadcast(pg, n ? buf : NULL, n, dt, root));
       check_bytes("broadcast", world, buf, bytes, seed, 0);
@@ -517,9 +537,12 @@ static void run_all_gather_v(tdist_pg_t *pg, uint8_t *in, uint8_t *out, int all_
   size_t es = tdist_dtype_size(dt);
   uint64_t seed = case_seed(6, world, dt, 0, (size_t)all_zero, 0);
   for (int r = 0; r < world; r++) {
-    if (all_zero || r % 3 == 1) counts[r] = 0;
-    else if (r == world - 1) counts[r] = GATHER_LARGE;
-    else counts[r] = tdist_test_rand(seed, (uint64_t)r, 999) % 50;
+    if (all_zero || r % 3 == 1)
+      counts[r] = 0;
+    else if (r == world - 1)
+      counts[r] = GATHER_LARGE;
+    else
+      counts[r] = tdist_test_rand(seed, (uint64_t)r, 999) % 50;
   }
   size_t pos = 3;
   for (int r = world - 1; r >= 0; r--) {
@@ -759,17 +782,20 @@ int main(void) {
   for (int j = 0; j < 2 * njobs; j++) {
     if (j % shards != shard) continue;
     int w = jobs[j % njobs].world, ph = jobs[j % njobs].phase, tcp = j >= njobs;
-    cfg_t cfg = {.algo = ph == 0 ? "ring" : ph == 1 ? "rd" : NULL,
+    cfg_t cfg = {.algo = ph == 0   ? "ring"
+                         : ph == 1 ? "rd"
+                                   : NULL,
                  .full = w == 2 || w == 3 || w == 5,
                  .arrivals = arrivals};
-    if (tcp) setenv("TDIST_SHM", "0", 1);
-    else unsetenv("TDIST_SHM");
+    if (tcp)
+      setenv("TDIST_SHM", "0", 1);
+    else
+      unsetenv("TDIST_SHM");
     memset((void *)arrivals, 0, 4096);
     double t0 = now_s();
     int rc = tdist_test_run_ranks(w, RUN_TIMEOUT_MS, ph == 2 ? other_body : all_reduce_body, &cfg);
     TEST_LOG("world %d %s%s%s: %s in %.1f s", w, ph == 2 ? "other collectives" : "all_reduce ",
-             ph == 2 ? "" : cfg.algo, tcp ? " (TCP only)" : "", rc ? "FAILED" : "ok",
-             now_s() - t0);
+             ph == 2 ? "" : cfg.algo, tcp ? " (TCP only)" : "", rc ? "FAILED" : "ok", now_s() - t0);
     failed |= rc;
   }
   CHECK(!failed);

@@ -49,11 +49,11 @@ typedef struct {
 } shared_t;
 
 typedef struct {
-  int culprit;     /* the rank that dies / stalls / differs */
-  int culprit2;    /* a second absent rank (monitored barrier), or -1 */
-  int strict;      /* every survivor must name the culprit */
-  int variant;     /* scenario-specific */
-  int tcp_only;    /* TDIST_SHM=0 */
+  int culprit;  /* the rank that dies / stalls / differs */
+  int culprit2; /* a second absent rank (monitored barrier), or -1 */
+  int strict;   /* every survivor must name the culprit */
+  int variant;  /* scenario-specific */
+  int tcp_only; /* TDIST_SHM=0 */
   shared_t *sh;
 } scen_t;
 
@@ -200,15 +200,17 @@ static int kill_body(int rank, int world, int port, void *arg) {
   }
   int64_t took = now_ms() - t0;
   const char *msg = tdist_pg_last_error(pg);
-  TEST_LOG("kill: rank %d failed at iteration %d after %lld ms: %s: %s", rank, it,
-           (long long)took, tdist_status_name(st), msg);
+  TEST_LOG("kill: rank %d failed at iteration %d after %lld ms: %s: %s", rank, it, (long long)took,
+           tdist_status_name(st), msg);
   CHECK(st == TDIST_ERR_REMOTE || st == TDIST_ERR_TIMEOUT);
   CHECK(it >= 5);
   CHECK(took <= TMO + SLACK_MS);
   /* Nobody has closed a connection except the victim (survivors wait below), so a dropped
    * connection can only be the victim's. */
-  if (st == TDIST_ERR_REMOTE) CHECK(names_rank(msg, s->culprit));
-  else CHECK(strstr(msg, "rank ") != NULL);
+  if (st == TDIST_ERR_REMOTE)
+    CHECK(names_rank(msg, s->culprit));
+  else
+    CHECK(strstr(msg, "rank ") != NULL);
   int named = names_rank(msg, s->culprit);
   if (s->strict) CHECK(named);
   char saved[600];
@@ -314,9 +316,8 @@ static int abort_body(int rank, int world, int port, void *arg) {
     } else {
       pthread_create(&th, NULL, aborter, &a);
       int64_t t0 = now_ms();
-      tdist_status_t st = s->variant == 0
-                              ? tdist_all_reduce(pg, buf, BIG, TDIST_FLOAT32, TDIST_SUM)
-                              : tdist_recv(pg, buf, 1000, TDIST_FLOAT32, 1 - rank, 3);
+      tdist_status_t st = s->variant == 0 ? tdist_all_reduce(pg, buf, BIG, TDIST_FLOAT32, TDIST_SUM)
+                                          : tdist_recv(pg, buf, 1000, TDIST_FLOAT32, 1 - rank, 3);
       expect_aborted(s->variant == 0 ? "all_reduce" : "recv", st, now_ms() - t0, delay);
       pthread_join(th, NULL);
       CHECK(strstr(tdist_pg_last_error(pg), "abort") != NULL);
@@ -421,8 +422,10 @@ static int monitored_body(int rank, int world, int port, void *arg) {
 static int mismatch_body(int rank, int world, int port, void *arg) {
   const scen_t *s = arg;
   int detail = s->strict; /* strict = TDIST_DEBUG=DETAIL and a precise message */
-  if (detail) setenv("TDIST_DEBUG", "DETAIL", 1);
-  else unsetenv("TDIST_DEBUG");
+  if (detail)
+    setenv("TDIST_DEBUG", "DETAIL", 1);
+  else
+    unsetenv("TDIST_DEBUG");
   tdist_store_t *store;
   tdist_pg_t *pg = init(rank, world, port, s, TMO, &store);
   float buf[64] = {0};
@@ -526,16 +529,16 @@ static int async_body(int rank, int world, int port, void *arg) {
   CHECK(rd && ga && sc && agv && a2v && p2p);
   for (size_t i = 0; i < AN; i++) rd[i] = aval(rank, 11, i);
   CHECK_OK(tdist_reduce_async(pg, rd, AN, TDIST_INT64, TDIST_SUM, 0, &w[nw++]));
-  CHECK_OK(tdist_gather_async(pg, rank == world - 1 ? ga : NULL, ag_in, AN, TDIST_INT64,
-                              world - 1, &w[nw++]));
-  CHECK_OK(tdist_scatter_async(pg, sc, rank == 1 % world ? rs_in : NULL, AN, TDIST_INT64,
-                               1 % world, &w[nw++]));
+  CHECK_OK(tdist_gather_async(pg, rank == world - 1 ? ga : NULL, ag_in, AN, TDIST_INT64, world - 1,
+                              &w[nw++]));
+  CHECK_OK(tdist_scatter_async(pg, sc, rank == 1 % world ? rs_in : NULL, AN, TDIST_INT64, 1 % world,
+                               &w[nw++]));
   {
     size_t *c = malloc(sizeof(size_t) * (size_t)world * 4);
     CHECK(c != NULL);
     for (int r = 0; r < world; r++) {
-      c[r] = (size_t)r % 3;            /* rank r contributes r % 3 elements ... */
-      c[world + r] = (size_t)r * 8;    /* ... at r * 8 */
+      c[r] = (size_t)r % 3;         /* rank r contributes r % 3 elements ... */
+      c[world + r] = (size_t)r * 8; /* ... at r * 8 */
     }
     agv_in[0] = aval(rank, 12, 0); /* a data buffer: borrowed until the work completes */
     agv_in[1] = aval(rank, 12, 1);
@@ -547,7 +550,7 @@ static int async_body(int rank, int world, int port, void *arg) {
       c[r] = 1;
       c[world + r] = (size_t)r * 8; /* out displacements */
       c[2 * world + r] = 1;
-      c[3 * world + r] = (size_t)r;  /* in displacements: rs_in[r] goes to rank r */
+      c[3 * world + r] = (size_t)r; /* in displacements: rs_in[r] goes to rank r */
     }
     memset(a2v, 0, sizeof(int64_t) * (size_t)world * 8);
     CHECK_OK(tdist_all_to_all_v_async(pg, a2v, c, c + world, rs_in, c + 2 * world, c + 3 * world,
@@ -611,8 +614,7 @@ static int async_body(int rank, int world, int port, void *arg) {
     for (int k = 0; k < 8; k++)
       CHECK_EQ_INT(agv[r * 8 + k], k < r % 3 ? aval(r, 12, (size_t)k) : 0);
   for (int r = 0; r < world; r++)
-    for (int k = 0; k < 8; k++)
-      CHECK_EQ_INT(a2v[r * 8 + k], k == 0 ? aval(r, 6, (size_t)rank) : 0);
+    for (int k = 0; k < 8; k++) CHECK_EQ_INT(a2v[r * 8 + k], k == 0 ? aval(r, 6, (size_t)rank) : 0);
   if (world > 1 && rank == 1)
     for (size_t i = 0; i < AN; i++) CHECK_EQ_INT(p2p[i], aval(0, 13, i));
   free(rd);
@@ -671,7 +673,8 @@ static int async_body(int rank, int world, int port, void *arg) {
         w2 += aval(r, 40 + rep, i);
       }
       if (ar[1][i] != w1 || ar[2][i] != w2) {
-        fprintf(stderr, "rank %d rep %d (%s): async result [%zu] = %lld (want %lld), blocking "
+        fprintf(stderr,
+                "rank %d rep %d (%s): async result [%zu] = %lld (want %lld), blocking "
                 "result = %lld (want %lld): the blocking call overlapped the async one\n",
                 rank, rep, destroy ? "work destroyed" : "work waited", i, (long long)ar[1][i],
                 (long long)w1, (long long)ar[2][i], (long long)w2);
@@ -738,9 +741,9 @@ int main(void) {
     /* (b) */
     JOB failed |= run("stalled rank, all_reduce", 2, stall_body,
                       (scen_t){.culprit = 1, .culprit2 = -1, .strict = 1, .tcp_only = tcp});
-    JOB failed |= run("stalled rank, barrier", 3, stall_body,
-                      (scen_t){.culprit = 2, .culprit2 = -1, .strict = 1, .variant = 1,
-                               .tcp_only = tcp});
+    JOB failed |=
+        run("stalled rank, barrier", 3, stall_body,
+            (scen_t){.culprit = 2, .culprit2 = -1, .strict = 1, .variant = 1, .tcp_only = tcp});
     JOB {
       failed |= run("stalled rank, all_reduce", 3, stall_body,
                     (scen_t){.culprit = 2, .culprit2 = -1, .tcp_only = tcp});
@@ -755,11 +758,11 @@ int main(void) {
                         : v == 1 ? "abort blocked recv (both ranks)"
                         : v == 2 ? "abort blocked async all_reduce"
                                  : "destroy with blocked async work",
-                        2, abort_body, (scen_t){.culprit = -1, .culprit2 = -1, .variant = v,
-                                                .tcp_only = tcp});
+                        2, abort_body,
+                        (scen_t){.culprit = -1, .culprit2 = -1, .variant = v, .tcp_only = tcp});
     /* (f) */
-    JOB failed |= run("async work", 3, async_body,
-                      (scen_t){.culprit = -1, .culprit2 = -1, .tcp_only = tcp});
+    JOB failed |=
+        run("async work", 3, async_body, (scen_t){.culprit = -1, .culprit2 = -1, .tcp_only = tcp});
   }
   /* (d): the transport does not matter */
   JOB failed |= run("monitored_barrier, rank 3 absent", 4, monitored_body,

@@ -31,8 +31,12 @@
 #define ENV_PREFIX "Error initializing torch.distributed using env:// rendezvous: "
 #define N 4099
 
-static const char *const k_env[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                                    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT",
+static const char *const k_env[] = {"RANK",
+                                    "WORLD_SIZE",
+                                    "MASTER_ADDR",
+                                    "MASTER_PORT",
+                                    "TORCHELASTIC_USE_AGENT_STORE",
+                                    "TORCHELASTIC_RESTART_COUNT",
                                     "TDIST_DEBUG"};
 
 static void clear_env(void) {
@@ -49,16 +53,21 @@ static void expect_fail(int line, const tdist_pg_options_t *o, tdist_status_t wa
   const char *got = tdist_last_error();
   int ok = st == want && pg == NULL;
   if (ok && msg) {
-    if (how == EXACT) ok = strcmp(got, msg) == 0;
-    else if (how == PREFIX) ok = strncmp(got, msg, strlen(msg)) == 0;
-    else ok = strstr(got, msg) != NULL;
+    if (how == EXACT)
+      ok = strcmp(got, msg) == 0;
+    else if (how == PREFIX)
+      ok = strncmp(got, msg, strlen(msg)) == 0;
+    else
+      ok = strstr(got, msg) != NULL;
   }
   if (!ok) {
     fprintf(stderr,
             "pg_init_test.c:%d: expected %s with message %s\"%s\"\n  got %s (out %s) with "
             "message \"%s\"\n",
             line, tdist_status_name(want),
-            how == EXACT ? "" : how == PREFIX ? "starting " : "containing ",
+            how == EXACT    ? ""
+            : how == PREFIX ? "starting "
+                            : "containing ",
             msg ? msg : "(any)", tdist_status_name(st), pg ? "not NULL" : "NULL", got);
     if (st == TDIST_OK && pg) tdist_pg_destroy(pg);
     exit(1);
@@ -170,7 +179,7 @@ static void test_option_errors(void) {
   o.backend = "mpi";
   EXPECT_FAIL(&o, TDIST_ERR_INVALID_ARGUMENT, CONTAINS, "mpi");
   o.backend = "nccl"; /* a known backend: the init method is checked next (whether NCCL and a
-                        * GPU are there is //tests/nccl's business) */
+                       * GPU are there is //tests/nccl's business) */
   EXPECT_FAIL(&o, TDIST_ERR_INVALID_ARGUMENT, CONTAINS, "RANK");
   o.backend = "gloo";
 
@@ -348,8 +357,10 @@ static void test_rendezvous(int mode, const char *name) {
   rdzv_t z = {mode, 0};
   pid_t agent = -1;
   int agent_stop = -1;
-  if (mode == 3) agent = start_agent(&z.port, &agent_stop); /* the workers only connect */
-  else z.port = free_port();
+  if (mode == 3)
+    agent = start_agent(&z.port, &agent_stop); /* the workers only connect */
+  else
+    z.port = free_port();
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   int rc = tdist_test_run_ranks(3, 60000, rdzv_body, &z);

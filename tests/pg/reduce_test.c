@@ -138,9 +138,7 @@ __attribute__((target("f16c"))) static uint16_t hw_f32_to_f16(float f) {
   return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
 }
 
-__attribute__((target("f16c"))) static float hw_f16_to_f32(uint16_t h) {
-  return _cvtsh_ss(h);
-}
+__attribute__((target("f16c"))) static float hw_f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
 #endif
 
 /* ---- dtype tables ---- */
@@ -148,7 +146,7 @@ __attribute__((target("f16c"))) static float hw_f16_to_f32(uint16_t h) {
 static const tdist_dtype_t k_dtypes[] = {TDIST_FLOAT16, TDIST_BFLOAT16, TDIST_FLOAT32,
                                          TDIST_FLOAT64, TDIST_INT8,     TDIST_UINT8,
                                          TDIST_INT32,   TDIST_INT64};
-static const tdist_reduce_op_t k_ops[] = {TDIST_SUM, TDIST_PROD, TDIST_MIN,  TDIST_MAX,
+static const tdist_reduce_op_t k_ops[] = {TDIST_SUM, TDIST_PROD, TDIST_MIN, TDIST_MAX,
                                           TDIST_AVG, TDIST_BAND, TDIST_BOR, TDIST_BXOR};
 #define N_DTYPES (sizeof k_dtypes / sizeof k_dtypes[0])
 #define N_OPS (sizeof k_ops / sizeof k_ops[0])
@@ -275,8 +273,8 @@ static void test_conversions(void) {
     const float f = tdist__f16_to_f32(h);
     const double want = ref_f16_value(h);
     if (isnan(want)) {
-      CHECK_EQ_INT(bits_of_float(f), ((uint32_t)(h & 0x8000) << 16) | 0x7FC00000u |
-                                         ((uint32_t)(h & 0x3FF) << 13));
+      CHECK_EQ_INT(bits_of_float(f),
+                   ((uint32_t)(h & 0x8000) << 16) | 0x7FC00000u | ((uint32_t)(h & 0x3FF) << 13));
       CHECK_EQ_INT(tdist__f32_to_f16(f), (h & 0x8000) | 0x7E00);
     } else {
       CHECK(bits_of_double((double)f) == bits_of_double(want)); /* also the sign of zero */
@@ -330,9 +328,9 @@ static void test_conversions(void) {
   /* Random floats: any bit pattern, and values spread over the half's range. */
   for (int i = 0; i < (1 << 20); i++) {
     const float any = float_of_bits((uint32_t)rnd());
-    const float near = (rnd() & 1 ? -1.0f : 1.0f) *
-                       ldexpf(1.0f + (float)rnd_below(1u << 23) / (float)(1u << 23),
-                              (int)rnd_below(46) - 28);
+    const float near =
+        (rnd() & 1 ? -1.0f : 1.0f) *
+        ldexpf(1.0f + (float)rnd_below(1u << 23) / (float)(1u << 23), (int)rnd_below(46) - 28);
     check_f16_conv(any);
     check_f16_conv(near);
     check_bf16_conv(any);
@@ -545,9 +543,9 @@ static void fill_random(tdist_dtype_t dt, unsigned char *p, size_t count) {
         if (pick < 70) v = (r & 0x807F) | ((117 + rnd_below(21)) << 7);
         break;
       case TDIST_FLOAT32: {
-        static const uint32_t special[] = {0, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000,
-                                           0xffc00001, 0x00800000, 0x00000001, 0x7f7fffff,
-                                           0x3f800000};
+        static const uint32_t special[] = {0,          0x80000000, 0x7f800000, 0xff800000,
+                                           0x7fc00000, 0xffc00001, 0x00800000, 0x00000001,
+                                           0x7f7fffff, 0x3f800000};
         if (pick < 70)
           v = (r & 0x807FFFFF) | ((100 + rnd_below(55)) << 23);
         else if (pick < 80)
@@ -555,10 +553,15 @@ static void fill_random(tdist_dtype_t dt, unsigned char *p, size_t count) {
         break;
       }
       case TDIST_FLOAT64: {
-        static const uint64_t special[] = {0, 0x8000000000000000ull, 0x7ff0000000000000ull,
-                                           0xfff0000000000000ull, 0x7ff8000000000000ull,
-                                           0xfff8000000000001ull, 0x0000000000000001ull,
-                                           0x7fefffffffffffffull, 0x3ff0000000000000ull};
+        static const uint64_t special[] = {0,
+                                           0x8000000000000000ull,
+                                           0x7ff0000000000000ull,
+                                           0xfff0000000000000ull,
+                                           0x7ff8000000000000ull,
+                                           0xfff8000000000001ull,
+                                           0x0000000000000001ull,
+                                           0x7fefffffffffffffull,
+                                           0x3ff0000000000000ull};
         if (pick < 70)
           v = (r & 0x800FFFFFFFFFFFFFull) | ((uint64_t)(1000 + rnd_below(47)) << 52);
         else if (pick < 80)
@@ -673,8 +676,8 @@ static void sweep_case(tdist_dtype_t dt, tdist_reduce_op_t op, size_t count, siz
     for (size_t i = 0; i < count; i++) {
       const nan_rule_t rule = ref_avg(dt, sum + i * es, n, want);
       if (!elem_matches(dt, d.data + i * es, want, rule, NULL, NULL))
-        fail_elem("finish_avg", dt, op, count, i, sum + i * es, sum + i * es, d.data + i * es,
-                  want, rule);
+        fail_elem("finish_avg", dt, op, count, i, sum + i * es, sum + i * es, d.data + i * es, want,
+                  rule);
     }
     buf_check_guards(&d, bytes);
     /* n <= 0 is not a world size: nothing happens. */
@@ -715,15 +718,14 @@ static void sweep_case(tdist_dtype_t dt, tdist_reduce_op_t op, size_t count, siz
     check_result("reduce(dst=src)", dt, op, a0, a0, d.data, count);
     buf_check_guards(&d, bytes);
   }
-
 }
 
 static void test_sweep(void) {
   /* Around SSE/AVX widths (up to 32 one-byte lanes), the 16-element blocks of the 16-bit AVX2
    * kernels, and the 4 KiB scratch chunks of the aliasing path (512..4096 elements). */
-  static const size_t k_counts[] = {0,  1,  2,  3,   5,   7,    8,    9,    15,   16,   17,
-                                    31, 32, 33, 63,  64,  65,   100,  511,  513,  1023, 1025,
-                                    2049, 4095, 4097, 5003, 1000003};
+  static const size_t k_counts[] = {0,   1,   2,    3,    5,    7,    8,    9,    15,
+                                    16,  17,  31,   32,   33,   63,   64,   65,   100,
+                                    511, 513, 1023, 1025, 2049, 4095, 4097, 5003, 1000003};
   size_t cases = 0;
   for (size_t d = 0; d < N_DTYPES; d++) {
     const tdist_dtype_t dt = k_dtypes[d];
@@ -759,17 +761,26 @@ static void test_special_pairs(void) {
                                    0x7C01, 0x0001, 0x8001, 0x03FF, 0x0400, 0x7BFF, 0xFBFF, 0x3C01};
   static const uint64_t k_bf16[] = {0x0000, 0x8000, 0x3F80, 0xBF80, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0,
                                     0x7F81, 0x0001, 0x8001, 0x007F, 0x0080, 0x7F7F, 0xFF7F, 0x3F81};
-  static const uint64_t k_f32[] = {0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000,
-                                   0xFF800000, 0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FC12345,
-                                   0x00000001, 0x80000001, 0x00800000, 0x7F7FFFFF, 0xFF7FFFFF,
-                                   0x3F800001};
-  static const uint64_t k_f64[] = {0, 0x8000000000000000ull, 0x3FF0000000000000ull,
-                                   0xBFF0000000000000ull, 0x7FF0000000000000ull,
-                                   0xFFF0000000000000ull, 0x7FF8000000000000ull,
-                                   0xFFF8000000000000ull, 0x7FF0000000000001ull,
-                                   0x7FF8000000012345ull, 1, 0x8000000000000001ull,
-                                   0x0010000000000000ull, 0x7FEFFFFFFFFFFFFFull,
-                                   0xFFEFFFFFFFFFFFFFull, 0x3FF0000000000001ull};
+  static const uint64_t k_f32[] = {0x00000000, 0x80000000, 0x3F800000, 0xBF800000,
+                                   0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000,
+                                   0x7F800001, 0x7FC12345, 0x00000001, 0x80000001,
+                                   0x00800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x3F800001};
+  static const uint64_t k_f64[] = {0,
+                                   0x8000000000000000ull,
+                                   0x3FF0000000000000ull,
+                                   0xBFF0000000000000ull,
+                                   0x7FF0000000000000ull,
+                                   0xFFF0000000000000ull,
+                                   0x7FF8000000000000ull,
+                                   0xFFF8000000000000ull,
+                                   0x7FF0000000000001ull,
+                                   0x7FF8000000012345ull,
+                                   1,
+                                   0x8000000000000001ull,
+                                   0x0010000000000000ull,
+                                   0x7FEFFFFFFFFFFFFFull,
+                                   0xFFEFFFFFFFFFFFFFull,
+                                   0x3FF0000000000001ull};
   for (size_t d = 0; d < N_DTYPES; d++) {
     const tdist_dtype_t dt = k_dtypes[d];
     const size_t es = tdist_dtype_size(dt);
@@ -781,9 +792,22 @@ static void test_special_pairs(void) {
                                                   : ints;
     if (!is_float(dt)) {
       const uint64_t top = 1ull << (8 * es - 1);
-      const uint64_t v[16] = {0, 1, ~0ull, top, top - 1, top + 1, 2, ~1ull,
-                              0x5555555555555555ull, 0xAAAAAAAAAAAAAAAAull, 3, 0x7F, 0x80, 0xFF,
-                              0x100, 0xFFFF};
+      const uint64_t v[16] = {0,
+                              1,
+                              ~0ull,
+                              top,
+                              top - 1,
+                              top + 1,
+                              2,
+                              ~1ull,
+                              0x5555555555555555ull,
+                              0xAAAAAAAAAAAAAAAAull,
+                              3,
+                              0x7F,
+                              0x80,
+                              0xFF,
+                              0x100,
+                              0xFFFF};
       memcpy(ints, v, sizeof v);
     }
     const size_t n = 16 * 16, bytes = n * es;
@@ -917,8 +941,8 @@ static void test_kernel_choice(void) {
 
 int main(void) {
   const char *s = getenv("TDIST_TEST_SEED");
-  const uint64_t seed = s ? strtoull(s, NULL, 0)
-                          : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
+  const uint64_t seed =
+      s ? strtoull(s, NULL, 0) : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
   g_rng = seed;
   TEST_LOG("seed %" PRIu64 " (rerun with TDIST_TEST_SEED=%" PRIu64 ")", seed, seed);
   test_kernel_choice();

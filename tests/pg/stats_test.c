@@ -48,7 +48,7 @@
 /* Collective type indices, resolved by name. */
 enum { AR, BC, RED, AG, GA, SC, RS, A2A, BAR, MBAR, SEND, RECV, NKINDS };
 static const char *const k_names[NKINDS] = {
-    "all_reduce", "broadcast", "reduce",  "all_gather",        "gather", "scatter",
+    "all_reduce",     "broadcast",  "reduce",  "all_gather",        "gather", "scatter",
     "reduce_scatter", "all_to_all", "barrier", "monitored_barrier", "send",   "recv"};
 static int k_idx[NKINDS];
 
@@ -109,7 +109,7 @@ static int64_t now_ms(void) {
 
 /* What the test expects, kept independently of the library. */
 typedef struct {
-  int kind;  /* index into k_names */
+  int kind; /* index into k_names */
   uint64_t seq;
   uint64_t bytes;
   int peer, group;
@@ -141,10 +141,12 @@ static void check_file(const tdist_stats_file_t *f, const expect_t *x, int rank,
   for (int k = 0; k < NKINDS; k++) {
     int i = k_idx[k];
     if (f->ops[i] != x->ops[k] || f->bytes[i] != x->bytes[k] || f->errors[i] != 0) {
-      fprintf(stderr, "rank %d %s: ops %llu bytes %llu errors %llu; expected ops %llu bytes %llu "
-              "errors 0\n", rank, k_names[k], (unsigned long long)f->ops[i],
-              (unsigned long long)f->bytes[i], (unsigned long long)f->errors[i],
-              (unsigned long long)x->ops[k], (unsigned long long)x->bytes[k]);
+      fprintf(stderr,
+              "rank %d %s: ops %llu bytes %llu errors %llu; expected ops %llu bytes %llu "
+              "errors 0\n",
+              rank, k_names[k], (unsigned long long)f->ops[i], (unsigned long long)f->bytes[i],
+              (unsigned long long)f->errors[i], (unsigned long long)x->ops[k],
+              (unsigned long long)x->bytes[k]);
       exit(1);
     }
   }
@@ -162,9 +164,10 @@ static void check_file(const tdist_stats_file_t *f, const expect_t *x, int rank,
     const exp_entry_t *w = &x->e[j];
     if (e->seq != w->seq || e->op != k_idx[w->kind] || e->bytes != w->bytes || e->peer != w->peer ||
         e->group != w->group || e->status != TDIST_OK) {
-      fprintf(stderr, "rank %d flight entry %d: seq %llu op %s bytes %llu peer %d group %d status "
-              "%d; expected seq %llu op %s bytes %llu peer %d group %d status 0\n", rank, j,
-              (unsigned long long)e->seq, tdist_stats_op_name(e->op),
+      fprintf(stderr,
+              "rank %d flight entry %d: seq %llu op %s bytes %llu peer %d group %d status "
+              "%d; expected seq %llu op %s bytes %llu peer %d group %d status 0\n",
+              rank, j, (unsigned long long)e->seq, tdist_stats_op_name(e->op),
               (unsigned long long)e->bytes, e->peer, e->group, e->status,
               (unsigned long long)w->seq, k_names[w->kind], (unsigned long long)w->bytes, w->peer,
               w->group);
@@ -181,8 +184,10 @@ static void check_file(const tdist_stats_file_t *f, const expect_t *x, int rank,
     for (int b = 0; b <= TDIST_STATS_BUCKETS; b++) {
       total += f->hist[i][b];
       if (x->n <= TDIST_STATS_FLIGHT && f->hist[i][b] != hist[i][b]) {
-        fprintf(stderr, "rank %d %s: histogram bucket %d holds %llu, the flight durations say "
-                "%llu\n", rank, tdist_stats_op_name(i), b, (unsigned long long)f->hist[i][b],
+        fprintf(stderr,
+                "rank %d %s: histogram bucket %d holds %llu, the flight durations say "
+                "%llu\n",
+                rank, tdist_stats_op_name(i), b, (unsigned long long)f->hist[i][b],
                 (unsigned long long)hist[i][b]);
         exit(1);
       }
@@ -369,8 +374,10 @@ static int ring_body(int rank, int world, int port, void *arg) {
   tdist_pg_t *pg = tdist_test_init_pg(rank, world, port, 20000, &store);
   double buf[64] = {0};
   for (int i = 0; i < RING_OPS; i++) {
-    if (i % 3 == 2) OK(pg, tdist_broadcast(pg, buf, (size_t)(i % 61), TDIST_FLOAT64, i % world));
-    else OK(pg, tdist_all_reduce(pg, buf, (size_t)(i % 61), TDIST_FLOAT64, TDIST_SUM));
+    if (i % 3 == 2)
+      OK(pg, tdist_broadcast(pg, buf, (size_t)(i % 61), TDIST_FLOAT64, i % world));
+    else
+      OK(pg, tdist_all_reduce(pg, buf, (size_t)(i % 61), TDIST_FLOAT64, TDIST_SUM));
   }
   tdist_stats_file_t *f = read_stats(path);
   CHECK_EQ_INT(f->flight_next, RING_OPS);
@@ -380,7 +387,8 @@ static int ring_body(int rank, int world, int port, void *arg) {
   CHECK_EQ_INT(f->ops[k_idx[AR]], nar);
   CHECK_EQ_INT(f->ops[k_idx[BC]], nbc);
   uint64_t hsum = 0;
-  for (int b = 0; b <= TDIST_STATS_BUCKETS; b++) hsum += f->hist[k_idx[AR]][b] + f->hist[k_idx[BC]][b];
+  for (int b = 0; b <= TDIST_STATS_BUCKETS; b++)
+    hsum += f->hist[k_idx[AR]][b] + f->hist[k_idx[BC]][b];
   CHECK_EQ_INT(hsum, RING_OPS);
   int64_t prev = 0;
   for (int i = RING_OPS - TDIST_STATS_FLIGHT; i < RING_OPS; i++) { /* oldest kept to newest */
@@ -508,7 +516,8 @@ static int fail_body(int rank, int world, int port, void *arg) {
       tdist_store_t *store;
       tdist_pg_t *pg = tdist_test_init_pg(rank, world, port, 3000, &store);
       OK(pg, tdist_barrier(pg));
-      for (int i = 0; i < FAIL_OK_OPS; i++) OK(pg, tdist_all_reduce(pg, buf, 256, TDIST_FLOAT32, TDIST_SUM));
+      for (int i = 0; i < FAIL_OK_OPS; i++)
+        OK(pg, tdist_all_reduce(pg, buf, 256, TDIST_FLOAT32, TDIST_SUM));
       kill(getpid(), SIGKILL);
       _exit(7);
     }
@@ -523,7 +532,8 @@ static int fail_body(int rank, int world, int port, void *arg) {
   tdist_store_t *store;
   tdist_pg_t *pg = tdist_test_init_pg(rank, world, port, 3000, &store);
   OK(pg, tdist_barrier(pg));
-  for (int i = 0; i < FAIL_OK_OPS; i++) OK(pg, tdist_all_reduce(pg, buf, 256, TDIST_FLOAT32, TDIST_SUM));
+  for (int i = 0; i < FAIL_OK_OPS; i++)
+    OK(pg, tdist_all_reduce(pg, buf, 256, TDIST_FLOAT32, TDIST_SUM));
   tdist_status_t st = tdist_all_reduce(pg, buf, 256, TDIST_FLOAT32, TDIST_SUM);
   CHECK(st != TDIST_OK);
   TEST_LOG("fail: rank 0 got %s: %s", tdist_status_name(st), tdist_pg_last_error(pg));
@@ -650,8 +660,10 @@ static int hammer_body(int rank, int world, int port, void *arg) {
   int64_t t0 = now_ms();
   for (uint64_t s = 1; s <= HAMMER_OPS; s++) {
     size_t n = (size_t)(s % 37);
-    if (hammer_kind(s) == BC) OK(pg, tdist_broadcast(pg, buf, n, TDIST_FLOAT32, (int)(s % (uint64_t)world)));
-    else OK(pg, tdist_all_reduce(pg, buf, n, TDIST_FLOAT32, TDIST_SUM));
+    if (hammer_kind(s) == BC)
+      OK(pg, tdist_broadcast(pg, buf, n, TDIST_FLOAT32, (int)(s % (uint64_t)world)));
+    else
+      OK(pg, tdist_all_reduce(pg, buf, n, TDIST_FLOAT32, TDIST_SUM));
   }
   OK(pg, tdist_barrier(pg)); /* the peer's reader keeps going until both are done */
   atomic_store(&sh->stop, 1);
@@ -738,9 +750,14 @@ static void frozen_writer(void) {
   h->last_seq = 11;
   h->flight_next = 12;
   for (int i = 0; i < 12; i++) {
-    h->flight[i] = (tdist_stats_flight_t){.seq = (uint64_t)i + 1, .op = k_idx[AR], .status = TDIST_OK,
-                                          .start_ns = 1000 + i, .end_ns = 2000 + i, .bytes = 4,
-                                          .peer = -1, .stamp = 2};
+    h->flight[i] = (tdist_stats_flight_t){.seq = (uint64_t)i + 1,
+                                          .op = k_idx[AR],
+                                          .status = TDIST_OK,
+                                          .start_ns = 1000 + i,
+                                          .end_ns = 2000 + i,
+                                          .bytes = 4,
+                                          .peer = -1,
+                                          .stamp = 2};
   }
   /* #12 half begun: the entry has its seq but not yet its op; the in-flight block likewise. */
   h->flight[11].stamp = 3;
@@ -817,8 +834,8 @@ int main(void) {
   TEST_LOG("ring: %s", r ? "FAILED" : "ok");
   rc |= r = tdist_test_run_ranks(2, 60000, fail_body, NULL);
   TEST_LOG("failure: %s", r ? "FAILED" : "ok");
-  hammer_shared_t *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                             -1, 0);
+  hammer_shared_t *sh =
+      mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   CHECK(sh != MAP_FAILED);
   memset(sh, 0, sizeof *sh);
   rc |= tdist_test_run_ranks(2, 60000, hammer_body, sh);

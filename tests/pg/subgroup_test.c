@@ -45,8 +45,8 @@ static tdist_pg_t *make_group(tdist_pg_t *parent, const int *ranks, int n, int p
 }
 
 /* all_reduce SUM of int64 in group g (members `ranks` of the parent), checked. */
-static void check_all_reduce(tdist_pg_t *g, const int *ranks, int n, int parent_rank,
-                             uint64_t seed, size_t count) {
+static void check_all_reduce(tdist_pg_t *g, const int *ranks, int n, int parent_rank, uint64_t seed,
+                             size_t count) {
   int64_t *b = malloc(sizeof(int64_t) * count);
   CHECK(b != NULL);
   for (size_t i = 0; i < count; i++) b[i] = val(seed, parent_rank, i);
@@ -55,9 +55,10 @@ static void check_all_reduce(tdist_pg_t *g, const int *ranks, int n, int parent_
     int64_t want = 0;
     for (int k = 0; k < n; k++) want += val(seed, ranks[k], i);
     if (b[i] != want) {
-      fprintf(stderr, "subgroup all_reduce (seed %llu, %d members, count %zu): element %zu = %lld, "
-              "want %lld\n", (unsigned long long)seed, n, count, i, (long long)b[i],
-              (long long)want);
+      fprintf(stderr,
+              "subgroup all_reduce (seed %llu, %d members, count %zu): element %zu = %lld, "
+              "want %lld\n",
+              (unsigned long long)seed, n, count, i, (long long)b[i], (long long)want);
       exit(1);
     }
   }
@@ -130,8 +131,10 @@ static int body(int rank, int world, int port, void *arg) {
    * rank alone */
   int evens[MAX_WORLD], odds[MAX_WORLD], ne = 0, no = 0;
   for (int r = 0; r < world; r++) {
-    if (r % 2) odds[no++] = r;
-    else evens[ne++] = r;
+    if (r % 2)
+      odds[no++] = r;
+    else
+      evens[ne++] = r;
   }
   int last[1] = {world - 1};
   tdist_pg_t *ge = make_group(pg, evens, ne, rank);
@@ -197,8 +200,10 @@ static int body(int rank, int world, int port, void *arg) {
 int main(void) {
   int worlds[] = {5, 4}, failed = 0;
   for (int tcp = 0; tcp < 2; tcp++) { /* default transports, then TCP only (inherited) */
-    if (tcp) setenv("TDIST_SHM", "0", 1);
-    else unsetenv("TDIST_SHM");
+    if (tcp)
+      setenv("TDIST_SHM", "0", 1);
+    else
+      unsetenv("TDIST_SHM");
     for (size_t k = 0; k < sizeof worlds / sizeof worlds[0]; k++) {
       int rc = tdist_test_run_ranks(worlds[k], 60000, body, NULL);
       TEST_LOG("world %d%s: %s", worlds[k], tcp ? " (TCP only)" : "", rc ? "FAILED" : "ok");

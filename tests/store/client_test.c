@@ -32,25 +32,25 @@
 /* Helpers                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-#define CHECK_STATUS(expr, want, store)                                                     \
-  do {                                                                                      \
-    tdist_status_t got_ = (expr);                                                           \
-    tdist_status_t want_ = (want);                                                          \
-    if (got_ != want_) {                                                                    \
-      const tdist_store_t *cs_ = (store);                                                   \
-      fprintf(stderr, "%s:%d: %s returned %s, want %s; detail: %s\n", __FILE__, __LINE__,   \
-              #expr, tdist_status_name(got_), tdist_status_name(want_),                     \
-              cs_ ? tdist_store_last_error(cs_) : tdist_last_error());                      \
-      exit(1);                                                                              \
-    }                                                                                       \
+#define CHECK_STATUS(expr, want, store)                                                          \
+  do {                                                                                           \
+    tdist_status_t got_ = (expr);                                                                \
+    tdist_status_t want_ = (want);                                                               \
+    if (got_ != want_) {                                                                         \
+      const tdist_store_t *cs_ = (store);                                                        \
+      fprintf(stderr, "%s:%d: %s returned %s, want %s; detail: %s\n", __FILE__, __LINE__, #expr, \
+              tdist_status_name(got_), tdist_status_name(want_),                                 \
+              cs_ ? tdist_store_last_error(cs_) : tdist_last_error());                           \
+      exit(1);                                                                                   \
+    }                                                                                            \
   } while (0)
 
 /* Success must also clear the handle's detail ("Empty if the last call succeeded"). */
-#define CHECK_SOK(expr, store)                                  \
-  do {                                                          \
-    CHECK_STATUS(expr, TDIST_OK, store);                        \
-    CHECK(tdist_store_last_error(store) != NULL);               \
-    CHECK_EQ_INT(tdist_store_last_error(store)[0], '\0');       \
+#define CHECK_SOK(expr, store)                            \
+  do {                                                    \
+    CHECK_STATUS(expr, TDIST_OK, store);                  \
+    CHECK(tdist_store_last_error(store) != NULL);         \
+    CHECK_EQ_INT(tdist_store_last_error(store)[0], '\0'); \
   } while (0)
 
 static uint64_t rng_state;
@@ -197,10 +197,10 @@ static void check_elapsed(int64_t elapsed, int64_t want_ms) {
 static void test_status_and_version(void) {
   TEST_LOG("status strings and version");
   int count = 0;
-#define CHECK_STATUS_ROW_(name, value, text)                   \
-  CHECK_EQ_INT(name, value);                                   \
-  CHECK(strcmp(tdist_strerror(name), text) == 0);              \
-  CHECK(strcmp(tdist_status_name(name), #name) == 0);          \
+#define CHECK_STATUS_ROW_(name, value, text)          \
+  CHECK_EQ_INT(name, value);                          \
+  CHECK(strcmp(tdist_strerror(name), text) == 0);     \
+  CHECK(strcmp(tdist_status_name(name), #name) == 0); \
   count++;
   TDIST_STATUS_LIST(CHECK_STATUS_ROW_)
 #undef CHECK_STATUS_ROW_
@@ -831,7 +831,8 @@ static void test_wait_race(int port, tdist_store_dialect_t dialect, int rounds) 
   tdist_store_destroy(c);
 }
 
-/* A wait released by another client before its deadline; the server reports it pending meanwhile. */
+/* A wait released by another client before its deadline; the server reports it pending meanwhile.
+ */
 typedef struct {
   tdist_store_t *s;
   const char *key;
@@ -1036,9 +1037,9 @@ static void test_connect_before_server(tdist_store_dialect_t dialect) {
   CHECK_OK(st);
   CHECK(el >= 250 && el < 6000);
   TEST_LOG("  connected after %" PRId64 " ms", el);
-  CHECK_EQ_INT(tdist_tcp_store_dialect(s),
-               dialect == TDIST_STORE_DIALECT_V1_13 ? TDIST_STORE_DIALECT_V1_13
-                                                    : TDIST_STORE_DIALECT_V2);
+  CHECK_EQ_INT(tdist_tcp_store_dialect(s), dialect == TDIST_STORE_DIALECT_V1_13
+                                               ? TDIST_STORE_DIALECT_V1_13
+                                               : TDIST_STORE_DIALECT_V2);
   CHECK_SOK(tdist_store_set(s, "late", "ok", 2), s);
   expect_get_str(s, "late", "ok");
   tdist_store_destroy(s);
@@ -1203,8 +1204,8 @@ static void expect_no_queues(tdist_store_t *s, tdist_status_t st, int64_t t0) {
   CHECK(strstr(tdist_store_last_error(s), "no queue") != NULL);
   int64_t el = now_ms() - t0;
   if (el > 2000) {
-    fprintf(stderr, "a queue op on a server without queues was refused only after %" PRId64
-            " ms\n", el);
+    fprintf(stderr, "a queue op on a server without queues was refused only after %" PRId64 " ms\n",
+            el);
     exit(1);
   }
 }
@@ -1311,8 +1312,7 @@ static void *thread_body(void *p) {
     if (tdist_store_set(s, key, val, strlen(val)) != TDIST_OK) a->failed = 3;
     void *v = NULL;
     size_t n = 0;
-    if (tdist_store_get(s, key, &v, &n) != TDIST_OK || n != strlen(val) ||
-        memcmp(v, val, n) != 0)
+    if (tdist_store_get(s, key, &v, &n) != TDIST_OK || n != strlen(val) || memcmp(v, val, n) != 0)
       a->failed = 4;
     tdist_free(v);
   }
@@ -1344,11 +1344,11 @@ static void test_threads(int port) {
 /* Invalid arguments                                                                           */
 /* ------------------------------------------------------------------------------------------ */
 
-#define CHECK_INVALID(expr, store)                                         \
-  do {                                                                     \
-    CHECK_STATUS(expr, TDIST_ERR_INVALID_ARGUMENT, store);                 \
-    const tdist_store_t *ci_ = (store);                                    \
-    CHECK((ci_ ? tdist_store_last_error(ci_) : tdist_last_error())[0]);    \
+#define CHECK_INVALID(expr, store)                                      \
+  do {                                                                  \
+    CHECK_STATUS(expr, TDIST_ERR_INVALID_ARGUMENT, store);              \
+    const tdist_store_t *ci_ = (store);                                 \
+    CHECK((ci_ ? tdist_store_last_error(ci_) : tdist_last_error())[0]); \
   } while (0)
 
 static void test_invalid_arguments(int port) {
@@ -1473,7 +1473,8 @@ int main(void) {
   alarm(240);
   signal(SIGPIPE, SIG_IGN);
   const char *seed_env = getenv("TDIST_TEST_SEED");
-  uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)getpid();
+  uint64_t seed =
+      seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)getpid();
   TEST_LOG("seed %" PRIu64 " (TDIST_TEST_SEED to replay)", seed);
   rng_state = seed ? seed : 1;
 

@@ -30,10 +30,14 @@ static size_t unhex(const char *hex, uint8_t *out, size_t cap) {
   int half = -1;
   for (const char *p = hex; *p; p++) {
     int v;
-    if (*p >= '0' && *p <= '9') v = *p - '0';
-    else if (*p >= 'a' && *p <= 'f') v = *p - 'a' + 10;
-    else if (*p >= 'A' && *p <= 'F') v = *p - 'A' + 10;
-    else continue;
+    if (*p >= '0' && *p <= '9')
+      v = *p - '0';
+    else if (*p >= 'a' && *p <= 'f')
+      v = *p - 'a' + 10;
+    else if (*p >= 'A' && *p <= 'F')
+      v = *p - 'A' + 10;
+    else
+      continue;
     if (half < 0) {
       half = v;
     } else {
@@ -72,8 +76,9 @@ static void check_prefixes(tdist__dialect_t d, const uint8_t *buf, size_t len,
     const char *why = NULL;
     tdist__parse_result_t r = tdist__proto_parse(d, buf, k, lim, &req, &consumed, &why);
     if (r != TDIST__PARSE_NEED_MORE || consumed <= k || consumed > len) {
-      fprintf(stderr, "prefix %zu of %zu (dialect %d, opcode %02x): result %d consumed %zu why=%s\n",
-              k, len, (int)d, buf[0], (int)r, consumed, why ? why : "");
+      fprintf(stderr,
+              "prefix %zu of %zu (dialect %d, opcode %02x): result %d consumed %zu why=%s\n", k,
+              len, (int)d, buf[0], (int)r, consumed, why ? why : "");
     }
     CHECK_EQ_INT(r, TDIST__PARSE_NEED_MORE);
     CHECK(consumed > k);
@@ -126,12 +131,10 @@ static const capture_t captures[] = {
     {"2.x VALIDATE", TDIST__DIALECT_V2, "00 ce f7 85 3c"},
     {"2.x PING 4660", TDIST__DIALECT_V2, "0d 34 12 00 00"},
     {"2.x SET /k1=v1", TDIST__DIALECT_V2, "01 03000000 00000000 2f6b31 02000000 00000000 7631"},
-    {"1.13 SET /k1=v1", TDIST__DIALECT_V1_13,
-     "00 03000000 00000000 2f6b31 02000000 00000000 7631"},
+    {"1.13 SET /k1=v1", TDIST__DIALECT_V1_13, "00 03000000 00000000 2f6b31 02000000 00000000 7631"},
     {"1.13 ADD init/ 1", TDIST__DIALECT_V1_13, "03 05000000 00000000 696e69742f 01000000 00000000"},
     {"2.x ADD init/ 1", TDIST__DIALECT_V2, "04 05000000 00000000 696e69742f 01000000 00000000"},
-    {"1.13 WAIT [/k1]", TDIST__DIALECT_V1_13,
-     "05 01000000 00000000 03000000 00000000 2f6b31"},
+    {"1.13 WAIT [/k1]", TDIST__DIALECT_V1_13, "05 01000000 00000000 03000000 00000000 2f6b31"},
     {"1.13 GET /k1", TDIST__DIALECT_V1_13, "02 03000000 00000000 2f6b31"},
     {"2.x CANCEL_WAIT", TDIST__DIALECT_V2, "0c"},
     {"1.13 GETNUMKEYS", TDIST__DIALECT_V1_13, "06"},
@@ -222,9 +225,9 @@ static void test_captures(void) {
     memset(more + len, 0x06, 16);
     size_t consumed = 0;
     const char *why = NULL;
-    CHECK_EQ_INT(tdist__proto_parse(captures[i].dialect, more, len + 16, &big_limits, &req,
-                                    &consumed, &why),
-                 TDIST__PARSE_OK);
+    CHECK_EQ_INT(
+        tdist__proto_parse(captures[i].dialect, more, len + 16, &big_limits, &req, &consumed, &why),
+        TDIST__PARSE_OK);
     CHECK_EQ_INT(consumed, len);
     check_capture_fields(i, &req);
   }
@@ -233,9 +236,9 @@ static void test_captures(void) {
 
 /* The §1.12 session of c1 in one buffer (what a pipelining peer could send): parsed one by one. */
 static void test_pipelined(void) {
-  static const char *const names[] = {"12 SET /k1=v1", "12 WAIT [/k1]",    "12 GET /k1",
-                                      "12 ADD /cnt 5", "12 ADD /cnt -2",   "12 CAS /cs '' new",
-                                      "12 GETNUMKEYS", "12 DELETE /k1",    "12 WAIT [/late,/cnt]"};
+  static const char *const names[] = {"12 SET /k1=v1", "12 WAIT [/k1]",  "12 GET /k1",
+                                      "12 ADD /cnt 5", "12 ADD /cnt -2", "12 CAS /cs '' new",
+                                      "12 GETNUMKEYS", "12 DELETE /k1",  "12 WAIT [/late,/cnt]"};
   const size_t nn = sizeof(names) / sizeof(names[0]);
   uint8_t buf[1024];
   size_t len = 0, idx[16], lens[16];
@@ -339,13 +342,14 @@ static void test_classify(void) {
 
 /* Written from the reference table, indexed by wire byte. */
 static const tdist__op_t v113_table[] = {
-    TDIST__OP_SET,   TDIST__OP_COMPARE_SET, TDIST__OP_GET,       TDIST__OP_ADD,       TDIST__OP_CHECK,
-    TDIST__OP_WAIT,  TDIST__OP_GETNUMKEYS,  TDIST__OP_WATCH_KEY, TDIST__OP_DELETE_KEY};
+    TDIST__OP_SET,        TDIST__OP_COMPARE_SET, TDIST__OP_GET,
+    TDIST__OP_ADD,        TDIST__OP_CHECK,       TDIST__OP_WAIT,
+    TDIST__OP_GETNUMKEYS, TDIST__OP_WATCH_KEY,   TDIST__OP_DELETE_KEY};
 static const tdist__op_t v2_table[] = {
-    TDIST__OP_VALIDATE,   TDIST__OP_SET,        TDIST__OP_COMPARE_SET, TDIST__OP_GET,
-    TDIST__OP_ADD,        TDIST__OP_CHECK,      TDIST__OP_WAIT,        TDIST__OP_GETNUMKEYS,
-    TDIST__OP_DELETE_KEY, TDIST__OP_APPEND,     TDIST__OP_MULTI_GET,   TDIST__OP_MULTI_SET,
-    TDIST__OP_CANCEL_WAIT, TDIST__OP_PING,      TDIST__OP_QUEUE_PUSH,  TDIST__OP_QUEUE_POP,
+    TDIST__OP_VALIDATE,    TDIST__OP_SET,    TDIST__OP_COMPARE_SET, TDIST__OP_GET,
+    TDIST__OP_ADD,         TDIST__OP_CHECK,  TDIST__OP_WAIT,        TDIST__OP_GETNUMKEYS,
+    TDIST__OP_DELETE_KEY,  TDIST__OP_APPEND, TDIST__OP_MULTI_GET,   TDIST__OP_MULTI_SET,
+    TDIST__OP_CANCEL_WAIT, TDIST__OP_PING,   TDIST__OP_QUEUE_PUSH,  TDIST__OP_QUEUE_POP,
     TDIST__OP_QUEUE_LEN};
 #define V113_N (sizeof(v113_table) / sizeof(v113_table[0]))
 #define V2_N (sizeof(v2_table) / sizeof(v2_table[0]))
@@ -368,21 +372,37 @@ static void enc_minimal(enc_t *e, tdist__dialect_t d, tdist__op_t op) {
     case TDIST__OP_PING: enc_u32(e, 77); break;
     case TDIST__OP_SET:
     case TDIST__OP_APPEND:
-    case TDIST__OP_QUEUE_PUSH: enc_cstr(e, "k"); enc_cstr(e, "v"); break;
-    case TDIST__OP_COMPARE_SET: enc_cstr(e, "k"); enc_cstr(e, "x"); enc_cstr(e, "y"); break;
+    case TDIST__OP_QUEUE_PUSH:
+      enc_cstr(e, "k");
+      enc_cstr(e, "v");
+      break;
+    case TDIST__OP_COMPARE_SET:
+      enc_cstr(e, "k");
+      enc_cstr(e, "x");
+      enc_cstr(e, "y");
+      break;
     case TDIST__OP_GET:
     case TDIST__OP_WATCH_KEY:
     case TDIST__OP_DELETE_KEY:
     case TDIST__OP_QUEUE_POP:
     case TDIST__OP_QUEUE_LEN: enc_cstr(e, "k"); break;
-    case TDIST__OP_ADD: enc_cstr(e, "k"); enc_u64(e, 3); break;
+    case TDIST__OP_ADD:
+      enc_cstr(e, "k");
+      enc_u64(e, 3);
+      break;
     case TDIST__OP_CHECK:
     case TDIST__OP_WAIT:
-    case TDIST__OP_MULTI_GET: enc_u64(e, 2); enc_cstr(e, "k"); enc_cstr(e, "l"); break;
+    case TDIST__OP_MULTI_GET:
+      enc_u64(e, 2);
+      enc_cstr(e, "k");
+      enc_cstr(e, "l");
+      break;
     case TDIST__OP_MULTI_SET:
       enc_u64(e, 2);
-      enc_cstr(e, "k"); enc_cstr(e, "v");
-      enc_cstr(e, "l"); enc_cstr(e, "w");
+      enc_cstr(e, "k");
+      enc_cstr(e, "v");
+      enc_cstr(e, "l");
+      enc_cstr(e, "w");
       break;
     case TDIST__OP_GETNUMKEYS:
     case TDIST__OP_CANCEL_WAIT: break;
@@ -446,16 +466,15 @@ static void fill(enc_t *e, size_t n, uint8_t c) {
 
 /* Builds "opcode, key of klen": the key-length field is the last thing written when body=0. */
 static void test_key_limits(tdist__dialect_t d) {
-  static const tdist__op_t keyed[] = {TDIST__OP_SET,        TDIST__OP_COMPARE_SET,
-                                      TDIST__OP_GET,        TDIST__OP_ADD,
-                                      TDIST__OP_WATCH_KEY,  TDIST__OP_DELETE_KEY,
-                                      TDIST__OP_APPEND,     TDIST__OP_QUEUE_PUSH,
-                                      TDIST__OP_QUEUE_POP,  TDIST__OP_QUEUE_LEN};
+  static const tdist__op_t keyed[] = {
+      TDIST__OP_SET,       TDIST__OP_COMPARE_SET, TDIST__OP_GET,    TDIST__OP_ADD,
+      TDIST__OP_WATCH_KEY, TDIST__OP_DELETE_KEY,  TDIST__OP_APPEND, TDIST__OP_QUEUE_PUSH,
+      TDIST__OP_QUEUE_POP, TDIST__OP_QUEUE_LEN};
   for (size_t i = 0; i < sizeof(keyed) / sizeof(keyed[0]); i++) {
     int w = wire_of(d, keyed[i]);
     if (w < 0) continue;
-    const uint64_t bad[] = {17, 1u << 20, (uint64_t)1 << 40, UINT64_MAX, UINT64_MAX - 7,
-                            (uint64_t)1 << 63};
+    const uint64_t bad[] = {17,         1u << 20,       (uint64_t)1 << 40,
+                            UINT64_MAX, UINT64_MAX - 7, (uint64_t)1 << 63};
     for (size_t j = 0; j < sizeof(bad) / sizeof(bad[0]); j++) {
       enc_t e = {0};
       enc_u8(&e, (uint8_t)w);
@@ -472,7 +491,10 @@ static void test_key_limits(tdist__dialect_t d) {
       case TDIST__OP_SET:
       case TDIST__OP_APPEND:
       case TDIST__OP_QUEUE_PUSH: enc_cstr(&e, "v"); break;
-      case TDIST__OP_COMPARE_SET: enc_cstr(&e, ""); enc_cstr(&e, "v"); break;
+      case TDIST__OP_COMPARE_SET:
+        enc_cstr(&e, "");
+        enc_cstr(&e, "v");
+        break;
       case TDIST__OP_ADD: enc_u64(&e, 1); break;
       default: break;
     }

@@ -63,8 +63,24 @@ static uint64_t splitmix(uint64_t *s) {
 }
 
 /* ---- raw client (wire bytes from reference §1.2) ---- */
-enum { OP_SET, OP_CAS, OP_GET, OP_ADD, OP_CHECK, OP_WAIT, OP_NUMKEYS, OP_DELETE, OP_APPEND,
-       OP_MGET, OP_MSET, OP_PING, OP_QPUSH, OP_QPOP, OP_QLEN, OP_N };
+enum {
+  OP_SET,
+  OP_CAS,
+  OP_GET,
+  OP_ADD,
+  OP_CHECK,
+  OP_WAIT,
+  OP_NUMKEYS,
+  OP_DELETE,
+  OP_APPEND,
+  OP_MGET,
+  OP_MSET,
+  OP_PING,
+  OP_QPUSH,
+  OP_QPOP,
+  OP_QLEN,
+  OP_N
+};
 static const int v113_wire[OP_N] = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x08,
                                     -1,   -1,   -1,   -1,   -1,   -1,   -1};
 static const int v2_wire[OP_N] = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,
@@ -322,9 +338,10 @@ static void work_once(worker_t *w) {
 static void test_idle_connections(uint64_t seed) {
   rlim_t lim = raise_nofile();
   if (lim < N_IDLE + 300) {
-    TEST_LOG("SKIPPED 10,000 idle connections: RLIMIT_NOFILE hard limit is %llu, need %d "
-             "(raise it with `ulimit -Hn` / limits.conf)",
-             (unsigned long long)lim, N_IDLE + 300);
+    TEST_LOG(
+        "SKIPPED 10,000 idle connections: RLIMIT_NOFILE hard limit is %llu, need %d "
+        "(raise it with `ulimit -Hn` / limits.conf)",
+        (unsigned long long)lim, N_IDLE + 300);
     return;
   }
   int down[2], up[2];
@@ -374,7 +391,8 @@ static void test_idle_connections(uint64_t seed) {
   }
   long rss1 = rss_kib();
   TEST_LOG("idle: %d connections open in %" PRId64 " ms, %" PRIu64
-           " working round trips meanwhile (slowest %" PRId64 " us); RSS %ld -> %ld KiB "
+           " working round trips meanwhile (slowest %" PRId64
+           " us); RSS %ld -> %ld KiB "
            "(%.1f KiB per connection)",
            N_IDLE, t_open, during, w.max_us, rss0, rss1, (double)(rss1 - rss0) / N_IDLE);
   w.max_us = 0;
@@ -528,7 +546,8 @@ static void *thread_main(void *arg) {
         put_u64(&c, (uint64_t)d);
         flush(&c);
         int64_t got = (int64_t)rd_u64(&c);
-        if (got != cur + d) fail("thread %d ADD %s: got %" PRId64 ", want %" PRId64, t->id, key, got, cur + d);
+        if (got != cur + d)
+          fail("thread %d ADD %s: got %" PRId64 ", want %" PRId64, t->id, key, got, cur + d);
         m->present = 1;
         m->len = (size_t)snprintf((char *)m->v, sizeof(m->v), "%" PRId64, got);
         break;
@@ -591,7 +610,8 @@ static void *thread_main(void *arg) {
         flush(&c);
         uint8_t want = choice == 6 ? 0 : (m->present && t->keys[j2].present) ? 0 : 1;
         uint8_t got = rd_u8(&c);
-        if (got != want) fail("thread %d %s: got %u, want %u", t->id, choice == 5 ? "CHECK" : "WAIT", got, want);
+        if (got != want)
+          fail("thread %d %s: got %u, want %u", t->id, choice == 5 ? "CHECK" : "WAIT", got, want);
         break;
       }
       case 7:

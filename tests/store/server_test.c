@@ -3,10 +3,10 @@
  *
  * The server runs in this process on an ephemeral port; the test talks raw bytes to it over real
  * sockets with an encoder of its own, in both dialects at once, and checks every reply byte for
- * byte: per-op semantics, waits and their cancellation (including the SET/CANCEL_WAIT race), queues,
- * requests split at every byte and pipelined, idle and vanishing clients, limits, max_connections,
- * the stats counters and IPv4/IPv6 reachability. Every read has a deadline, so nothing can hang.
- * Random data comes from a fixed seed (TDIST_TEST_SEED overrides it). */
+ * byte: per-op semantics, waits and their cancellation (including the SET/CANCEL_WAIT race),
+ * queues, requests split at every byte and pipelined, idle and vanishing clients, limits,
+ * max_connections, the stats counters and IPv4/IPv6 reachability. Every read has a deadline, so
+ * nothing can hang. Random data comes from a fixed seed (TDIST_TEST_SEED overrides it). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -65,10 +65,27 @@ static uint64_t rnd(void) { /* splitmix64 */
 
 /* Canonical ops of this test and their wire bytes, copied from reference §1.2. */
 enum {
-  OP_VALIDATE, OP_SET, OP_CAS, OP_GET, OP_ADD, OP_CHECK, OP_WAIT, OP_NUMKEYS, OP_WATCH,
-  OP_DELETE, OP_APPEND, OP_MGET, OP_MSET, OP_CANCEL, OP_PING, OP_QPUSH, OP_QPOP, OP_QLEN, OP_N
+  OP_VALIDATE,
+  OP_SET,
+  OP_CAS,
+  OP_GET,
+  OP_ADD,
+  OP_CHECK,
+  OP_WAIT,
+  OP_NUMKEYS,
+  OP_WATCH,
+  OP_DELETE,
+  OP_APPEND,
+  OP_MGET,
+  OP_MSET,
+  OP_CANCEL,
+  OP_PING,
+  OP_QPUSH,
+  OP_QPOP,
+  OP_QLEN,
+  OP_N
 };
-static const int v113_wire[OP_N] = {-1, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
+static const int v113_wire[OP_N] = {-1,   0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
                                     0x08, -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1};
 static const int v2_wire[OP_N] = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, -1,
                                   0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F, 0x10};
@@ -211,8 +228,9 @@ static void expect_closed(conn_t *c, const char *why) {
   int64_t deadline = now_ms() + IO_TIMEOUT_MS;
   for (;;) {
     int64_t left = deadline - now_ms();
-    if (left <= 0) fail("%s: still open after %d ms, expected the server to close it (%s)",
-                        c->name, IO_TIMEOUT_MS, why);
+    if (left <= 0)
+      fail("%s: still open after %d ms, expected the server to close it (%s)", c->name,
+           IO_TIMEOUT_MS, why);
     struct pollfd p = {c->fd, POLLIN, 0};
     int r = poll(&p, 1, (int)left);
     if (r <= 0) continue;
@@ -472,9 +490,12 @@ static size_t unhex(const char *hex, uint8_t *out, size_t cap) {
   int half = -1;
   for (const char *p = hex; *p; p++) {
     int v;
-    if (*p >= '0' && *p <= '9') v = *p - '0';
-    else if (*p >= 'a' && *p <= 'f') v = *p - 'a' + 10;
-    else continue;
+    if (*p >= '0' && *p <= '9')
+      v = *p - '0';
+    else if (*p >= 'a' && *p <= 'f')
+      v = *p - 'a' + 10;
+    else
+      continue;
     if (half < 0) {
       half = v;
     } else {
@@ -499,7 +520,6 @@ static void exchange(conn_t *c, const char *req_hex, const char *reply_hex) {
     fail("\n  want:  %s", reply_hex);
   }
 }
-
 
 static conn_t conn_open_family(int family, int port, int v2, const char *name, int *err) {
   conn_t c;
@@ -627,16 +647,16 @@ static void op_suite(tdist_store_server_t *s, conn_t *c, conn_t *v2aux, conn_t *
   free(large);
 
   /* COMPARE_SET, the four cases of §1.5 */
-  expect_cas(c, K("cas1"), "", "new", "new");    /* absent, expected empty: stored */
+  expect_cas(c, K("cas1"), "", "new", "new"); /* absent, expected empty: stored */
   expect_gets(c, K("cas1"), "new");
   expect_cas(c, K("cas2"), "abc", "new", "abc"); /* absent, expected non-empty: "lying" */
   const char *cas2 = K("cas2");
-  CHECK_EQ_INT(r_check(c, &cas2, 1), 1);          /* nothing was stored */
+  CHECK_EQ_INT(r_check(c, &cas2, 1), 1);             /* nothing was stored */
   expect_cas(c, K("cas1"), "new", "newer", "newer"); /* present and equal: replaced */
   expect_gets(c, K("cas1"), "newer");
-  expect_cas(c, K("cas1"), "wrong", "x", "newer");   /* present, different: current value */
+  expect_cas(c, K("cas1"), "wrong", "x", "newer"); /* present, different: current value */
   expect_gets(c, K("cas1"), "newer");
-  expect_cas(c, K("cas1"), "newer", "", "");      /* desired may be empty */
+  expect_cas(c, K("cas1"), "newer", "", ""); /* desired may be empty */
   expect_gets(c, K("cas1"), "");
 
   /* GET of a missing key: 1.13 closes the connection, 2.x replies an empty value. */
@@ -855,7 +875,7 @@ static void test_queues(tdist_store_server_t *s) {
   const char *q = K("q");
   CHECK_EQ_INT(r_qlen(&c, q), 0);
   expect_qpop(&c, q, 0, NULL); /* empty: i64 0 and no item */
-  expect_ping(&c, 5);           /* ...which the ping proves: nothing else was sent */
+  expect_ping(&c, 5);          /* ...which the ping proves: nothing else was sent */
   r_qpush(&c, q, "a");
   r_qpush(&c, q, "b");
   r_qpush(&c, q, "");
@@ -1232,7 +1252,10 @@ static void test_vanishing(tdist_store_server_t *s) {
       }
       m_send(&g, &m);
       sleep_ms(5);
-      if (round == 2) close_rst(&g); else conn_close(&g);
+      if (round == 2)
+        close_rst(&g);
+      else
+        conn_close(&g);
     }
     sleep_ms(100);
     expect_ping(&setter, 77);
@@ -1285,18 +1308,45 @@ static void test_limits(void) {
       enc_t m = {0};
       const char *what = "";
       switch (kind) {
-        case 0: what = "SET key of 17"; m_op(&m, &t, OP_SET); enc_cstr(&m, k17); enc_cstr(&m, "v"); break;
-        case 1: what = "key length 17 announced"; m_op(&m, &t, OP_GET); enc_u64(&m, 17); break;
-        case 2: what = "SET value of 65"; m_op(&m, &t, OP_SET); enc_cstr(&m, k16); enc_cstr(&m, v65); break;
+        case 0:
+          what = "SET key of 17";
+          m_op(&m, &t, OP_SET);
+          enc_cstr(&m, k17);
+          enc_cstr(&m, "v");
+          break;
+        case 1:
+          what = "key length 17 announced";
+          m_op(&m, &t, OP_GET);
+          enc_u64(&m, 17);
+          break;
+        case 2:
+          what = "SET value of 65";
+          m_op(&m, &t, OP_SET);
+          enc_cstr(&m, k16);
+          enc_cstr(&m, v65);
+          break;
         case 3:
           what = "1 TB value announced";
           m_op(&m, &t, OP_SET);
           enc_cstr(&m, k16);
           enc_u64(&m, (uint64_t)1 << 40);
           break;
-        case 4: what = "WAIT of 5 keys"; m_op(&m, &t, OP_WAIT); enc_u64(&m, 5); break;
-        case 5: what = "CHECK of 5 keys"; m_op(&m, &t, OP_CHECK); enc_u64(&m, 5); break;
-        case 6: what = "ADD key of 17"; m_op(&m, &t, OP_ADD); enc_cstr(&m, k17); enc_u64(&m, 1); break;
+        case 4:
+          what = "WAIT of 5 keys";
+          m_op(&m, &t, OP_WAIT);
+          enc_u64(&m, 5);
+          break;
+        case 5:
+          what = "CHECK of 5 keys";
+          m_op(&m, &t, OP_CHECK);
+          enc_u64(&m, 5);
+          break;
+        case 6:
+          what = "ADD key of 17";
+          m_op(&m, &t, OP_ADD);
+          enc_cstr(&m, k17);
+          enc_u64(&m, 1);
+          break;
         case 7:
           what = "CAS desired of 65";
           m_op(&m, &t, OP_CAS);
@@ -1304,9 +1354,22 @@ static void test_limits(void) {
           enc_cstr(&m, "");
           enc_cstr(&m, v65);
           break;
-        case 8: what = "MULTI_SET of 5 pairs"; m_op(&m, &t, OP_MSET); enc_u64(&m, 5); break;
-        case 9: what = "MULTI_GET of 5 keys"; m_op(&m, &t, OP_MGET); enc_u64(&m, 5); break;
-        case 10: what = "APPEND of 65"; m_op(&m, &t, OP_APPEND); enc_cstr(&m, k16); enc_cstr(&m, v65); break;
+        case 8:
+          what = "MULTI_SET of 5 pairs";
+          m_op(&m, &t, OP_MSET);
+          enc_u64(&m, 5);
+          break;
+        case 9:
+          what = "MULTI_GET of 5 keys";
+          m_op(&m, &t, OP_MGET);
+          enc_u64(&m, 5);
+          break;
+        case 10:
+          what = "APPEND of 65";
+          m_op(&m, &t, OP_APPEND);
+          enc_cstr(&m, k16);
+          enc_cstr(&m, v65);
+          break;
         case 11:
           what = "MULTI_SET value of 65";
           m_op(&m, &t, OP_MSET);

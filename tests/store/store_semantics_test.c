@@ -30,17 +30,17 @@
 /* Helpers                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-#define CHECK_STATUS(expr, want, store)                                                     \
-  do {                                                                                      \
-    tdist_status_t got_ = (expr);                                                           \
-    tdist_status_t want_ = (want);                                                          \
-    if (got_ != want_) {                                                                    \
-      const tdist_store_t *cs_ = (store);                                                   \
-      fprintf(stderr, "%s:%d: [%s] %s returned %s, want %s; detail: %s\n", __FILE__,        \
-              __LINE__, current_case, #expr, tdist_status_name(got_),                       \
-              tdist_status_name(want_), cs_ ? tdist_store_last_error(cs_) : "");            \
-      exit(1);                                                                              \
-    }                                                                                       \
+#define CHECK_STATUS(expr, want, store)                                                        \
+  do {                                                                                         \
+    tdist_status_t got_ = (expr);                                                              \
+    tdist_status_t want_ = (want);                                                             \
+    if (got_ != want_) {                                                                       \
+      const tdist_store_t *cs_ = (store);                                                      \
+      fprintf(stderr, "%s:%d: [%s] %s returned %s, want %s; detail: %s\n", __FILE__, __LINE__, \
+              current_case, #expr, tdist_status_name(got_), tdist_status_name(want_),          \
+              cs_ ? tdist_store_last_error(cs_) : "");                                         \
+      exit(1);                                                                                 \
+    }                                                                                          \
   } while (0)
 
 #define CHECK_SOK(expr, store) CHECK_STATUS(expr, TDIST_OK, store)
@@ -76,8 +76,8 @@ static void expect_get(tdist_store_t *s, const char *key, const void *want, size
   size_t n = 999;
   CHECK_SOK(tdist_store_get(s, key, &v, &n), s);
   if (n != want_len || (n && memcmp(v, want, n) != 0)) {
-    fprintf(stderr, "[%s] get(%s): got %zu bytes \"%.*s\", want %zu bytes \"%.*s\"\n",
-            current_case, key, n, (int)(n > 64 ? 64 : n), (const char *)v, want_len,
+    fprintf(stderr, "[%s] get(%s): got %zu bytes \"%.*s\", want %zu bytes \"%.*s\"\n", current_case,
+            key, n, (int)(n > 64 ? 64 : n), (const char *)v, want_len,
             (int)(want_len > 64 ? 64 : want_len), (const char *)want);
     exit(1);
   }
@@ -156,8 +156,8 @@ static view_t open_view(backend_ctx_t *c, int prefixed) {
     o.port = c->port;
     o.connect_timeout_ms = 10000;
     o.timeout_ms = 10000;
-    o.dialect = c->d->backend == BACKEND_TCP_V1_13 ? TDIST_STORE_DIALECT_V1_13
-                                                   : TDIST_STORE_DIALECT_AUTO;
+    o.dialect =
+        c->d->backend == BACKEND_TCP_V1_13 ? TDIST_STORE_DIALECT_V1_13 : TDIST_STORE_DIALECT_AUTO;
     CHECK_OK(tdist_tcp_store_connect(&o, &v.layers[0]));
     CHECK_EQ_INT(tdist_tcp_store_dialect(v.layers[0]), c->d->backend == BACKEND_TCP_V1_13
                                                            ? TDIST_STORE_DIALECT_V1_13
@@ -285,17 +285,17 @@ static int job_done(job_t *j) { return __atomic_load_n(&j->done, __ATOMIC_ACQUIR
 
 typedef struct {
   const char *what;
-  int present;        /* key exists before the call */
+  int present; /* key exists before the call */
   const char *initial;
   size_t initial_len;
   const char *expected;
   size_t expected_len;
   const char *desired;
   size_t desired_len;
-  const char *reply;  /* what compare_set returns */
+  const char *reply; /* what compare_set returns */
   size_t reply_len;
-  int stored;         /* key exists afterwards */
-  const char *after;  /* its value afterwards */
+  int stored;        /* key exists afterwards */
+  const char *after; /* its value afterwards */
   size_t after_len;
 } cas_row_t;
 
@@ -329,8 +329,8 @@ static void check_cas(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) {
                                       r->desired_len, &out, &out_len),
               s);
     if (out_len != r->reply_len || (out_len && memcmp(out, r->reply, out_len) != 0)) {
-      fprintf(stderr, "[%s] CAS row \"%s\": reply of %zu bytes, want %zu\n", current_case,
-              r->what, out_len, r->reply_len);
+      fprintf(stderr, "[%s] CAS row \"%s\": reply of %zu bytes, want %zu\n", current_case, r->what,
+              out_len, r->reply_len);
       exit(1);
     }
     tdist_free(out);
@@ -892,8 +892,7 @@ static void *mt_body(void *p) {
       void *v = NULL;
       size_t n = 0;
       if (tdist_store_set(s, key, val, strlen(val)) != TDIST_OK ||
-          tdist_store_get(s, key, &v, &n) != TDIST_OK || n != strlen(val) ||
-          memcmp(v, val, n) != 0)
+          tdist_store_get(s, key, &v, &n) != TDIST_OK || n != strlen(val) || memcmp(v, val, n) != 0)
         a->failed = 3;
       tdist_free(v);
     }

@@ -24,7 +24,7 @@ int tdist_test_run_ranks(int world, int64_t timeout_ms, tdist_test_rank_fn fn, v
   pid_t *pids = calloc((size_t)world, sizeof *pids);
   int *status = calloc((size_t)world, sizeof *status);
   int *done = calloc((size_t)world, sizeof *done);
-  int (*pipes)[2] = calloc((size_t)world, sizeof *pipes);
+  int(*pipes)[2] = calloc((size_t)world, sizeof *pipes);
   fflush(stdout);
   fflush(stderr);
   for (int r = 0; r < world; r++) {
@@ -78,8 +78,7 @@ int tdist_test_run_ranks(int world, int64_t timeout_ms, tdist_test_rank_fn fn, v
       continue;
     }
     if (now_ms() > deadline) {
-      fprintf(stderr, "ranks: timeout after %lld ms; ranks still running:",
-              (long long)timeout_ms);
+      fprintf(stderr, "ranks: timeout after %lld ms; ranks still running:", (long long)timeout_ms);
       for (int r = 0; r < world; r++)
         if (!done[r]) fprintf(stderr, " %d", r);
       fprintf(stderr, "\n");

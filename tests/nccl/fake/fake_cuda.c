@@ -55,8 +55,7 @@ static const struct {
      "CUDA driver version is insufficient for CUDA runtime version"},
     {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
     {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
-    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle",
-     "invalid resource handle"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
     {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
 };
 
@@ -148,8 +147,10 @@ int fake_stream_device(cudaStream_t s) { return s ? s->dev : t_dev; }
 void fake_enqueue(cudaStream_t s, fake_task_t *t) {
   t->next = NULL;
   pthread_mutex_lock(&s->mu);
-  if (s->tail) s->tail->next = t;
-  else s->head = t;
+  if (s->tail)
+    s->tail->next = t;
+  else
+    s->head = t;
   s->tail = t;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
@@ -263,8 +264,7 @@ FAKE_API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 
 FAKE_API cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (!e) return cudaErrorInvalidResourceHandle;
-  return atomic_load(&e->completed) >= atomic_load(&e->recorded) ? cudaSuccess
-                                                                 : cudaErrorNotReady;
+  return atomic_load(&e->completed) >= atomic_load(&e->recorded) ? cudaSuccess : cudaErrorNotReady;
 }
 
 FAKE_API cudaError_t cudaEventDestroy(cudaEvent_t e) {

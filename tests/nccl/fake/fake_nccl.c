@@ -27,9 +27,9 @@
 /* ---- counters and last error ---- */
 
 static const char *const k_counters[] = {
-    "inits",  "splits", "nocolor_splits", "aborts",     "destroys",       "finalizes",
-    "groups", "tasks",  "hangs",          "unique_ids", "last_group_ops", "set_device",
-    "streams", "pointer_queries", "inprogress", "async_polls",
+    "inits",   "splits",          "nocolor_splits", "aborts",      "destroys",       "finalizes",
+    "groups",  "tasks",           "hangs",          "unique_ids",  "last_group_ops", "set_device",
+    "streams", "pointer_queries", "inprogress",     "async_polls",
 };
 #define NCOUNTERS (sizeof k_counters / sizeof *k_counters)
 static _Atomic long g_counters[NCOUNTERS];
@@ -43,7 +43,9 @@ void fake_count(const char *name) {
   int i = counter_index(name);
   if (i >= 0) atomic_fetch_add(&g_counters[i], 1);
 }
-static void counter_set(const char *name, long v) { atomic_store(&g_counters[counter_index(name)], v); }
+static void counter_set(const char *name, long v) {
+  atomic_store(&g_counters[counter_index(name)], v);
+}
 
 /* How many times `name` happened in this process; -1 for an unknown name. */
 FAKE_API long fake_nccl_counter(const char *name) {
@@ -72,9 +74,11 @@ FAKE_API const char *ncclGetLastError(ncclComm_t comm) {
 FAKE_API const char *ncclGetErrorString(ncclResult_t r) {
   switch (r) {
     case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
     case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInternalError:
+      return "internal error - please report this issue to the NCCL developers";
     case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
     case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
     case ncclRemoteError: return "remote process exited or there was a network error";
@@ -191,12 +195,12 @@ struct ncclComm {
   _Atomic int pending_polls; /* "still in progress" answers left (background enqueue) */
   _Atomic int running;       /* tasks executing now (abort waits for them, as kernels exit) */
   unsigned long calls;
-  uint64_t *sseq, *rseq;     /* messages sent to / received from each peer (stream thread) */
+  uint64_t *sseq, *rseq; /* messages sent to / received from each peer (stream thread) */
   int nsplits;
   int64_t created_ms;
-  pthread_t job;             /* background init or split */
+  pthread_t job; /* background init or split */
   int job_started;
-  struct ncclComm *parent;   /* split job: parent, color, key, split number */
+  struct ncclComm *parent; /* split job: parent, color, key, split number */
   int color, key, split_k;
 };
 
@@ -263,8 +267,8 @@ static int config_blocking(const ncclConfig_t *cfg, ncclResult_t *bad) {
   return cfg->blocking != 0; /* NCCL_CONFIG_UNDEF_INT means the default: blocking */
 }
 
-FAKE_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id,
-                                             int rank, ncclConfig_t *cfg) {
+FAKE_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id, int rank,
+                                             ncclConfig_t *cfg) {
   ncclResult_t bad;
   int blocking = config_blocking(cfg, &bad);
   if (bad) return bad;
@@ -297,9 +301,9 @@ FAKE_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUn
   /* What this rank received, for the test to compare with the store. */
   char rec[sizeof id.internal + 256];
   memcpy(rec, id.internal, sizeof id.internal);
-  int n = snprintf(rec + sizeof id.internal, 256, "dev=%d nranks=%d blocking=%d name=%s\n",
-                   fake_current_device(), nranks, blocking,
-                   cfg && cfg->commName ? cfg->commName : "");
+  int n =
+      snprintf(rec + sizeof id.internal, 256, "dev=%d nranks=%d blocking=%d name=%s\n",
+               fake_current_device(), nranks, blocking, cfg && cfg->commName ? cfg->commName : "");
   snprintf(path, sizeof path, "%s/init-%d", dir, rank);
   write_file(path, rec, sizeof id.internal + (size_t)n);
   snprintf(path, sizeof path, "%s/join-%d", dir, rank);
@@ -338,8 +342,10 @@ FAKE_API ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *res) {
   int ok = ncclSuccess;
   if (idle >= 0 && now_ms() - c->created_ms >= idle &&
       atomic_compare_exchange_strong(&c->state, &ok, ncclSystemError))
-    set_last("fake: injected background failure of the communicator of rank %d, %ld ms after "
-             "it was created (fake_nccl_fail_idle_after)", c->rank, idle);
+    set_last(
+        "fake: injected background failure of the communicator of rank %d, %ld ms after "
+        "it was created (fake_nccl_fail_idle_after)",
+        c->rank, idle);
   *res = (ncclResult_t)atomic_load(&c->state);
   return ncclSuccess;
 }
@@ -465,8 +471,8 @@ FAKE_API ncclResult_t ncclCommSplit(ncclComm_t p, int color, int key, ncclComm_t
 /* ---- operations ---- */
 
 enum { OP_ALLREDUCE, OP_BROADCAST, OP_REDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_SEND, OP_RECV };
-static const char *const k_op_names[] = {"AllReduce", "Broadcast", "Reduce", "AllGather",
-                                         "ReduceScatter", "Send", "Recv"};
+static const char *const k_op_names[] = {"AllReduce",     "Broadcast", "Reduce", "AllGather",
+                                         "ReduceScatter", "Send",      "Recv"};
 
 typedef struct {
   int kind;
@@ -487,10 +493,16 @@ typedef struct {
 
 static size_t type_size(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    case ncclInt8:
+    case ncclUint8: return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32: return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64: return 8;
     default: return 0;
   }
 }
@@ -518,8 +530,8 @@ static int take(ncclComm_t c, int src, void *buf, size_t bytes) {
     if (atomic_load(&c->aborted)) return -1;
   unlink(path);
   if (len != bytes) {
-    set_last("fake: rank %d expected %zu bytes from rank %d, got %zu (mismatched calls)",
-             c->rank, bytes, src, len);
+    set_last("fake: rank %d expected %zu bytes from rank %d, got %zu (mismatched calls)", c->rank,
+             bytes, src, len);
     atomic_store(&c->state, ncclInvalidUsage);
     free(data);
     return -1;
@@ -533,8 +545,9 @@ static int take(ncclComm_t c, int src, void *buf, size_t bytes) {
 
 static float half_to_f(uint16_t h) {
   int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-  float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY)
-                                                      : ldexpf((float)(m | 1024), e - 25);
+  float v = e == 0    ? ldexpf((float)m, -24)
+            : e == 31 ? (m ? NAN : INFINITY)
+                      : ldexpf((float)(m | 1024), e - 25);
   return s ? -v : v;
 }
 
@@ -547,7 +560,7 @@ static uint16_t f_to_half(float f) {
   if (a >= 65520.0f) return (uint16_t)(s | 0x7c00);
   if (a < ldexpf(1, -14)) return (uint16_t)(s | (uint32_t)rintf(a * ldexpf(1, 24)));
   int e;
-  float m = frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+  float m = frexpf(a, &e);                     /* a = m * 2^e, m in [0.5, 1) */
   uint32_t q = (uint32_t)rintf(ldexpf(m, 11)); /* 11 significant bits, ties to even */
   if (q == 2048) {
     q = 1024;
@@ -575,17 +588,23 @@ static uint16_t f_to_bf(float f) {
 static int is_float(ncclDataType_t t) {
   return t == ncclFloat16 || t == ncclBfloat16 || t == ncclFloat32 || t == ncclFloat64;
 }
-static int is_signed(ncclDataType_t t) {
-  return t == ncclInt8 || t == ncclInt32 || t == ncclInt64;
-}
+static int is_signed(ncclDataType_t t) { return t == ncclInt8 || t == ncclInt32 || t == ncclInt64; }
 
 static double ld_f(const char *p, ncclDataType_t t, size_t i) {
   uint16_t h;
   switch (t) {
     case ncclFloat16: memcpy(&h, p + 2 * i, 2); return half_to_f(h);
     case ncclBfloat16: memcpy(&h, p + 2 * i, 2); return bf_to_f(h);
-    case ncclFloat32: { float f; memcpy(&f, p + 4 * i, 4); return f; }
-    default: { double d; memcpy(&d, p + 8 * i, 8); return d; }
+    case ncclFloat32: {
+      float f;
+      memcpy(&f, p + 4 * i, 4);
+      return f;
+    }
+    default: {
+      double d;
+      memcpy(&d, p + 8 * i, 8);
+      return d;
+    }
   }
 }
 
@@ -593,8 +612,14 @@ static void st_f(char *p, ncclDataType_t t, size_t i, double v) {
   uint16_t h;
   float f = (float)v;
   switch (t) {
-    case ncclFloat16: h = f_to_half(f); memcpy(p + 2 * i, &h, 2); break;
-    case ncclBfloat16: h = f_to_bf(f); memcpy(p + 2 * i, &h, 2); break;
+    case ncclFloat16:
+      h = f_to_half(f);
+      memcpy(p + 2 * i, &h, 2);
+      break;
+    case ncclBfloat16:
+      h = f_to_bf(f);
+      memcpy(p + 2 * i, &h, 2);
+      break;
     case ncclFloat32: memcpy(p + 4 * i, &f, 4); break;
     default: memcpy(p + 8 * i, &v, 8); break;
   }
@@ -611,17 +636,33 @@ static uint64_t ld_i(const char *p, ncclDataType_t t, size_t i) {
   switch (t) {
     case ncclInt8: return (uint64_t)(int64_t)((const int8_t *)p)[i];
     case ncclUint8: return ((const uint8_t *)p)[i];
-    case ncclInt32: { int32_t v; memcpy(&v, p + 4 * i, 4); return (uint64_t)(int64_t)v; }
-    case ncclUint32: { uint32_t v; memcpy(&v, p + 4 * i, 4); return v; }
-    default: { uint64_t v; memcpy(&v, p + 8 * i, 8); return v; }
+    case ncclInt32: {
+      int32_t v;
+      memcpy(&v, p + 4 * i, 4);
+      return (uint64_t)(int64_t)v;
+    }
+    case ncclUint32: {
+      uint32_t v;
+      memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+    default: {
+      uint64_t v;
+      memcpy(&v, p + 8 * i, 8);
+      return v;
+    }
   }
 }
 
 static void st_i(char *p, ncclDataType_t t, size_t i, uint64_t v) {
   size_t es = type_size(t);
-  if (es == 1) p[i] = (char)(uint8_t)v;
-  else if (es == 4) { uint32_t w = (uint32_t)v; memcpy(p + 4 * i, &w, 4); }
-  else memcpy(p + 8 * i, &v, 8);
+  if (es == 1)
+    p[i] = (char)(uint8_t)v;
+  else if (es == 4) {
+    uint32_t w = (uint32_t)v;
+    memcpy(p + 4 * i, &w, 4);
+  } else
+    memcpy(p + 8 * i, &v, 8);
 }
 
 /* Truncates to the type's width and sign-extends back (so compare/divide see the type's value). */
@@ -633,19 +674,24 @@ static uint64_t wrap(uint64_t v, ncclDataType_t t) {
 
 /* dst[i] = reduce over r of srcs[r][off + i], for i < count. NCCL's avg: floats pre-multiply by
  * 1/n and sum; integers sum then divide (truncating). */
-static void reduce(char *dst, char *const *srcs, int n, size_t off, size_t count,
-                   ncclDataType_t t, ncclRedOp_t op) {
+static void reduce(char *dst, char *const *srcs, int n, size_t off, size_t count, ncclDataType_t t,
+                   ncclRedOp_t op) {
   for (size_t i = 0; i < count; i++) {
     if (is_float(t)) {
       double acc = 0;
       for (int r = 0; r < n; r++) {
         double x = ld_f(srcs[r], t, off + i);
         if (op == ncclAvg) x *= 1.0 / n;
-        if (r == 0) acc = x;
-        else if (op == ncclSum || op == ncclAvg) acc += x;
-        else if (op == ncclProd) acc *= x;
-        else if (op == ncclMin) acc = x < acc ? x : acc;
-        else acc = x > acc ? x : acc;
+        if (r == 0)
+          acc = x;
+        else if (op == ncclSum || op == ncclAvg)
+          acc += x;
+        else if (op == ncclProd)
+          acc *= x;
+        else if (op == ncclMin)
+          acc = x < acc ? x : acc;
+        else
+          acc = x > acc ? x : acc;
         acc = in_precision(acc, t); /* accumulate in the type's precision */
       }
       st_f(dst, t, i, acc);
@@ -653,11 +699,16 @@ static void reduce(char *dst, char *const *srcs, int n, size_t off, size_t count
       uint64_t acc = 0;
       for (int r = 0; r < n; r++) {
         uint64_t x = ld_i(srcs[r], t, off + i);
-        if (r == 0) acc = x;
-        else if (op == ncclSum || op == ncclAvg) acc = wrap(acc + x, t);
-        else if (op == ncclProd) acc = wrap(acc * x, t);
-        else if (op == ncclMin) acc = is_signed(t) ? ((int64_t)x < (int64_t)acc ? x : acc) : (x < acc ? x : acc);
-        else acc = is_signed(t) ? ((int64_t)x > (int64_t)acc ? x : acc) : (x > acc ? x : acc);
+        if (r == 0)
+          acc = x;
+        else if (op == ncclSum || op == ncclAvg)
+          acc = wrap(acc + x, t);
+        else if (op == ncclProd)
+          acc = wrap(acc * x, t);
+        else if (op == ncclMin)
+          acc = is_signed(t) ? ((int64_t)x < (int64_t)acc ? x : acc) : (x < acc ? x : acc);
+        else
+          acc = is_signed(t) ? ((int64_t)x > (int64_t)acc ? x : acc) : (x > acc ? x : acc);
       }
       if (op == ncclAvg) acc = is_signed(t) ? (uint64_t)((int64_t)acc / n) : acc / (uint64_t)n;
       st_i(dst, t, i, acc);
@@ -671,7 +722,8 @@ static char **collect(ncclComm_t c, const void *sbuf, size_t bytes) {
   char **all = calloc((size_t)c->nranks, sizeof *all);
   for (int r = 0; all && r < c->nranks; r++) {
     all[r] = malloc(bytes ? bytes : 1);
-    if (r == c->rank) memcpy(all[r], sbuf, bytes);
+    if (r == c->rank)
+      memcpy(all[r], sbuf, bytes);
     else if (take(c, r, all[r], bytes) != 0) {
       for (int q = 0; q <= r; q++) free(all[q]);
       free(all);
@@ -699,10 +751,8 @@ static int exec_op(ncclComm_t c, const fop_t *o) {
   int me = c->rank, n = c->nranks;
   char **all;
   switch (o->kind) {
-    case OP_SEND:
-      return 0; /* posted before everything else in the task */
-    case OP_RECV:
-      return take(c, o->root, o->rbuf, bytes);
+    case OP_SEND: return 0; /* posted before everything else in the task */
+    case OP_RECV: return take(c, o->root, o->rbuf, bytes);
     case OP_BROADCAST:
       if (me == o->root) {
         for (int r = 0; r < n; r++)
@@ -719,8 +769,8 @@ static int exec_op(ncclComm_t c, const fop_t *o) {
         post(c, o->root, o->sbuf, bytes);
         return 0;
       }
-      if (!(all = o->kind == OP_REDUCE ? collect(c, o->sbuf, bytes)
-                                       : exchange(c, o->sbuf, in_bytes)))
+      if (!(all =
+                o->kind == OP_REDUCE ? collect(c, o->sbuf, bytes) : exchange(c, o->sbuf, in_bytes)))
         return -1;
       size_t off = o->kind == OP_REDUCESCATTER ? (size_t)me * o->count : 0;
       reduce(o->rbuf, all, n, off, o->count, o->dt, o->op);
@@ -765,8 +815,10 @@ static void task_body(task_t *k) {
     return;
   }
   if (env_long("TDIST_FAKE_NCCL_ERROR_AT", -1) == idx) {
-    set_last("fake: injected failure of operation %ld (%s) on rank %d: peer connection lost "
-             "(TDIST_FAKE_NCCL_ERROR_AT)", idx, k_op_names[k->ops[0].kind], c->rank);
+    set_last(
+        "fake: injected failure of operation %ld (%s) on rank %d: peer connection lost "
+        "(TDIST_FAKE_NCCL_ERROR_AT)",
+        idx, k_op_names[k->ops[0].kind], c->rank);
     atomic_store(&c->state, ncclRemoteError);
     hang(c); /* the kernel stays stuck until the communicator is aborted */
     return;
@@ -841,7 +893,8 @@ static ncclResult_t submit(const fop_t *o, ncclComm_t c, cudaStream_t s) {
   if (r == ncclSuccess && t_grp.n == t_grp.cap) {
     int cap = t_grp.cap ? 2 * t_grp.cap : 16;
     fop_t *p = realloc(t_grp.ops, (size_t)cap * sizeof *p);
-    if (!p) r = ncclSystemError;
+    if (!p)
+      r = ncclSystemError;
     else {
       t_grp.ops = p;
       t_grp.cap = cap;
@@ -888,8 +941,8 @@ FAKE_API ncclResult_t ncclBroadcast(const void *s, void *r, size_t n, ncclDataTy
   return submit(&o, c, st);
 }
 
-FAKE_API ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t t,
-                                 ncclRedOp_t op, int root, ncclComm_t c, cudaStream_t st) {
+FAKE_API ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
+                                 int root, ncclComm_t c, cudaStream_t st) {
   fop_t o = {OP_REDUCE, s, r, n, t, op, root};
   return submit(&o, c, st);
 }

@@ -151,8 +151,8 @@ static void do_cas(tdist_store_t *s, const char *label, const char *key, const c
                    const char *desired, const char *want) {
   void *v = NULL;
   size_t n = 0;
-  tdist_status_t st = tdist_store_compare_set(s, key, expected, strlen(expected), desired,
-                                              strlen(desired), &v, &n);
+  tdist_status_t st =
+      tdist_store_compare_set(s, key, expected, strlen(expected), desired, strlen(desired), &v, &n);
   if (st != TDIST_OK) {
     rec("compare_set %s (%s) -> %s", key, label, sname(st));
     fail("compare_set %s (%s): %s (%s)", key, label, sname(st), tdist_store_last_error(s));
@@ -362,11 +362,14 @@ static void expect_refused(tdist_store_t *h, const char *what, tdist_status_t st
                            tdist_status_t want, const char *must_mention) {
   int64_t dt = now_ms() - t0;
   const char *err = tdist_store_last_error(h);
-  if (st != want) fail("%s: %s, want %s (%s)", what, sname(st), sname(want), err);
-  else if (dt > 3000) fail("%s: refused only after %" PRId64 " ms", what, dt);
+  if (st != want)
+    fail("%s: %s, want %s (%s)", what, sname(st), sname(want), err);
+  else if (dt > 3000)
+    fail("%s: refused only after %" PRId64 " ms", what, dt);
   else if (!strstr(err, must_mention))
     fail("%s: the error does not mention '%s': '%s'", what, must_mention, err);
-  else fprintf(stderr, "%s: %s in %" PRId64 " ms: %s\n", what, sname(st), dt, err);
+  else
+    fprintf(stderr, "%s: %s in %" PRId64 " ms: %s\n", what, sname(st), dt, err);
 }
 
 /* The connection still answers correctly after refused operations. */
@@ -451,17 +454,17 @@ static void dialect_specific(tdist_store_t *h, tdist_store_dialect_t d, int queu
    * too, on a fresh handle that has not learnt it yet. */
   t0 = now_ms();
   st = tdist_store_queue_push(h, "c/q", "x", 1);
-  expect_refused(h, "queue_push on a 2.x server without queues", st, t0,
-                 TDIST_ERR_NOT_AVAILABLE, "queue");
+  expect_refused(h, "queue_push on a 2.x server without queues", st, t0, TDIST_ERR_NOT_AVAILABLE,
+                 "queue");
   still_works(h, "a refused queue_push");
   t0 = now_ms();
   st = tdist_store_queue_len(h, "c/q", &len);
-  expect_refused(h, "queue_len on a 2.x server without queues", st, t0,
-                 TDIST_ERR_NOT_AVAILABLE, "queue");
+  expect_refused(h, "queue_len on a 2.x server without queues", st, t0, TDIST_ERR_NOT_AVAILABLE,
+                 "queue");
   t0 = now_ms();
   st = tdist_store_queue_pop(h, "c/q", 0, &v, &n);
-  expect_refused(h, "queue_pop on a 2.x server without queues", st, t0,
-                 TDIST_ERR_NOT_AVAILABLE, "queue");
+  expect_refused(h, "queue_pop on a 2.x server without queues", st, t0, TDIST_ERR_NOT_AVAILABLE,
+                 "queue");
   tdist_free(v);
   v = NULL;
   still_works(h, "refused queue ops");
@@ -472,13 +475,20 @@ int main(int argc, char **argv) {
   const char *want_queues = NULL;
   int port = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--host")) host = argv[i + 1];
-    else if (!strcmp(argv[i], "--port")) port = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--seed")) g_seed = strtoull(argv[i + 1], NULL, 10);
-    else if (!strcmp(argv[i], "--expect-dialect")) want_dialect = argv[i + 1];
-    else if (!strcmp(argv[i], "--check-manifest")) check_path = argv[i + 1];
-    else if (!strcmp(argv[i], "--manifest-out")) out_path = argv[i + 1];
-    else if (!strcmp(argv[i], "--expect-queues")) want_queues = argv[i + 1];
+    if (!strcmp(argv[i], "--host"))
+      host = argv[i + 1];
+    else if (!strcmp(argv[i], "--port"))
+      port = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--seed"))
+      g_seed = strtoull(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--expect-dialect"))
+      want_dialect = argv[i + 1];
+    else if (!strcmp(argv[i], "--check-manifest"))
+      check_path = argv[i + 1];
+    else if (!strcmp(argv[i], "--manifest-out"))
+      out_path = argv[i + 1];
+    else if (!strcmp(argv[i], "--expect-queues"))
+      want_queues = argv[i + 1];
     else {
       fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
@@ -486,8 +496,10 @@ int main(int argc, char **argv) {
   }
   if (port <= 0 || !want_dialect || !want_queues ||
       (strcmp(want_queues, "yes") && strcmp(want_queues, "no"))) {
-    fprintf(stderr, "usage: %s --port P --seed S --expect-dialect v1_13|v2 --expect-queues yes|no "
-            "[--host H] [--check-manifest F] [--manifest-out F]\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s --port P --seed S --expect-dialect v1_13|v2 --expect-queues yes|no "
+            "[--host H] [--check-manifest F] [--manifest-out F]\n",
+            argv[0]);
     return 2;
   }
   g_rng = g_seed;
@@ -503,8 +515,10 @@ int main(int argc, char **argv) {
   if (tdist_store_timeout(h) != CALL_TIMEOUT_MS)
     fail("tdist_store_timeout: %" PRId64 ", want %d", tdist_store_timeout(h), CALL_TIMEOUT_MS);
 
-  if (check_path) check_manifest(h, check_path);
-  else do_num_keys(h, " (fresh server)");
+  if (check_path)
+    check_manifest(h, check_path);
+  else
+    do_num_keys(h, " (fresh server)");
 
   /* set / get, binary, empty, large */
   do_set(h, "c/str", "hello", 5, 1);
@@ -671,13 +685,22 @@ int main(int argc, char **argv) {
 
   if (out_path) {
     kv_t kvs[] = {
-        {"c/str", "hello", 5},       {"c/bin", bin, bin_len},    {"c/empty", "", 0},
-        {"c/big", big, big_len},     {ukey, "unicode", 7},       {"c/ctr", "4", 1},
+        {"c/str", "hello", 5},
+        {"c/bin", bin, bin_len},
+        {"c/empty", "", 0},
+        {"c/big", big, big_len},
+        {ukey, "unicode", 7},
+        {"c/ctr", "4", 1},
         {"c/sum", sum_text, strlen(sum_text)},
         {"c/min", "-9223372036854775808", 20},
-        {"c/cas1", "newer", 5},      {"c/m1", m1, sizeof m1},    {"c/m2", "", 0},
-        {"c/m3", m3, sizeof m3},     {"c/late", "late-value", 10},
-        {"c/late2", "second", 6},    {"c/late3", "2", 1},        {"c/noresult", "7", 1},
+        {"c/cas1", "newer", 5},
+        {"c/m1", m1, sizeof m1},
+        {"c/m2", "", 0},
+        {"c/m3", m3, sizeof m3},
+        {"c/late", "late-value", 10},
+        {"c/late2", "second", 6},
+        {"c/late3", "2", 1},
+        {"c/noresult", "7", 1},
     };
     write_manifest(out_path, kvs, sizeof kvs / sizeof kvs[0], g_keys);
   }
