@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tdist/tdist.h"
@@ -47,6 +48,7 @@ typedef struct {
   const char *backend; /* NULL: TDIST_BACKEND, else gloo */
   int crash_until_attempt;
   int check_fresh_store;
+  int step_ms; /* pause after each step (tests that act while training runs) */
 } opts_t;
 
 static void usage(FILE *f) {
@@ -77,8 +79,10 @@ static void usage(FILE *f) {
       "                     the way cycles through exit(1), SIGKILL and abort()\n"
       "  --check-fresh-store  (attempt-isolation tests) before joining, add 1 to a key in the\n"
       "                     launcher's store (MASTER_ADDR/MASTER_PORT, no prefix) and exit 4 if\n"
-      "                     the count exceeds WORLD_SIZE: the store kept an earlier attempt's "
-      "keys\n"
+      "                     the count exceeds WORLD_SIZE: the store kept an earlier\n"
+      "                     attempt's keys\n"
+      "  --step-ms N        (tests) sleep N ms after every step, so that a test can act while\n"
+      "                     the job trains (default 0)\n"
       "  --help             this text\n"
       "\n"
       "At the end every rank checks that the parameters are bitwise identical on all ranks\n"
@@ -96,7 +100,7 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 static int parse_opts(int argc, char **argv, opts_t *o) {
-  *o = (opts_t){200, 0.1, 16, 1024, 64, 1, 20, MODEL_LINEAR, 120000, NULL, 0, 0};
+  *o = (opts_t){200, 0.1, 16, 1024, 64, 1, 20, MODEL_LINEAR, 120000, NULL, 0, 0, 0};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i];
     if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -145,6 +149,9 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
     } else if (!strcmp(k, "--timeout-ms")) {
       if (parse_int(v, 1, 86400000L, &n)) goto bad;
       o->timeout_ms = n;
+    } else if (!strcmp(k, "--step-ms")) {
+      if (parse_int(v, 0, 60000, &n)) goto bad;
+      o->step_ms = (int)n;
     } else if (!strcmp(k, "--crash-until-attempt")) {
       if (parse_int(v, 0, 1000000, &n)) goto bad;
       o->crash_until_attempt = (int)n;
@@ -513,6 +520,10 @@ int main(int argc, char **argv) {
       if (rank == 0)
         printf("step %6d  loss %.6f (global batch of %d)\n", step, batch_loss, o.batch * world);
       fflush(stdout);
+    }
+    if (o.step_ms) {
+      struct timespec ts = {o.step_ms / 1000, (long)(o.step_ms % 1000) * 1000000L};
+      nanosleep(&ts, NULL);
     }
   }
 

@@ -27,8 +27,10 @@ if [ "$WORKER" = torch ]; then
   started="step  20"
 else
   PY=/usr/bin/python3
-  job=("$TRAIN" --steps 4000 --print-every 200 --check-fresh-store --seed "$SEED")
-  started="step    400"
+  # 400 steps of 20 ms as the PyTorch job: the C steps alone take microseconds, and the job must
+  # still be training when a scenario kills a pod.
+  job=("$TRAIN" --steps 400 --step-ms 20 --print-every 20 --check-fresh-store --seed "$SEED")
+  started="step     20"
 fi
 # shellcheck source=pods/pods.sh
 source "$PODS_SH"
