@@ -31,6 +31,8 @@
 #include "runtime/nccl/loader.h"
 #include "runtime/pg/reduce.h"
 #include "tdist/tdist.h"
+#include "tests/testlib/clock.h"
+#include "tests/testlib/rng.h"
 
 static tdist__nccl_lib_t L;
 static cudaError_t (*p_memcpy)(void *, const void *, size_t, enum cudaMemcpyKind);
@@ -50,12 +52,6 @@ static int g_failures, g_checks;
     if (r_ != ncclSuccess)                                                        \
       DIE("%s: %s (%s)", #x, L.ncclGetErrorString(r_), L.ncclGetLastError(NULL)); \
   } while (0)
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void expect(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void expect(int ok, const char *fmt, ...) {
@@ -80,14 +76,6 @@ static void h2d(void *d, const void *h, size_t n) {
 }
 static void d2h(void *h, const void *d, size_t n) {
   if (n) CU(p_memcpy(h, d, n, cudaMemcpyDefault));
-}
-
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return g_rng;
 }
 
 /* Random finite values of the dtype. */
@@ -401,6 +389,7 @@ static void fault(void) {
 }
 
 int main(int argc, char **argv) {
+  test_rng_init("nccl_gpu_test", 0x9E3779B97F4A7C15ull);
   size_t max_bytes = (size_t)1 << 30;
   double budget_s = 0.1;
   int do_bench = 1, do_fault = 1;

@@ -26,61 +26,13 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "clock.h"
+#include "rng.h"
 #include "tdist/tdist.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Helpers                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
-
-#define CHECK_STATUS(expr, want, store)                                                          \
-  do {                                                                                           \
-    tdist_status_t got_ = (expr);                                                                \
-    tdist_status_t want_ = (want);                                                               \
-    if (got_ != want_) {                                                                         \
-      const tdist_store_t *cs_ = (store);                                                        \
-      fprintf(stderr, "%s:%d: %s returned %s, want %s; detail: %s\n", __FILE__, __LINE__, #expr, \
-              tdist_status_name(got_), tdist_status_name(want_),                                 \
-              cs_ ? tdist_store_last_error(cs_) : tdist_last_error());                           \
-      exit(1);                                                                                   \
-    }                                                                                            \
-  } while (0)
-
-/* Success must also clear the handle's detail ("Empty if the last call succeeded"). */
-#define CHECK_SOK(expr, store)                            \
-  do {                                                    \
-    CHECK_STATUS(expr, TDIST_OK, store);                  \
-    CHECK(tdist_store_last_error(store) != NULL);         \
-    CHECK_EQ_INT(tdist_store_last_error(store)[0], '\0'); \
-  } while (0)
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void) {
-  /* xorshift64*: good enough for test data, and replayable from the printed seed. */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 0x2545F4914F6CDD1DULL;
-}
-
-static uint64_t rnd_below(uint64_t n) { return n ? rnd() % n : 0; }
-
-static void rnd_bytes(uint8_t *p, size_t n) {
-  for (size_t i = 0; i < n; i++) p[i] = (uint8_t)rnd();
-}
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms) {
-  if (ms <= 0) return;
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
 
 static void *xmalloc(size_t n) {
   void *p = malloc(n ? n : 1);
@@ -166,7 +118,7 @@ static int free_port(void) {
 static void expect_get(tdist_store_t *s, const char *key, const void *want, size_t want_len) {
   void *v = NULL;
   size_t n = 12345;
-  CHECK_SOK(tdist_store_get(s, key, &v, &n), s);
+  CHECK_STORE_OK(tdist_store_get(s, key, &v, &n), s);
   CHECK_MEM_EQ(v, n, want, want_len);
   tdist_free(v);
 }
@@ -178,7 +130,7 @@ static void expect_get_str(tdist_store_t *s, const char *key, const char *want) 
 static void expect_ready(tdist_store_t *s, const char *key, int want) {
   int ready = -1;
   const char *keys[1] = {key};
-  CHECK_SOK(tdist_store_check(s, keys, 1, &ready), s);
+  CHECK_STORE_OK(tdist_store_check(s, keys, 1, &ready), s);
   CHECK_EQ_INT(ready, want);
 }
 
@@ -341,7 +293,7 @@ static void op_compare_set(tdist_store_t *s, model_t *m) {
   uint8_t *des = rnd_value(dlen);
   void *out = NULL;
   size_t out_len = 0;
-  CHECK_SOK(tdist_store_compare_set(s, sl->key, exp, elen, des, dlen, &out, &out_len), s);
+  CHECK_STORE_OK(tdist_store_compare_set(s, sl->key, exp, elen, des, dlen, &out, &out_len), s);
   if (!sl->present) {
     if (elen == 0) {
       slot_store(sl, des, dlen);
@@ -371,7 +323,7 @@ static void op_multi_get(tdist_store_t *s, model_t *m) {
   }
   void *vals[6] = {0};
   size_t lens[6] = {0};
-  CHECK_SOK(tdist_store_multi_get(s, keys, n, vals, lens), s);
+  CHECK_STORE_OK(tdist_store_multi_get(s, keys, n, vals, lens), s);
   for (size_t i = 0; i < n; i++) {
     CHECK_MEM_EQ(vals[i], lens[i], m->slots[idx[i]].val, m->slots[idx[i]].len);
     tdist_free(vals[i]);
@@ -392,7 +344,7 @@ static void op_multi_set(tdist_store_t *s, model_t *m) {
     bufs[i] = rnd_value(lens[i]);
     vals[i] = bufs[i];
   }
-  CHECK_SOK(tdist_store_multi_set(s, keys, vals, lens, n), s);
+  CHECK_STORE_OK(tdist_store_multi_set(s, keys, vals, lens, n), s);
   for (size_t i = 0; i < n; i++) {
     slot_store(&m->slots[idx[i]], bufs[i], lens[i]);
     free(bufs[i]);
@@ -409,7 +361,7 @@ static void op_check(tdist_store_t *s, model_t *m) {
     all &= sl->present;
   }
   int ready = -1;
-  CHECK_SOK(tdist_store_check(s, keys, n, &ready), s);
+  CHECK_STORE_OK(tdist_store_check(s, keys, n, &ready), s);
   CHECK_EQ_INT(ready, all);
 }
 
@@ -421,7 +373,7 @@ static void op_wait_present(tdist_store_t *s, model_t *m) {
     if (k < 0) return;
     keys[i] = m->slots[k].key;
   }
-  CHECK_SOK(tdist_store_wait(s, keys, n, 5000), s);
+  CHECK_STORE_OK(tdist_store_wait(s, keys, n, 5000), s);
 }
 
 static void op_counter(tdist_store_t *s, model_t *m) {
@@ -431,7 +383,7 @@ static void op_counter(tdist_store_t *s, model_t *m) {
     int64_t delta = (int64_t)rnd_below(2001) - 1000;
     if (rnd_below(20) == 0) delta = 0;
     int64_t res = 0, *resp = rnd_below(8) ? &res : NULL; /* result pointer may be NULL */
-    CHECK_SOK(tdist_store_add(s, c->key, delta, resp), s);
+    CHECK_STORE_OK(tdist_store_add(s, c->key, delta, resp), s);
     c->val = (c->present ? c->val : 0) + delta;
     c->present = 1;
     if (resp) CHECK_EQ_INT(res, c->val);
@@ -442,7 +394,7 @@ static void op_counter(tdist_store_t *s, model_t *m) {
     expect_get_str(s, c->key, text);
   } else if (r < 9) {
     int del = -1;
-    CHECK_SOK(tdist_store_delete_key(s, c->key, &del), s);
+    CHECK_STORE_OK(tdist_store_delete_key(s, c->key, &del), s);
     CHECK_EQ_INT(del, c->present);
     c->present = 0;
   } else {
@@ -450,7 +402,7 @@ static void op_counter(tdist_store_t *s, model_t *m) {
     int64_t v = (int64_t)rnd_below(1000000) - 500000;
     char text[32];
     snprintf(text, sizeof text, "%" PRId64, v);
-    CHECK_SOK(tdist_store_set(s, c->key, text, strlen(text)), s);
+    CHECK_STORE_OK(tdist_store_set(s, c->key, text, strlen(text)), s);
     c->val = v;
     c->present = 1;
   }
@@ -465,16 +417,16 @@ static void op_queue(tdist_store_t *s, model_t *m, int v2) {
     void *v = NULL;
     size_t n = 0;
     int64_t len = 0;
-    CHECK_STATUS(tdist_store_queue_push(s, q->key, &b, 1), TDIST_ERR_NOT_AVAILABLE, s);
+    CHECK_STORE_STATUS(tdist_store_queue_push(s, q->key, &b, 1), TDIST_ERR_NOT_AVAILABLE, s);
     CHECK(tdist_store_last_error(s)[0] != '\0');
-    CHECK_STATUS(tdist_store_queue_pop(s, q->key, 0, &v, &n), TDIST_ERR_NOT_AVAILABLE, s);
-    CHECK_STATUS(tdist_store_queue_len(s, q->key, &len), TDIST_ERR_NOT_AVAILABLE, s);
+    CHECK_STORE_STATUS(tdist_store_queue_pop(s, q->key, 0, &v, &n), TDIST_ERR_NOT_AVAILABLE, s);
+    CHECK_STORE_STATUS(tdist_store_queue_len(s, q->key, &len), TDIST_ERR_NOT_AVAILABLE, s);
     return;
   }
   if (r == 0 && q->count < 64) {
     size_t n = rnd_len() % 4096;
     uint8_t *v = rnd_value(n);
-    CHECK_SOK(tdist_store_queue_push(s, q->key, v, n), s);
+    CHECK_STORE_OK(tdist_store_queue_push(s, q->key, v, n), s);
     q->items[(q->head + q->count) % 64] = v;
     q->lens[(q->head + q->count) % 64] = n;
     q->count++;
@@ -482,10 +434,10 @@ static void op_queue(tdist_store_t *s, model_t *m, int v2) {
     void *v = NULL;
     size_t n = 0;
     if (q->count == 0) {
-      CHECK_STATUS(tdist_store_queue_pop(s, q->key, 0, &v, &n), TDIST_ERR_NOT_FOUND, s);
+      CHECK_STORE_STATUS(tdist_store_queue_pop(s, q->key, 0, &v, &n), TDIST_ERR_NOT_FOUND, s);
       return;
     }
-    CHECK_SOK(tdist_store_queue_pop(s, q->key, rnd_below(2) ? 0 : 2000, &v, &n), s);
+    CHECK_STORE_OK(tdist_store_queue_pop(s, q->key, rnd_below(2) ? 0 : 2000, &v, &n), s);
     CHECK_MEM_EQ(v, n, q->items[q->head], q->lens[q->head]);
     tdist_free(v);
     free(q->items[q->head]);
@@ -493,7 +445,7 @@ static void op_queue(tdist_store_t *s, model_t *m, int v2) {
     q->count--;
   } else {
     int64_t len = -1;
-    CHECK_SOK(tdist_store_queue_len(s, q->key, &len), s);
+    CHECK_STORE_OK(tdist_store_queue_len(s, q->key, &len), s);
     CHECK_EQ_INT(len, q->count);
   }
 }
@@ -513,7 +465,7 @@ static void model_run(tdist_store_dialect_t dialect, int ops) {
       case 1: {
         size_t n = rnd_len();
         uint8_t *v = rnd_value(n);
-        CHECK_SOK(tdist_store_set(s, sl->key, v, n), s);
+        CHECK_STORE_OK(tdist_store_set(s, sl->key, v, n), s);
         slot_store(sl, v, n);
         free(v);
         break;
@@ -527,14 +479,14 @@ static void model_run(tdist_store_dialect_t dialect, int ops) {
       case 4: op_wait_present(s, &m); break;
       case 5: {
         int del = -1;
-        CHECK_SOK(tdist_store_delete_key(s, sl->key, rnd_below(4) ? &del : NULL), s);
+        CHECK_STORE_OK(tdist_store_delete_key(s, sl->key, rnd_below(4) ? &del : NULL), s);
         if (del != -1) CHECK_EQ_INT(del, sl->present);
         sl->present = 0;
         break;
       }
       case 6: {
         int64_t n = -1;
-        CHECK_SOK(tdist_store_num_keys(s, &n), s);
+        CHECK_STORE_OK(tdist_store_num_keys(s, &n), s);
         CHECK_EQ_INT(n, model_num_keys(&m));
         break;
       }
@@ -544,7 +496,7 @@ static void model_run(tdist_store_dialect_t dialect, int ops) {
         size_t n = rnd_len();
         uint8_t *v = rnd_value(n);
         if (v2) {
-          CHECK_SOK(tdist_store_append(s, sl->key, v, n), s);
+          CHECK_STORE_OK(tdist_store_append(s, sl->key, v, n), s);
           size_t old = sl->present ? sl->len : 0;
           uint8_t *c = xmalloc(old + n);
           if (old) memcpy(c, sl->val, old);
@@ -552,7 +504,7 @@ static void model_run(tdist_store_dialect_t dialect, int ops) {
           slot_store(sl, c, old + n);
           free(c);
         } else {
-          CHECK_STATUS(tdist_store_append(s, sl->key, v, n), TDIST_ERR_NOT_AVAILABLE, s);
+          CHECK_STORE_STATUS(tdist_store_append(s, sl->key, v, n), TDIST_ERR_NOT_AVAILABLE, s);
           CHECK(tdist_store_last_error(s)[0] != '\0');
         }
         free(v);
@@ -569,7 +521,7 @@ static void model_run(tdist_store_dialect_t dialect, int ops) {
     if (m.slots[i].present) expect_get(s, m.slots[i].key, m.slots[i].val, m.slots[i].len);
   }
   int64_t n = -1;
-  CHECK_SOK(tdist_store_num_keys(s, &n), s);
+  CHECK_STORE_OK(tdist_store_num_keys(s, &n), s);
   CHECK_EQ_INT(n, model_num_keys(&m));
   /* The server's own counters agree. Queues are not keys. */
   tdist_store_server_stats_t st;
@@ -595,48 +547,48 @@ static void test_big_values(int port, tdist_store_dialect_t dialect) {
   char ka[32], kb[32];
   snprintf(ka, sizeof ka, "big-a-%s", dialect_name(dialect));
   snprintf(kb, sizeof kb, "big-b-%s", dialect_name(dialect));
-  CHECK_SOK(tdist_store_set(s, ka, a, a_len), s);
+  CHECK_STORE_OK(tdist_store_set(s, ka, a, a_len), s);
   expect_get(s, ka, a, a_len);
   /* CAS with a multi-MiB expected value that matches. */
   void *out = NULL;
   size_t out_len = 0;
-  CHECK_SOK(tdist_store_compare_set(s, ka, a, a_len, b, b_len, &out, &out_len), s);
+  CHECK_STORE_OK(tdist_store_compare_set(s, ka, a, a_len, b, b_len, &out, &out_len), s);
   CHECK_MEM_EQ(out, out_len, b, b_len);
   tdist_free(out);
   /* And one that does not (differs in the last byte only). */
   a[a_len - 1] ^= 0x5a;
-  CHECK_SOK(tdist_store_compare_set(s, ka, a, a_len, c, c_len, &out, &out_len), s);
+  CHECK_STORE_OK(tdist_store_compare_set(s, ka, a, a_len, c, c_len, &out, &out_len), s);
   CHECK_MEM_EQ(out, out_len, b, b_len);
   tdist_free(out);
   const char *keys[2] = {ka, kb};
   const void *vals[2] = {c, a};
   size_t lens[2] = {c_len, a_len};
-  CHECK_SOK(tdist_store_multi_set(s, keys, vals, lens, 2), s);
+  CHECK_STORE_OK(tdist_store_multi_set(s, keys, vals, lens, 2), s);
   void *got[2] = {0};
   size_t got_len[2] = {0};
-  CHECK_SOK(tdist_store_multi_get(s, keys, 2, got, got_len), s);
+  CHECK_STORE_OK(tdist_store_multi_get(s, keys, 2, got, got_len), s);
   CHECK_MEM_EQ(got[0], got_len[0], c, c_len);
   CHECK_MEM_EQ(got[1], got_len[1], a, a_len);
   tdist_free(got[0]);
   tdist_free(got[1]);
   if (v2) {
-    CHECK_SOK(tdist_store_append(s, ka, b, b_len), s);
+    CHECK_STORE_OK(tdist_store_append(s, ka, b, b_len), s);
     uint8_t *cat = xmalloc(c_len + b_len);
     memcpy(cat, c, c_len);
     memcpy(cat + c_len, b, b_len);
     expect_get(s, ka, cat, c_len + b_len);
     free(cat);
-    CHECK_SOK(tdist_store_queue_push(s, "big-q", a, a_len), s);
+    CHECK_STORE_OK(tdist_store_queue_push(s, "big-q", a, a_len), s);
     void *v = NULL;
     size_t n = 0;
-    CHECK_SOK(tdist_store_queue_pop(s, "big-q", 0, &v, &n), s);
+    CHECK_STORE_OK(tdist_store_queue_pop(s, "big-q", 0, &v, &n), s);
     CHECK_MEM_EQ(v, n, a, a_len);
     tdist_free(v);
   }
   int del = 0;
-  CHECK_SOK(tdist_store_delete_key(s, ka, &del), s);
+  CHECK_STORE_OK(tdist_store_delete_key(s, ka, &del), s);
   CHECK_EQ_INT(del, 1);
-  CHECK_SOK(tdist_store_delete_key(s, kb, &del), s);
+  CHECK_STORE_OK(tdist_store_delete_key(s, kb, &del), s);
   CHECK_EQ_INT(del, 1);
   free(a);
   free(b);
@@ -654,18 +606,18 @@ static void check_in_step(tdist_store_t *a, tdist_store_t *b, const char *tag) {
   char key[64], val[64];
   snprintf(key, sizeof key, "sentinel-%s-%" PRIu64, tag, rnd());
   snprintf(val, sizeof val, "v-%" PRIu64, rnd());
-  CHECK_SOK(tdist_store_set(b, key, val, strlen(val)), b);
+  CHECK_STORE_OK(tdist_store_set(b, key, val, strlen(val)), b);
   expect_get_str(a, key, val);
   int64_t r = 0;
-  CHECK_SOK(tdist_store_add(a, "in-step-ctr", 0, &r), a);
+  CHECK_STORE_OK(tdist_store_add(a, "in-step-ctr", 0, &r), a);
   int64_t r2 = 0;
-  CHECK_SOK(tdist_store_add(b, "in-step-ctr", 7, &r2), b);
+  CHECK_STORE_OK(tdist_store_add(b, "in-step-ctr", 7, &r2), b);
   CHECK_EQ_INT(r2, r + 7);
-  CHECK_SOK(tdist_store_add(a, "in-step-ctr", 0, &r), a);
+  CHECK_STORE_OK(tdist_store_add(a, "in-step-ctr", 0, &r), a);
   CHECK_EQ_INT(r, r2);
   expect_ready(a, key, 1);
   int del = -1;
-  CHECK_SOK(tdist_store_delete_key(a, key, &del), a);
+  CHECK_STORE_OK(tdist_store_delete_key(a, key, &del), a);
   CHECK_EQ_INT(del, 1);
   expect_ready(b, key, 0);
 }
@@ -682,40 +634,40 @@ static void test_wait_timeouts(int port, tdist_store_dialect_t dialect) {
   /* One missing key, explicit 200 ms. */
   const char *w1[1] = {k1};
   int64_t t0 = now_ms();
-  CHECK_STATUS(tdist_store_wait(a, w1, 1, 200), TDIST_ERR_TIMEOUT, a);
+  CHECK_STORE_STATUS(tdist_store_wait(a, w1, 1, 200), TDIST_ERR_TIMEOUT, a);
   check_elapsed(now_ms() - t0, 200);
   if (!strstr(tdist_store_last_error(a), k1)) {
     fprintf(stderr, "last_error does not name %s: %s\n", k1, tdist_store_last_error(a));
     exit(1);
   }
-  CHECK_SOK(tdist_store_set(b, k1, "late", 4), b);
+  CHECK_STORE_OK(tdist_store_set(b, k1, "late", 4), b);
   check_in_step(a, b, "w1");
   expect_get_str(a, k1, "late");
 
   /* Several keys, one present: names the missing ones. */
-  CHECK_SOK(tdist_store_set(b, k3, "here", 4), b);
+  CHECK_STORE_OK(tdist_store_set(b, k3, "here", 4), b);
   const char *w3[3] = {k3, k2, k1};
-  CHECK_SOK(tdist_store_delete_key(b, k1, NULL), b);
+  CHECK_STORE_OK(tdist_store_delete_key(b, k1, NULL), b);
   t0 = now_ms();
-  CHECK_STATUS(tdist_store_wait(a, w3, 3, 200), TDIST_ERR_TIMEOUT, a);
+  CHECK_STORE_STATUS(tdist_store_wait(a, w3, 3, 200), TDIST_ERR_TIMEOUT, a);
   check_elapsed(now_ms() - t0, 200);
   if (!strstr(tdist_store_last_error(a), k1) || !strstr(tdist_store_last_error(a), k2)) {
     fprintf(stderr, "last_error does not name %s and %s: %s\n", k1, k2, tdist_store_last_error(a));
     exit(1);
   }
-  CHECK_SOK(tdist_store_set(b, k2, "2", 1), b);
-  CHECK_SOK(tdist_store_set(b, k1, "1", 1), b);
+  CHECK_STORE_OK(tdist_store_set(b, k2, "2", 1), b);
+  CHECK_STORE_OK(tdist_store_set(b, k1, "1", 1), b);
   check_in_step(a, b, "w3");
-  CHECK_SOK(tdist_store_wait(a, w3, 3, 1000), a);
+  CHECK_STORE_OK(tdist_store_wait(a, w3, 3, 1000), a);
 
   /* Negative timeout: the handle's. */
-  CHECK_SOK(tdist_store_set_timeout(a, 250), a);
+  CHECK_STORE_OK(tdist_store_set_timeout(a, 250), a);
   CHECK_EQ_INT(tdist_store_timeout(a), 250);
   char k4[64];
   snprintf(k4, sizeof k4, "missing-four-%s-%" PRIu64, dialect_name(dialect), rnd());
   const char *w4[1] = {k4};
   t0 = now_ms();
-  CHECK_STATUS(tdist_store_wait(a, w4, 1, -1), TDIST_ERR_TIMEOUT, a);
+  CHECK_STORE_STATUS(tdist_store_wait(a, w4, 1, -1), TDIST_ERR_TIMEOUT, a);
   check_elapsed(now_ms() - t0, 250);
   check_in_step(a, b, "w4");
 
@@ -723,13 +675,13 @@ static void test_wait_timeouts(int port, tdist_store_dialect_t dialect) {
   void *v = NULL;
   size_t n = 0;
   t0 = now_ms();
-  CHECK_STATUS(tdist_store_get(a, k4, &v, &n), TDIST_ERR_TIMEOUT, a);
+  CHECK_STORE_STATUS(tdist_store_get(a, k4, &v, &n), TDIST_ERR_TIMEOUT, a);
   check_elapsed(now_ms() - t0, 250);
   if (!strstr(tdist_store_last_error(a), k4)) {
     fprintf(stderr, "last_error does not name %s: %s\n", k4, tdist_store_last_error(a));
     exit(1);
   }
-  CHECK_SOK(tdist_store_set(b, k4, "four", 4), b);
+  CHECK_STORE_OK(tdist_store_set(b, k4, "four", 4), b);
   check_in_step(a, b, "g4");
   expect_get_str(a, k4, "four");
 
@@ -740,11 +692,11 @@ static void test_wait_timeouts(int port, tdist_store_dialect_t dialect) {
   void *vals[2] = {0};
   size_t lens[2] = {0};
   t0 = now_ms();
-  CHECK_STATUS(tdist_store_multi_get(a, w5, 2, vals, lens), TDIST_ERR_TIMEOUT, a);
+  CHECK_STORE_STATUS(tdist_store_multi_get(a, w5, 2, vals, lens), TDIST_ERR_TIMEOUT, a);
   check_elapsed(now_ms() - t0, 250);
-  CHECK_SOK(tdist_store_set(b, k5, "five", 4), b);
+  CHECK_STORE_OK(tdist_store_set(b, k5, "five", 4), b);
   check_in_step(a, b, "m5");
-  CHECK_SOK(tdist_store_multi_get(a, w5, 2, vals, lens), a);
+  CHECK_STORE_OK(tdist_store_multi_get(a, w5, 2, vals, lens), a);
   CHECK_MEM_EQ(vals[0], lens[0], "four", 4);
   CHECK_MEM_EQ(vals[1], lens[1], "five", 4);
   tdist_free(vals[0]);
@@ -755,14 +707,14 @@ static void test_wait_timeouts(int port, tdist_store_dialect_t dialect) {
     char q[64];
     snprintf(q, sizeof q, "empty-queue-%" PRIu64, rnd());
     t0 = now_ms();
-    CHECK_STATUS(tdist_store_queue_pop(a, q, 200, &v, &n), TDIST_ERR_TIMEOUT, a);
+    CHECK_STORE_STATUS(tdist_store_queue_pop(a, q, 200, &v, &n), TDIST_ERR_TIMEOUT, a);
     check_elapsed(now_ms() - t0, 200);
     t0 = now_ms();
-    CHECK_STATUS(tdist_store_queue_pop(a, q, -1, &v, &n), TDIST_ERR_TIMEOUT, a);
+    CHECK_STORE_STATUS(tdist_store_queue_pop(a, q, -1, &v, &n), TDIST_ERR_TIMEOUT, a);
     check_elapsed(now_ms() - t0, 250);
-    CHECK_SOK(tdist_store_queue_push(b, q, "x", 1), b);
+    CHECK_STORE_OK(tdist_store_queue_push(b, q, "x", 1), b);
     check_in_step(a, b, "q");
-    CHECK_SOK(tdist_store_queue_pop(a, q, 0, &v, &n), a);
+    CHECK_STORE_OK(tdist_store_queue_pop(a, q, 0, &v, &n), a);
     CHECK_MEM_EQ(v, n, "x", 1);
     tdist_free(v);
   }
@@ -811,7 +763,7 @@ static void test_wait_race(int port, tdist_store_dialect_t dialect, int rounds) 
       tdist_free(v);
     }
     CHECK(pthread_join(th, NULL) == 0);
-    CHECK_SOK(arg.st, c);
+    CHECK_STORE_OK(arg.st, c);
     if (st == TDIST_OK) {
       ok++;
     } else if (st == TDIST_ERR_TIMEOUT) {
@@ -820,10 +772,10 @@ static void test_wait_race(int port, tdist_store_dialect_t dialect, int rounds) 
       fprintf(stderr, "round %d: %s: %s\n", i, tdist_status_name(st), tdist_store_last_error(a));
       exit(1);
     }
-    CHECK_SOK(tdist_store_set_timeout(a, 20000), a);
+    CHECK_STORE_OK(tdist_store_set_timeout(a, 20000), a);
     check_in_step(a, b, "race");
     expect_get_str(a, key, "x");
-    CHECK_SOK(tdist_store_set_timeout(a, 40), a);
+    CHECK_STORE_OK(tdist_store_set_timeout(a, 40), a);
   }
   TEST_LOG("  %d released, %d timed out", ok, timed_out);
   tdist_store_destroy(a);
@@ -865,9 +817,9 @@ static void test_wait_released(tdist_store_dialect_t dialect) {
     tdist_store_server_stats(srv, &st);
   } while (st.waits_pending != 1 && now_ms() < deadline);
   CHECK_EQ_INT(st.waits_pending, 1);
-  CHECK_SOK(tdist_store_set(b, "released", "r", 1), b);
+  CHECK_STORE_OK(tdist_store_set(b, "released", "r", 1), b);
   CHECK(pthread_join(th, NULL) == 0);
-  CHECK_SOK(arg.st, a);
+  CHECK_STORE_OK(arg.st, a);
   CHECK(arg.elapsed < 4000);
   tdist_store_server_stats(srv, &st);
   CHECK_EQ_INT(st.waits_pending, 0);
@@ -898,22 +850,22 @@ static void test_add_non_integer(int port, tdist_store_dialect_t dialect) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char key[64];
     snprintf(key, sizeof key, "not-int-%s-%zu", dialect_name(dialect), i);
-    CHECK_SOK(tdist_store_set(b, key, bad[i], strlen(bad[i])), b);
+    CHECK_STORE_OK(tdist_store_set(b, key, bad[i], strlen(bad[i])), b);
     expect_ready(b, key, 1); /* SET has no reply: make sure it is applied before a's ADD */
     int64_t r = 424242;
-    CHECK_STATUS(tdist_store_add(a, key, 1, &r), TDIST_ERR_INVALID_USAGE, a);
+    CHECK_STORE_STATUS(tdist_store_add(a, key, 1, &r), TDIST_ERR_INVALID_USAGE, a);
     CHECK(tdist_store_last_error(a)[0] != '\0');
     /* The handle works for the next call, and the value is unchanged. */
     expect_get_str(a, key, bad[i]);
     check_in_step(a, b, "add");
   }
   /* Signed decimal text works both ways. */
-  CHECK_SOK(tdist_store_set(a, "int-text", "-17", 3), a);
+  CHECK_STORE_OK(tdist_store_set(a, "int-text", "-17", 3), a);
   int64_t r = 0;
-  CHECK_SOK(tdist_store_add(a, "int-text", 5, &r), a);
+  CHECK_STORE_OK(tdist_store_add(a, "int-text", 5, &r), a);
   CHECK_EQ_INT(r, -12);
   expect_get_str(b, "int-text", "-12");
-  CHECK_SOK(tdist_store_add(b, "int-text", INT64_C(1000000000000), &r), b);
+  CHECK_STORE_OK(tdist_store_add(b, "int-text", INT64_C(1000000000000), &r), b);
   CHECK_EQ_INT(r, INT64_C(999999999988));
   expect_get_str(a, "int-text", "999999999988");
   tdist_store_destroy(a);
@@ -934,7 +886,7 @@ static void test_connect_nothing_listens(tdist_store_dialect_t dialect) {
   o.dialect = dialect;
   tdist_store_t *s = (tdist_store_t *)(uintptr_t)1;
   int64_t t0 = now_ms();
-  CHECK_STATUS(tdist_tcp_store_connect(&o, &s), TDIST_ERR_TIMEOUT, NULL);
+  CHECK_STORE_STATUS(tdist_tcp_store_connect(&o, &s), TDIST_ERR_TIMEOUT, NULL);
   int64_t el = now_ms() - t0;
   if (el < 450 || el > 2500) {
     fprintf(stderr, "connect gave up after %" PRId64 " ms, want about 500\n", el);
@@ -977,7 +929,7 @@ static void test_silent_listener(void) {
     tdist_status_t st = tdist_tcp_store_connect(&o, &s);
     int64_t el = now_ms() - t0;
     if (ds[i] != TDIST_STORE_DIALECT_V1_13) {
-      CHECK_STATUS(st, TDIST_ERR_TIMEOUT, NULL);
+      CHECK_STORE_STATUS(st, TDIST_ERR_TIMEOUT, NULL);
       check_elapsed(el, 500);
       char want[64];
       snprintf(want, sizeof want, "127.0.0.1:%d", o.port);
@@ -988,11 +940,11 @@ static void test_silent_listener(void) {
     void *v = NULL;
     size_t n = 0;
     t0 = now_ms();
-    CHECK_STATUS(tdist_store_get(s, "k", &v, &n), TDIST_ERR_TIMEOUT, s);
+    CHECK_STORE_STATUS(tdist_store_get(s, "k", &v, &n), TDIST_ERR_TIMEOUT, s);
     check_elapsed(now_ms() - t0, 300);
     int64_t nk = 0;
     t0 = now_ms();
-    CHECK_STATUS(tdist_store_num_keys(s, &nk), TDIST_ERR_TIMEOUT, s);
+    CHECK_STORE_STATUS(tdist_store_num_keys(s, &nk), TDIST_ERR_TIMEOUT, s);
     check_elapsed(now_ms() - t0, 300);
     tdist_store_destroy(s);
   }
@@ -1040,7 +992,7 @@ static void test_connect_before_server(tdist_store_dialect_t dialect) {
   CHECK_EQ_INT(tdist_tcp_store_dialect(s), dialect == TDIST_STORE_DIALECT_V1_13
                                                ? TDIST_STORE_DIALECT_V1_13
                                                : TDIST_STORE_DIALECT_V2);
-  CHECK_SOK(tdist_store_set(s, "late", "ok", 2), s);
+  CHECK_STORE_OK(tdist_store_set(s, "late", "ok", 2), s);
   expect_get_str(s, "late", "ok");
   tdist_store_destroy(s);
   tdist_store_server_destroy(arg.srv);
@@ -1062,7 +1014,7 @@ static void test_server_dies_mid_wait(tdist_store_dialect_t dialect) {
   TEST_LOG("server destroyed while a client waits, dialect %s", dialect_name(dialect));
   tdist_store_server_t *srv = start_server();
   tdist_store_t *s = connect_store(tdist_store_server_port(srv), dialect, 3000);
-  CHECK_SOK(tdist_store_set(s, "before", "b", 1), s);
+  CHECK_STORE_OK(tdist_store_set(s, "before", "b", 1), s);
   killer_arg_t arg = {srv, 300};
   pthread_t th;
   CHECK(pthread_create(&th, NULL, kill_server, &arg) == 0);
@@ -1077,7 +1029,7 @@ static void test_server_dies_mid_wait(tdist_store_dialect_t dialect) {
   CHECK(tdist_store_last_error(s)[0] != '\0');
   CHECK(el < 3000 + 1000);
   /* The next call fails too (nothing to reconnect to), within the handle's timeout. */
-  CHECK_SOK(tdist_store_set_timeout(s, 500), s);
+  CHECK_STORE_OK(tdist_store_set_timeout(s, 500), s);
   t0 = now_ms();
   void *v = NULL;
   size_t n = 0;
@@ -1108,9 +1060,9 @@ static void test_dual_stack(void) {
     co.timeout_ms = 5000;
     tdist_store_t *s = NULL;
     CHECK_OK(tdist_tcp_store_connect(&co, &s));
-    CHECK_SOK(tdist_store_set(s, hosts[i], "h", 1), s);
+    CHECK_STORE_OK(tdist_store_set(s, hosts[i], "h", 1), s);
     int64_t n = 0;
-    CHECK_SOK(tdist_store_num_keys(s, &n), s);
+    CHECK_STORE_OK(tdist_store_num_keys(s, &n), s);
     CHECK_EQ_INT(n, (int64_t)i + 1 - (i > 1 && !have_v6));
     tdist_store_destroy(s);
   }
@@ -1200,7 +1152,7 @@ static void *noq_serve(void *p) {
 }
 
 static void expect_no_queues(tdist_store_t *s, tdist_status_t st, int64_t t0) {
-  CHECK_STATUS(st, TDIST_ERR_NOT_AVAILABLE, s);
+  CHECK_STORE_STATUS(st, TDIST_ERR_NOT_AVAILABLE, s);
   CHECK(strstr(tdist_store_last_error(s), "no queue") != NULL);
   int64_t el = now_ms() - t0;
   if (el > 2000) {
@@ -1233,14 +1185,14 @@ static void test_server_without_queues(void) {
 
   tdist_store_t *s = connect_store(q.port, TDIST_STORE_DIALECT_AUTO, 5000);
   CHECK_EQ_INT(tdist_tcp_store_dialect(s), TDIST_STORE_DIALECT_V2);
-  CHECK_SOK(tdist_store_set(s, "k", "v", 1), s);
+  CHECK_STORE_OK(tdist_store_set(s, "k", "v", 1), s);
   int64_t n = -1;
-  CHECK_SOK(tdist_store_num_keys(s, &n), s);
+  CHECK_STORE_OK(tdist_store_num_keys(s, &n), s);
   CHECK_EQ_INT(n, 1);
 
   int64_t t0 = now_ms();
   expect_no_queues(s, tdist_store_queue_push(s, "q", "item", 4), t0);
-  CHECK_SOK(tdist_store_num_keys(s, &n), s); /* the handle still works */
+  CHECK_STORE_OK(tdist_store_num_keys(s, &n), s); /* the handle still works */
   CHECK_EQ_INT(n, 1);
   void *v = NULL;
   size_t vn = 0;
@@ -1253,8 +1205,8 @@ static void test_server_without_queues(void) {
   /* One probe (a QUEUE_LEN, never the push itself) for all of them. */
   CHECK_EQ_INT(__atomic_load_n(&q.queue_ops, __ATOMIC_SEQ_CST), 1);
   CHECK_EQ_INT(__atomic_load_n(&q.queue_pushes, __ATOMIC_SEQ_CST), 0);
-  CHECK_SOK(tdist_store_set(s, "k2", "v", 1), s);
-  CHECK_SOK(tdist_store_num_keys(s, &n), s);
+  CHECK_STORE_OK(tdist_store_set(s, "k2", "v", 1), s);
+  CHECK_STORE_OK(tdist_store_num_keys(s, &n), s);
   CHECK_EQ_INT(n, 2);
   tdist_store_destroy(s);
 
@@ -1262,7 +1214,7 @@ static void test_server_without_queues(void) {
   s = connect_store(q.port, TDIST_STORE_DIALECT_V2, 5000);
   t0 = now_ms();
   expect_no_queues(s, tdist_store_queue_pop(s, "q", 3000, &v, &vn), t0);
-  CHECK_SOK(tdist_store_num_keys(s, &n), s);
+  CHECK_STORE_OK(tdist_store_num_keys(s, &n), s);
   CHECK_EQ_INT(n, 2);
   CHECK_EQ_INT(__atomic_load_n(&q.queue_ops, __ATOMIC_SEQ_CST), 2);
   tdist_store_destroy(s);
@@ -1335,7 +1287,7 @@ static void test_threads(int port) {
   }
   tdist_store_t *s = connect_store(port, TDIST_STORE_DIALECT_AUTO, 5000);
   int64_t r = 0;
-  CHECK_SOK(tdist_store_add(s, "shared-ctr", 0, &r), s);
+  CHECK_STORE_OK(tdist_store_add(s, "shared-ctr", 0, &r), s);
   CHECK_EQ_INT(r, THREADS * THREAD_ITERS);
   tdist_store_destroy(s);
 }
@@ -1346,7 +1298,7 @@ static void test_threads(int port) {
 
 #define CHECK_INVALID(expr, store)                                      \
   do {                                                                  \
-    CHECK_STATUS(expr, TDIST_ERR_INVALID_ARGUMENT, store);              \
+    CHECK_STORE_STATUS(expr, TDIST_ERR_INVALID_ARGUMENT, store);        \
     const tdist_store_t *ci_ = (store);                                 \
     CHECK((ci_ ? tdist_store_last_error(ci_) : tdist_last_error())[0]); \
   } while (0)
@@ -1433,26 +1385,26 @@ static void test_invalid_arguments(int port) {
   CHECK_INVALID(tdist_store_set_timeout(s, -5), s);
   CHECK_EQ_INT(tdist_store_timeout(s), 5000);
   /* NULL handles. */
-  CHECK_STATUS(tdist_store_set(NULL, "k", "x", 1), TDIST_ERR_INVALID_ARGUMENT, NULL);
-  CHECK_STATUS(tdist_store_get(NULL, "k", &v, &n), TDIST_ERR_INVALID_ARGUMENT, NULL);
-  CHECK_STATUS(tdist_store_num_keys(NULL, &i64), TDIST_ERR_INVALID_ARGUMENT, NULL);
-  CHECK_STATUS(tdist_store_set_timeout(NULL, 10), TDIST_ERR_INVALID_ARGUMENT, NULL);
-  CHECK_STATUS(tdist_memory_store_create(NULL), TDIST_ERR_INVALID_ARGUMENT, NULL);
-  CHECK_STATUS(tdist_prefix_store_create(NULL, "p", &out), TDIST_ERR_INVALID_ARGUMENT, NULL);
-  CHECK_STATUS(tdist_prefix_store_create(s, NULL, &out), TDIST_ERR_INVALID_ARGUMENT, NULL);
-  CHECK_STATUS(tdist_prefix_store_create(s, "p", NULL), TDIST_ERR_INVALID_ARGUMENT, NULL);
+  CHECK_STORE_STATUS(tdist_store_set(NULL, "k", "x", 1), TDIST_ERR_INVALID_ARGUMENT, NULL);
+  CHECK_STORE_STATUS(tdist_store_get(NULL, "k", &v, &n), TDIST_ERR_INVALID_ARGUMENT, NULL);
+  CHECK_STORE_STATUS(tdist_store_num_keys(NULL, &i64), TDIST_ERR_INVALID_ARGUMENT, NULL);
+  CHECK_STORE_STATUS(tdist_store_set_timeout(NULL, 10), TDIST_ERR_INVALID_ARGUMENT, NULL);
+  CHECK_STORE_STATUS(tdist_memory_store_create(NULL), TDIST_ERR_INVALID_ARGUMENT, NULL);
+  CHECK_STORE_STATUS(tdist_prefix_store_create(NULL, "p", &out), TDIST_ERR_INVALID_ARGUMENT, NULL);
+  CHECK_STORE_STATUS(tdist_prefix_store_create(s, NULL, &out), TDIST_ERR_INVALID_ARGUMENT, NULL);
+  CHECK_STORE_STATUS(tdist_prefix_store_create(s, "p", NULL), TDIST_ERR_INVALID_ARGUMENT, NULL);
   /* Empty lists are fine and need no pointers. */
-  CHECK_SOK(tdist_store_wait(s, NULL, 0, 100), s);
+  CHECK_STORE_OK(tdist_store_wait(s, NULL, 0, 100), s);
   flag = -1;
-  CHECK_SOK(tdist_store_check(s, NULL, 0, &flag), s);
+  CHECK_STORE_OK(tdist_store_check(s, NULL, 0, &flag), s);
   CHECK_EQ_INT(flag, 1);
-  CHECK_SOK(tdist_store_multi_get(s, NULL, 0, NULL, NULL), s);
-  CHECK_SOK(tdist_store_multi_set(s, NULL, NULL, NULL, 0), s);
+  CHECK_STORE_OK(tdist_store_multi_get(s, NULL, 0, NULL, NULL), s);
+  CHECK_STORE_OK(tdist_store_multi_set(s, NULL, NULL, NULL, 0), s);
   /* Empty values with a NULL pointer are fine too. */
-  CHECK_SOK(tdist_store_set(s, "empty-null", NULL, 0), s);
+  CHECK_STORE_OK(tdist_store_set(s, "empty-null", NULL, 0), s);
   expect_get(s, "empty-null", "", 0);
   /* And after all that the handle still answers. */
-  CHECK_SOK(tdist_store_set(s, "after-invalid", "ok", 2), s);
+  CHECK_STORE_OK(tdist_store_set(s, "after-invalid", "ok", 2), s);
   expect_get_str(s, "after-invalid", "ok");
   /* A TCP store reports its dialect, others AUTO. */
   tdist_store_t *mem = NULL;
@@ -1472,11 +1424,7 @@ int main(void) {
   /* Any hang fails the test instead of waiting for Bazel's timeout. */
   alarm(240);
   signal(SIGPIPE, SIG_IGN);
-  const char *seed_env = getenv("TDIST_TEST_SEED");
-  uint64_t seed =
-      seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)getpid();
-  TEST_LOG("seed %" PRIu64 " (TDIST_TEST_SEED to replay)", seed);
-  rng_state = seed ? seed : 1;
+  test_rng_init("client_test", 0); /* a fresh seed each run, printed */
 
   test_status_and_version();
 

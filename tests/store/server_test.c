@@ -24,6 +24,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "clock.h"
+#include "rng.h"
 #include "wire_enc.h"
 #include "tdist/tdist.h"
 
@@ -32,36 +34,6 @@
 /* ---------------------------------------------------------------------------------------- */
 
 #define IO_TIMEOUT_MS 5000
-
-static void fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "FAIL: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
-  va_end(ap);
-  exit(1);
-}
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-static uint64_t rng_state;
-static uint64_t rnd(void) { /* splitmix64 */
-  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 /* Canonical ops of this test and their wire bytes, copied from reference §1.2. */
 enum {
@@ -130,7 +102,7 @@ static void send_raw(conn_t *c, const void *p, size_t n) {
   while (n > 0) {
     ssize_t k = send(c->fd, b, n, MSG_NOSIGNAL);
     if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) fail("%s: send: %s", c->name, strerror(errno));
+    if (k <= 0) TEST_FAIL("%s: send: %s", c->name, strerror(errno));
     b += k;
     n -= (size_t)k;
   }
@@ -142,7 +114,7 @@ static conn_t conn_open(int port, int v2, const char *name) {
   c.v2 = v2;
   snprintf(c.name, sizeof(c.name), "%s", name);
   c.fd = raw_connect(AF_INET, port);
-  if (c.fd < 0) fail("%s: connect 127.0.0.1:%d: %s", name, port, strerror(-c.fd));
+  if (c.fd < 0) TEST_FAIL("%s: connect 127.0.0.1:%d: %s", name, port, strerror(-c.fd));
   if (v2) {
     static const uint8_t validate[5] = {0x00, 0xce, 0xf7, 0x85, 0x3c};
     send_raw(&c, validate, 5);
@@ -179,8 +151,8 @@ static int read_full(int fd, void *buf, size_t n, int timeout_ms) {
 
 static void rd(conn_t *c, void *buf, size_t n, const char *what) {
   int r = read_full(c->fd, buf, n, IO_TIMEOUT_MS);
-  if (r == 1) fail("%s: connection closed while reading %zu bytes of %s", c->name, n, what);
-  if (r == 2) fail("%s: timed out reading %zu bytes of %s", c->name, n, what);
+  if (r == 1) TEST_FAIL("%s: connection closed while reading %zu bytes of %s", c->name, n, what);
+  if (r == 2) TEST_FAIL("%s: timed out reading %zu bytes of %s", c->name, n, what);
 }
 
 static uint64_t rd_u64(conn_t *c, const char *what) {
@@ -200,7 +172,7 @@ static uint8_t rd_u8(conn_t *c, const char *what) {
 /* u64 length + bytes; returns malloc'd (NUL-terminated for convenience). */
 static uint8_t *rd_bytes(conn_t *c, size_t *len, const char *what) {
   uint64_t n = rd_u64(c, what);
-  if (n > ((uint64_t)256 << 20)) fail("%s: absurd length %" PRIu64 " in %s", c->name, n, what);
+  if (n > ((uint64_t)256 << 20)) TEST_FAIL("%s: absurd length %" PRIu64 " in %s", c->name, n, what);
   uint8_t *p = malloc((size_t)n + 1);
   CHECK(p != NULL);
   if (n) rd(c, p, (size_t)n, what);
@@ -216,10 +188,10 @@ static void expect_silent(conn_t *c, int ms, const char *why) {
   if (r > 0) {
     uint8_t b[16];
     ssize_t k = recv(c->fd, b, sizeof(b), MSG_DONTWAIT);
-    if (k <= 0) fail("%s: closed, expected silence (%s)", c->name, why);
+    if (k <= 0) TEST_FAIL("%s: closed, expected silence (%s)", c->name, why);
     fprintf(stderr, "%s: unexpected bytes:", c->name);
     for (ssize_t i = 0; i < k; i++) fprintf(stderr, " %02x", b[i]);
-    fail("\n(%s)", why);
+    TEST_FAIL("\n(%s)", why);
   }
 }
 
@@ -229,8 +201,8 @@ static void expect_closed(conn_t *c, const char *why) {
   for (;;) {
     int64_t left = deadline - now_ms();
     if (left <= 0)
-      fail("%s: still open after %d ms, expected the server to close it (%s)", c->name,
-           IO_TIMEOUT_MS, why);
+      TEST_FAIL("%s: still open after %d ms, expected the server to close it (%s)", c->name,
+                IO_TIMEOUT_MS, why);
     struct pollfd p = {c->fd, POLLIN, 0};
     int r = poll(&p, 1, (int)left);
     if (r <= 0) continue;
@@ -238,10 +210,10 @@ static void expect_closed(conn_t *c, const char *why) {
     ssize_t k = recv(c->fd, b, sizeof(b), 0);
     if (k == 0 || (k < 0 && errno == ECONNRESET)) break;
     if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (k < 0) fail("%s: recv: %s", c->name, strerror(errno));
+    if (k < 0) TEST_FAIL("%s: recv: %s", c->name, strerror(errno));
     fprintf(stderr, "%s: got bytes instead of a close:", c->name);
     for (ssize_t i = 0; i < k; i++) fprintf(stderr, " %02x", b[i]);
-    fail("\n(%s)", why);
+    TEST_FAIL("\n(%s)", why);
   }
   conn_close(c);
 }
@@ -249,7 +221,7 @@ static void expect_closed(conn_t *c, const char *why) {
 /* ---- request encoder: tests/testlib/wire_enc.h ---- */
 static void m_op(enc_t *m, const conn_t *c, int op) {
   int w = c->v2 ? v2_wire[op] : v113_wire[op];
-  if (w < 0) fail("%s: op %d does not exist in this dialect (test bug)", c->name, op);
+  if (w < 0) TEST_FAIL("%s: op %d does not exist in this dialect (test bug)", c->name, op);
   enc_u8(m, (uint8_t)w);
 }
 static void m_send(conn_t *c, enc_t *m) {
@@ -279,8 +251,8 @@ static void expect_get(conn_t *c, const char *key, const void *v, size_t n) {
   size_t len;
   uint8_t *got = r_get(c, key, &len);
   if (len != n || (n && memcmp(got, v, n) != 0))
-    fail("%s: GET %s: got %zu bytes '%.*s', want %zu bytes '%.*s'", c->name, key, len,
-         (int)(len > 60 ? 60 : len), got, n, (int)(n > 60 ? 60 : n), (const char *)v);
+    TEST_FAIL("%s: GET %s: got %zu bytes '%.*s', want %zu bytes '%.*s'", c->name, key, len,
+              (int)(len > 60 ? 60 : len), got, n, (int)(n > 60 ? 60 : n), (const char *)v);
   free(got);
 }
 static void expect_gets(conn_t *c, const char *key, const char *v) {
@@ -307,7 +279,7 @@ static void expect_cas(conn_t *c, const char *key, const char *exp, const char *
   size_t len;
   uint8_t *got = rd_bytes(c, &len, "COMPARE_SET reply");
   if (len != strlen(want) || memcmp(got, want, len) != 0)
-    fail("%s: CAS %s '%s'->'%s': got '%s', want '%s'", c->name, key, exp, des, got, want);
+    TEST_FAIL("%s: CAS %s '%s'->'%s': got '%s', want '%s'", c->name, key, exp, des, got, want);
   free(got);
 }
 
@@ -333,7 +305,7 @@ static void send_wait(conn_t *c, const char *const *keys, size_t n) {
 
 static void expect_byte(conn_t *c, uint8_t want, const char *what) {
   uint8_t got = rd_u8(c, what);
-  if (got != want) fail("%s: %s: got byte %02x, want %02x", c->name, what, got, want);
+  if (got != want) TEST_FAIL("%s: %s: got byte %02x, want %02x", c->name, what, got, want);
 }
 
 static int64_t r_numkeys(conn_t *c) {
@@ -379,7 +351,8 @@ static void expect_mget(conn_t *c, const char *const *keys, const char *const *v
     size_t len;
     uint8_t *got = rd_bytes(c, &len, "MULTI_GET value");
     if (len != strlen(vals[i]) || memcmp(got, vals[i], len) != 0)
-      fail("%s: MULTI_GET item %zu (%s): got '%s', want '%s'", c->name, i, keys[i], got, vals[i]);
+      TEST_FAIL("%s: MULTI_GET item %zu (%s): got '%s', want '%s'", c->name, i, keys[i], got,
+                vals[i]);
     free(got);
   }
 }
@@ -392,7 +365,7 @@ static void expect_ping(conn_t *c, uint32_t nonce) {
   uint8_t b[4];
   rd(c, b, 4, "PING echo");
   uint32_t got = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-  if (got != nonce) fail("%s: PING %08x echoed %08x", c->name, nonce, got);
+  if (got != nonce) TEST_FAIL("%s: PING %08x echoed %08x", c->name, nonce, got);
 }
 
 /* A round trip that proves every earlier request of c was executed. */
@@ -426,12 +399,13 @@ static void expect_qpop(conn_t *c, const char *key, int64_t want_len, const char
   m_send(c, &m);
   int64_t len = (int64_t)rd_u64(c, "QUEUE_POP length");
   if (len != want_len)
-    fail("%s: QUEUE_POP %s: length %" PRId64 ", want %" PRId64, c->name, key, len, want_len);
+    TEST_FAIL("%s: QUEUE_POP %s: length %" PRId64 ", want %" PRId64, c->name, key, len, want_len);
   if (len > 0) {
     size_t n;
     uint8_t *got = rd_bytes(c, &n, "QUEUE_POP item");
     if (!want || n != strlen(want) || memcmp(got, want, n) != 0)
-      fail("%s: QUEUE_POP %s: item '%s', want '%s'", c->name, key, got, want ? want : "(none)");
+      TEST_FAIL("%s: QUEUE_POP %s: item '%s', want '%s'", c->name, key, got,
+                want ? want : "(none)");
     free(got);
   }
 }
@@ -477,35 +451,13 @@ static void wait_stat(tdist_store_server_t *s, size_t off, const char *name, uin
     if (now_ms() > deadline) break;
     sleep_ms(2);
   }
-  fail("stats.%s = %" PRIu64 ", want %" PRIu64, name, got, want);
+  TEST_FAIL("stats.%s = %" PRIu64 ", want %" PRIu64, name, got, want);
 }
 #define WAIT_STAT(s, field, want) wait_stat((s), STAT_OFF(field), #field, (uint64_t)(want))
 
 /* ---------------------------------------------------------------------------------------- */
 /* §1.12 replayed: the captured 1.13 session, reply bytes compared with the capture          */
 /* ---------------------------------------------------------------------------------------- */
-
-static size_t unhex(const char *hex, uint8_t *out, size_t cap) {
-  size_t n = 0;
-  int half = -1;
-  for (const char *p = hex; *p; p++) {
-    int v;
-    if (*p >= '0' && *p <= '9')
-      v = *p - '0';
-    else if (*p >= 'a' && *p <= 'f')
-      v = *p - 'a' + 10;
-    else
-      continue;
-    if (half < 0) {
-      half = v;
-    } else {
-      CHECK(n < cap);
-      out[n++] = (uint8_t)(half * 16 + v);
-      half = -1;
-    }
-  }
-  return n;
-}
 
 static void exchange(conn_t *c, const char *req_hex, const char *reply_hex) {
   uint8_t req[256], want[256], got[256];
@@ -517,7 +469,7 @@ static void exchange(conn_t *c, const char *req_hex, const char *reply_hex) {
   if (memcmp(got, want, w) != 0) {
     fprintf(stderr, "%s: request %s\n  reply:", c->name, req_hex);
     for (size_t i = 0; i < w; i++) fprintf(stderr, " %02x", got[i]);
-    fail("\n  want:  %s", reply_hex);
+    TEST_FAIL("\n  want:  %s", reply_hex);
   }
 }
 
@@ -851,7 +803,7 @@ static void op_suite(tdist_store_server_t *s, conn_t *c, conn_t *v2aux, conn_t *
       } else if (b == 0x01) {
         only_cancel++;
       } else {
-        fail("%s: race: got %02x, want 00 01 or 01", c->name, b);
+        TEST_FAIL("%s: race: got %02x, want 00 01 or 01", c->name, b);
       }
       WAIT_STAT(s, waits_pending, base);
       sync_conn(v2aux);
@@ -905,7 +857,7 @@ static void test_queues(tdist_store_server_t *s) {
   sleep_ms(200); /* give a wrong second wake-up time to show */
   CHECK_EQ_INT(poll(p, 2, 0) >= 0, 1);
   int r1 = (p[0].revents & POLLIN) != 0, r2 = (p[1].revents & POLLIN) != 0;
-  if (r1 + r2 != 1) fail("QUEUE_PUSH woke %d of 2 waiters, want exactly 1", r1 + r2);
+  if (r1 + r2 != 1) TEST_FAIL("QUEUE_PUSH woke %d of 2 waiters, want exactly 1", r1 + r2);
   conn_t *woken = r1 ? &w1 : &w2, *other = r1 ? &w2 : &w1;
   expect_byte(woken, 0x00, "woken queue waiter");
   WAIT_STAT(s, waits_pending, base + 1);
@@ -1485,7 +1437,7 @@ static void test_address_families(tdist_store_server_t *s) {
   int port = tdist_store_server_port(s);
   int err = 0;
   conn_t v4 = conn_open_family(AF_INET, port, 1, "127.0.0.1", &err);
-  if (v4.fd < 0) fail("connect 127.0.0.1:%d: %s", port, strerror(err));
+  if (v4.fd < 0) TEST_FAIL("connect 127.0.0.1:%d: %s", port, strerror(err));
   expect_ping(&v4, 4);
   conn_t v6 = conn_open_family(AF_INET6, port, 1, "[::1]", &err);
   if (v6.fd < 0) {
@@ -1494,7 +1446,8 @@ static void test_address_families(tdist_store_server_t *s) {
       conn_close(&v4);
       return;
     }
-    fail("connect [::1]:%d: %s (the default server must listen dual stack)", port, strerror(err));
+    TEST_FAIL("connect [::1]:%d: %s (the default server must listen dual stack)", port,
+              strerror(err));
   }
   expect_ping(&v6, 6);
   r_sets(&v6, K("fam"), "six");
@@ -1588,7 +1541,7 @@ static void test_lifecycle(void) {
   tdist_status_t st = tdist_store_server_create(&o, &dup);
   if (st == TDIST_OK) {
     tdist_store_server_destroy(dup);
-    fail("a second server could bind port %d while the first listens", port);
+    TEST_FAIL("a second server could bind port %d while the first listens", port);
   }
   CHECK(tdist_last_error()[0] != '\0');
   TEST_LOG("  second server on port %d: %s (%s)", port, tdist_status_name(st), tdist_last_error());
@@ -1615,11 +1568,7 @@ static void test_lifecycle(void) {
 }
 
 int main(void) {
-  uint64_t seed = 424242;
-  const char *env = getenv("TDIST_TEST_SEED");
-  if (env && *env) seed = strtoull(env, NULL, 0);
-  rng_state = seed;
-  TEST_LOG("server_test seed %" PRIu64, seed);
+  test_rng_init("server_test", 424242);
   /* SIGPIPE is deliberately left at its default: a server that writes to a departed peer without
    * MSG_NOSIGNAL would kill this process, and that is a bug worth seeing. */
 
