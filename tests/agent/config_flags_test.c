@@ -494,7 +494,6 @@ static void test_nproc_symbolic(void) {
   }
 }
 
-
 int main(void) {
   cfg_test_init("config_flags_test");
   test_rng_init("config_flags_test", 0); /* a fresh seed each run, printed */

@@ -79,8 +79,7 @@ void yaml_err_at(const char *file, int line, const char *text, size_t len, const
   agent_cfg_defaults(&c);
   snprintf(want, sizeof want, "%s%s", p, suffix);
   if (agent_cfg_load_yaml(&c, p, err, sizeof err) != -1 || strcmp(err, want)) {
-    fprintf(stderr, "%s:%d: YAML error mismatch\n  got:  %s\n  want: %s\n", file, line, err,
-            want);
+    fprintf(stderr, "%s:%d: YAML error mismatch\n  got:  %s\n  want: %s\n", file, line, err, want);
     exit(1);
   }
   agent_cfg_free(&c);

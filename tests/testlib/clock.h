@@ -1,7 +1,7 @@
 /* Monotonic clocks and sleeps for tests: now_ns/now_us/now_ms (integers), now_s (a double, for
- * printing durations), realtime_ns (the wall clock), sleep_ms (resumes after signals). Tests use them for generous deadlines
- * that stop a hang, never to assert how fast something ran (that belongs in bench/).
- * Header-only (also compiled outside Bazel by tests/fuzz/run_libfuzzer.sh). */
+ * printing durations), realtime_ns (the wall clock), sleep_ms (resumes after signals). Tests use
+ * them for generous deadlines that stop a hang, never to assert how fast something ran (that
+ * belongs in bench/). Header-only (also compiled outside Bazel by tests/fuzz/run_libfuzzer.sh). */
 #ifndef TDIST_TESTLIB_CLOCK_H
 #define TDIST_TESTLIB_CLOCK_H
 

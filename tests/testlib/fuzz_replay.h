@@ -1,10 +1,10 @@
-/* The one main() of the fuzz replay tests (tests/fuzz: proto_replay.c, config_replay.c, errorfile_replay.c), so that plain `bazel test`
- * exercises each libFuzzer target without libFuzzer: it replays every file of the target's seed
- * corpus (sorted by name), then COUNT inputs that the target's generator makes from a seeded
- * generator (rng.h: the seed is printed; TDIST_TEST_SEED=N and COUNT replay a run). Each input
- * runs from an exact-size heap copy, so that ASan catches a read past its end. An invariant
- * failure aborts inside the target; the driver stops early (and says so) after 40 s, a safety net
- * for slow sanitizer builds.
+/* The one main() of the fuzz replay tests (tests/fuzz: proto_replay.c, config_replay.c,
+ * errorfile_replay.c), so that plain `bazel test` exercises each libFuzzer target without
+ * libFuzzer: it replays every file of the target's seed corpus (sorted by name), then COUNT inputs
+ * that the target's generator makes from a seeded generator (rng.h: the seed is printed;
+ * TDIST_TEST_SEED=N and COUNT replay a run). Each input runs from an exact-size heap copy, so that
+ * ASan catches a read past its end. An invariant failure aborts inside the target; the driver stops
+ * early (and says so) after 40 s, a safety net for slow sanitizer builds.
  *
  * A replay file includes this header, defines its generator and
  *   int main(int argc, char **argv) { return fuzz_replay_main(argc, argv, &desc); }

@@ -60,7 +60,8 @@ static inline int test_expect_end_(pid_t pid, int want_exit, int want_sig, const
     fprintf(stderr, ": expected death by signal %d (%s), ", want_sig, strsignal(want_sig));
   else
     fprintf(stderr, ": expected exit status %d, ", want_exit);
-  fprintf(stderr, "%s\n", st == -1 ? "could not wait for it" : test_wait_text(st, what, sizeof what));
+  fprintf(stderr, "%s\n",
+          st == -1 ? "could not wait for it" : test_wait_text(st, what, sizeof what));
   return 1;
 }
 
