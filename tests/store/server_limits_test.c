@@ -249,15 +249,17 @@ static void test_address_families(tdist_store_server_t *s) {
     const char *allow = getenv("TDIST_TEST_ALLOW_NO_IPV6");
     if ((err == EAFNOSUPPORT || err == EADDRNOTAVAIL || err == ENETUNREACH) && allow &&
         strcmp(allow, "1") == 0) {
-      TEST_LOG("address families: [::1] NOT CHECKED (no IPv6 loopback here: %s), as "
-               "TDIST_TEST_ALLOW_NO_IPV6=1 allows",
-               strerror(err));
+      TEST_LOG(
+          "address families: [::1] NOT CHECKED (no IPv6 loopback here: %s), as "
+          "TDIST_TEST_ALLOW_NO_IPV6=1 allows",
+          strerror(err));
       conn_close(&v4);
       return;
     }
-    TEST_FAIL("connect [::1]:%d: %s (the default server must listen dual stack; a machine "
-              "without IPv6 loopback can opt out with TDIST_TEST_ALLOW_NO_IPV6=1)",
-              port, strerror(err));
+    TEST_FAIL(
+        "connect [::1]:%d: %s (the default server must listen dual stack; a machine "
+        "without IPv6 loopback can opt out with TDIST_TEST_ALLOW_NO_IPV6=1)",
+        port, strerror(err));
   }
   expect_ping(&v6, 6);
   r_sets(&v6, K("fam"), "six");

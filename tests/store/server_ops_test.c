@@ -55,7 +55,6 @@ static void test_capture_replay(void) {
   TEST_LOG("capture replay (§1.12): every reply byte matches");
 }
 
-
 /* ---------------------------------------------------------------------------------------- */
 /* Per-op semantics, run once per dialect on one server with both dialects connected          */
 /* ---------------------------------------------------------------------------------------- */

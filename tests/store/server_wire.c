@@ -17,10 +17,10 @@
 #include "clock.h"
 
 const int v113_wire[OP_N] = {-1,   0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
-                                    0x08, -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1};
+                             0x08, -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1};
 
 const int v2_wire[OP_N] = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, -1,
-                                  0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F, 0x10};
+                           0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F, 0x10};
 
 int raw_connect(int family, int port) {
   int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -206,9 +206,7 @@ void expect_get(conn_t *c, const char *key, const void *v, size_t n) {
   free(got);
 }
 
-void expect_gets(conn_t *c, const char *key, const char *v) {
-  expect_get(c, key, v, strlen(v));
-}
+void expect_gets(conn_t *c, const char *key, const char *v) { expect_get(c, key, v, strlen(v)); }
 
 int64_t r_add(conn_t *c, const char *key, int64_t delta) {
   enc_t m = {0};
@@ -219,8 +217,7 @@ int64_t r_add(conn_t *c, const char *key, int64_t delta) {
   return (int64_t)rd_u64(c, "ADD reply");
 }
 
-void expect_cas(conn_t *c, const char *key, const char *exp, const char *des,
-                       const char *want) {
+void expect_cas(conn_t *c, const char *key, const char *exp, const char *des, const char *want) {
   enc_t m = {0};
   m_op(&m, c, OP_CAS);
   enc_cstr(&m, key);
@@ -322,7 +319,7 @@ void expect_ping(conn_t *c, uint32_t nonce) {
 void sync_conn(conn_t *c) {
   if (c->v2) {
     static uint32_t nonce;
-  expect_ping(c, ++nonce * 2654435761u);
+    expect_ping(c, ++nonce * 2654435761u);
   } else {
     (void)r_numkeys(c);
   }

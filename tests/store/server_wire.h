@@ -77,8 +77,7 @@ uint8_t *r_get(conn_t *c, const char *key, size_t *len);
 void expect_get(conn_t *c, const char *key, const void *v, size_t n);
 void expect_gets(conn_t *c, const char *key, const char *v);
 int64_t r_add(conn_t *c, const char *key, int64_t delta);
-void expect_cas(conn_t *c, const char *key, const char *exp, const char *des,
-                       const char *want);
+void expect_cas(conn_t *c, const char *key, const char *exp, const char *des, const char *want);
 void m_keys(enc_t *m, const char *const *keys, size_t n);
 uint8_t r_check(conn_t *c, const char *const *keys, size_t n);
 void send_wait(conn_t *c, const char *const *keys, size_t n);
