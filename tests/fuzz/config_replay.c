@@ -15,26 +15,20 @@
 #define MAX_FILE 16384
 
 static void generate(long i, const corpus_file_t *files, size_t nfiles, enc_t *b) {
+  if (i % 4 == 2) { /* the head of one file and the tail of another */
+    fuzz_splice(b, files, nfiles);
+    return;
+  }
   /* Seeds are cut to MAX_FILE bytes (desc.max_file): the buffer holds two of them. */
   enc_reserve(b, 2 * MAX_FILE);
   char *buf = (char *)b->p;
-  const corpus_file_t *f = &files[rnd_below(nfiles)];
-  switch (i % 4) {
-    case 0:
-    case 1:
-      memcpy(buf, f->data, f->len);
-      b->len = cfg_gen_mutate(&test_rng, buf, f->len, 2 * MAX_FILE);
-      break;
-    case 2: { /* the head of one file and the tail of another */
-      const corpus_file_t *g = &files[rnd_below(nfiles)];
-      size_t x = (size_t)rnd_below(f->len + 1), y = (size_t)rnd_below(g->len + 1);
-      memcpy(buf, f->data, x);
-      memcpy(buf + x, g->data + y, g->len - y);
-      b->len = x + g->len - y;
-      break;
-    }
-    default: b->len = cfg_gen_random(&test_rng, buf, 2 * MAX_FILE);
+  if (i % 4 == 3) {
+    b->len = cfg_gen_random(&test_rng, buf, 2 * MAX_FILE);
+    return;
   }
+  const corpus_file_t *f = fuzz_pick(files, nfiles);
+  memcpy(buf, f->data, f->len);
+  b->len = cfg_gen_mutate(&test_rng, buf, f->len, 2 * MAX_FILE);
 }
 
 static const fuzz_replay_t desc = {

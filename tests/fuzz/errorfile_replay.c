@@ -180,45 +180,14 @@ static void gen_doc(enc_t *b) {
   enc_text(b, rnd_below(2) ? "}" : "}\n");
 }
 
-static void mutate(enc_t *b) {
-  int n = 1 + (int)rnd_below(4);
-  for (int i = 0; i < n; i++) {
-    switch (rnd_below(6)) {
-      case 0:
-        if (b->len) b->p[rnd_below(b->len)] ^= (uint8_t)(1u << rnd_below(8));
-        break;
-      case 1:
-        if (b->len) b->p[rnd_below(b->len)] = (uint8_t)rnd();
-        break;
-      case 2: { /* insert a dictionary token */
-        const char *t = tokens[rnd_below(NTOKENS)];
-        size_t tl = strlen(t), at = (size_t)rnd_below(b->len + 1);
-        enc_reserve(b, tl);
-        memmove(b->p + at + tl, b->p + at, b->len - at);
-        memcpy(b->p + at, t, tl);
-        b->len += tl;
-        break;
-      }
-      case 3: { /* insert a random byte */
-        enc_reserve(b, 1);
-        size_t at = (size_t)rnd_below(b->len + 1);
-        memmove(b->p + at + 1, b->p + at, b->len - at);
-        b->p[at] = (uint8_t)rnd();
-        b->len++;
-        break;
-      }
-      case 4:
-        if (b->len) {
-          size_t at = (size_t)rnd_below(b->len);
-          memmove(b->p + at, b->p + at + 1, b->len - at - 1);
-          b->len--;
-        }
-        break;
-      case 5:
-        if (b->len) b->len = (size_t)rnd_below(b->len);
-        break;
-    }
-  }
+/* A dictionary token inserted at random. */
+static void put_token(enc_t *b) {
+  const char *t = tokens[rnd_below(NTOKENS)];
+  size_t tl = strlen(t), at = (size_t)rnd_below(b->len + 1);
+  enc_reserve(b, tl);
+  memmove(b->p + at + tl, b->p + at, b->len - at);
+  memcpy(b->p + at, t, tl);
+  b->len += tl;
 }
 
 static void generate(long i, const corpus_file_t *files, size_t nfiles, enc_t *b) {
@@ -226,29 +195,19 @@ static void generate(long i, const corpus_file_t *files, size_t nfiles, enc_t *b
     case 0:
     case 1:
       gen_doc(b);
-      if (i % 5 == 1) mutate(b);
+      if (i % 5 == 1) fuzz_mutate(b, put_token);
       break;
     case 2: {
-      const corpus_file_t *f = &files[rnd_below(nfiles)];
+      const corpus_file_t *f = fuzz_pick(files, nfiles);
       enc_bytes(b, f->data, f->len);
-      mutate(b);
+      fuzz_mutate(b, put_token);
       break;
     }
-    case 3: {
-      const corpus_file_t *f = &files[rnd_below(nfiles)], *g = &files[rnd_below(nfiles)];
-      enc_bytes(b, f->data, (size_t)rnd_below(f->len + 1));
-      size_t from = (size_t)rnd_below(g->len + 1);
-      enc_bytes(b, g->data + from, g->len - from);
-      if (rnd_below(2)) mutate(b);
+    case 3:
+      fuzz_splice(b, files, nfiles);
+      if (rnd_below(2)) fuzz_mutate(b, put_token);
       break;
-    }
-    case 4: {
-      size_t n = (size_t)rnd_below(200);
-      enc_reserve(b, n);
-      for (size_t k = 0; k < n; k++) b->p[k] = (uint8_t)rnd();
-      b->len = n;
-      break;
-    }
+    case 4: fuzz_random_bytes(b, (size_t)rnd_below(200)); break;
   }
 }
 

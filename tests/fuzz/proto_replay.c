@@ -69,73 +69,33 @@ static void gen_stream(enc_t *b) {
   if (rnd_below(4) == 0 && b->len > 0) b->len = (size_t)rnd_below(b->len); /* cut mid-request */
 }
 
-static void mutate(enc_t *b) {
+/* A boundary value where a length field may be. */
+static void put_interesting(enc_t *b) {
   static const uint64_t interesting[] = {0,  1,   7,   8,   15,         16,         17,        64,
                                          65, 300, 301, 600, 1ULL << 32, 1ULL << 63, UINT64_MAX};
-  int n = 1 + (int)rnd_below(4);
-  for (int i = 0; i < n; i++) {
-    switch (rnd_below(6)) {
-      case 0: /* bit flip */
-        if (b->len) b->p[rnd_below(b->len)] ^= (uint8_t)(1u << rnd_below(8));
-        break;
-      case 1: /* random byte */
-        if (b->len) b->p[rnd_below(b->len)] = (uint8_t)rnd();
-        break;
-      case 2: /* a boundary value where a length field may be */
-        if (b->len >= 8) {
-          size_t at = (size_t)rnd_below(b->len - 7);
-          uint64_t v = interesting[rnd_below(sizeof interesting / sizeof interesting[0])];
-          for (int k = 0; k < 8; k++) b->p[at + k] = (uint8_t)(v >> (8 * k));
-        }
-        break;
-      case 3: /* insert a byte */
-        enc_reserve(b, 1);
-        {
-          size_t at = (size_t)rnd_below(b->len + 1);
-          memmove(b->p + at + 1, b->p + at, b->len - at);
-          b->p[at] = (uint8_t)rnd();
-          b->len++;
-        }
-        break;
-      case 4: /* delete a byte */
-        if (b->len) {
-          size_t at = (size_t)rnd_below(b->len);
-          memmove(b->p + at, b->p + at + 1, b->len - at - 1);
-          b->len--;
-        }
-        break;
-      case 5: /* truncate */
-        if (b->len) b->len = (size_t)rnd_below(b->len);
-        break;
-    }
-  }
+  if (b->len < 8) return;
+  size_t at = (size_t)rnd_below(b->len - 7);
+  uint64_t v = interesting[rnd_below(sizeof interesting / sizeof interesting[0])];
+  for (int k = 0; k < 8; k++) b->p[at + k] = (uint8_t)(v >> (8 * k));
 }
 
 static void generate(long i, const corpus_file_t *files, size_t nfiles, enc_t *b) {
   switch (i % 4) {
     case 0: gen_stream(b); break;
     case 1: {
-      const corpus_file_t *f = &files[rnd_below(nfiles)];
+      const corpus_file_t *f = fuzz_pick(files, nfiles);
       enc_bytes(b, f->data, f->len);
-      mutate(b);
+      fuzz_mutate(b, put_interesting);
       break;
     }
-    case 2: {
-      const corpus_file_t *f = &files[rnd_below(nfiles)], *g = &files[rnd_below(nfiles)];
-      enc_bytes(b, f->data, (size_t)rnd_below(f->len + 1));
-      size_t from = (size_t)rnd_below(g->len + 1);
-      enc_bytes(b, g->data + from, g->len - from);
-      if (rnd_below(2)) mutate(b);
+    case 2:
+      fuzz_splice(b, files, nfiles);
+      if (rnd_below(2)) fuzz_mutate(b, put_interesting);
       break;
-    }
-    case 3: {
-      size_t n = (size_t)rnd_below(65);
-      enc_reserve(b, n);
-      for (size_t k = 0; k < n; k++) b->p[k] = (uint8_t)rnd();
-      if (n && rnd_below(2)) b->p[0] = (uint8_t)rnd_below(0x12); /* mostly valid opcodes */
-      b->len = n;
+    case 3:
+      fuzz_random_bytes(b, (size_t)rnd_below(65));
+      if (b->len && rnd_below(2)) b->p[0] = (uint8_t)rnd_below(0x12); /* mostly valid opcodes */
       break;
-    }
   }
 }
 

@@ -32,6 +32,7 @@
 #include "runtime/pg/reduce.h"
 #include "tdist/tdist.h"
 #include "tests/testlib/clock.h"
+#include "tests/testlib/dtype.h"
 #include "tests/testlib/rng.h"
 
 static tdist__nccl_lib_t L;
@@ -84,25 +85,8 @@ static void fill(void *b, tdist_dtype_t t, size_t n) {
   for (size_t i = 0; i < n; i++) {
     uint64_t r = rnd();
     float f = (float)((double)(r >> 11) / (double)(1ull << 53) * 8.0 - 4.0);
-    switch (t) {
-      case TDIST_FLOAT16: {
-        uint16_t h = tdist__f32_to_f16(f);
-        memcpy(p + 2 * i, &h, 2);
-        break;
-      }
-      case TDIST_BFLOAT16: {
-        uint16_t h = tdist__f32_to_bf16(f);
-        memcpy(p + 2 * i, &h, 2);
-        break;
-      }
-      case TDIST_FLOAT32: memcpy(p + 4 * i, &f, 4); break;
-      case TDIST_FLOAT64: {
-        double d = f * 1.000000123;
-        memcpy(p + 8 * i, &d, 8);
-        break;
-      }
-      default: memcpy(p + tdist_dtype_size(t) * i, &r, tdist_dtype_size(t)); break;
-    }
+    if (test_put_float(p, t, i, t == TDIST_FLOAT64 ? f * 1.000000123 : f) != 0)
+      memcpy(p + tdist_dtype_size(t) * i, &r, tdist_dtype_size(t));
   }
 }
 

@@ -57,16 +57,9 @@ static void test_connect_nothing_listens(tdist_store_dialect_t dialect) {
  * connects, and every call that expects a reply ends at the handle's timeout. */
 static void test_silent_listener(void) {
   TEST_LOG("silent listener");
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  CHECK(fd >= 0);
   struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  CHECK(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+  int fd = loopback_socket(&a);
   CHECK(listen(fd, 16) == 0);
-  socklen_t al = sizeof a;
-  CHECK(getsockname(fd, (struct sockaddr *)&a, &al) == 0);
   const tdist_store_dialect_t ds[3] = {TDIST_STORE_DIALECT_AUTO, TDIST_STORE_DIALECT_V2,
                                        TDIST_STORE_DIALECT_V1_13};
   for (int i = 0; i < 3; i++) {

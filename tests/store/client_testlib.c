@@ -63,17 +63,21 @@ tdist_store_t *connect_store(int port, tdist_store_dialect_t dialect, int64_t ti
   return s;
 }
 
-int free_port(void) {
+int loopback_socket(struct sockaddr_in *a) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   CHECK(fd >= 0);
+  memset(a, 0, sizeof *a);
+  a->sin_family = AF_INET;
+  a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK(bind(fd, (struct sockaddr *)a, sizeof *a) == 0);
+  socklen_t al = sizeof *a;
+  CHECK(getsockname(fd, (struct sockaddr *)a, &al) == 0);
+  return fd;
+}
+
+int free_port(void) {
   struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  CHECK(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
-  socklen_t al = sizeof a;
-  CHECK(getsockname(fd, (struct sockaddr *)&a, &al) == 0);
-  close(fd);
+  close(loopback_socket(&a));
   return ntohs(a.sin_port);
 }
 

@@ -6,6 +6,7 @@
 #define TDIST_TESTS_STORE_CLIENT_TESTLIB_H
 
 #include <stddef.h>
+#include <netinet/in.h>
 #include <stdint.h>
 
 #include "tdist/tdist.h"
@@ -17,6 +18,8 @@ const char *dialect_name(tdist_store_dialect_t d);
 tdist_store_server_t *start_server(void);
 /* A client in `dialect` (AUTO must settle on V2) with the given call timeout. */
 tdist_store_t *connect_store(int port, tdist_store_dialect_t dialect, int64_t timeout_ms);
+/* A TCP socket bound to 127.0.0.1 on an ephemeral port, which *a receives. */
+int loopback_socket(struct sockaddr_in *a);
 /* A port where nothing listens: bind an ephemeral one, read it back, close it. */
 int free_port(void);
 /* get(key) succeeds (clearing the handle's detail) with exactly these bytes. */

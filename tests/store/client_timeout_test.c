@@ -30,7 +30,6 @@
 /* Timeouts and the calls after them                                                           */
 /* ------------------------------------------------------------------------------------------ */
 
-
 static void test_wait_timeouts(int port, tdist_store_dialect_t dialect) {
   TEST_LOG("wait/get timeouts, dialect %s", dialect_name(dialect));
   tdist_store_t *a = connect_store(port, dialect, 20000);

@@ -442,3 +442,8 @@ void expect_op_closes(int port, int v2, uint8_t opcode, const char *why) {
   send_raw(&t, b, sizeof(b));
   expect_closed(&t, why);
 }
+
+void expect_idle_usable(conn_t *idle) {
+  expect_silent(idle, 0, "idle connection");
+  CHECK(r_numkeys(idle) > 0);
+}

@@ -122,4 +122,8 @@ const char *K(const char *name);
 /* Sends one raw opcode byte (+ padding) on a fresh connection; the server must close it. */
 void expect_op_closes(int port, int v2, uint8_t opcode, const char *why);
 
+/* A connection that said nothing so far is still open, was sent nothing, and is answered when it
+ * finally speaks (the server holds keys by then). */
+void expect_idle_usable(conn_t *idle);
+
 #endif

@@ -41,6 +41,64 @@ typedef struct {
   void (*generate)(long i, const corpus_file_t *files, size_t nfiles, enc_t *b);
 } fuzz_replay_t;
 
+/* ---- pieces the generators share (all draw from rnd(), rng.h) ---- */
+
+/* A random file of the corpus (nfiles > 0). */
+static inline const corpus_file_t *fuzz_pick(const corpus_file_t *files, size_t nfiles) {
+  return &files[rnd_below(nfiles)];
+}
+
+/* Appends the head of one random corpus file and the tail of another. */
+static inline void fuzz_splice(enc_t *b, const corpus_file_t *files, size_t nfiles) {
+  const corpus_file_t *f = fuzz_pick(files, nfiles), *g = fuzz_pick(files, nfiles);
+  enc_bytes(b, f->data, (size_t)rnd_below(f->len + 1));
+  size_t from = (size_t)rnd_below(g->len + 1);
+  enc_bytes(b, g->data + from, g->len - from);
+}
+
+/* Appends n random bytes. */
+static inline void fuzz_random_bytes(enc_t *b, size_t n) {
+  enc_reserve(b, n);
+  for (size_t k = 0; k < n; k++) b->p[b->len + k] = (uint8_t)rnd();
+  b->len += n;
+}
+
+/* 1 to 4 mutations of b, each one of: a bit flipped, a byte set at random, the target's own
+ * mutation (`special`: a boundary value, a dictionary token...), a random byte inserted, a byte
+ * deleted, the input truncated. */
+static inline void fuzz_mutate(enc_t *b, void (*special)(enc_t *b)) {
+  int n = 1 + (int)rnd_below(4);
+  for (int i = 0; i < n; i++) {
+    switch (rnd_below(6)) {
+      case 0:
+        if (b->len) b->p[rnd_below(b->len)] ^= (uint8_t)(1u << rnd_below(8));
+        break;
+      case 1:
+        if (b->len) b->p[rnd_below(b->len)] = (uint8_t)rnd();
+        break;
+      case 2: special(b); break;
+      case 3: {
+        enc_reserve(b, 1);
+        size_t at = (size_t)rnd_below(b->len + 1);
+        memmove(b->p + at + 1, b->p + at, b->len - at);
+        b->p[at] = (uint8_t)rnd();
+        b->len++;
+        break;
+      }
+      case 4:
+        if (b->len) {
+          size_t at = (size_t)rnd_below(b->len);
+          memmove(b->p + at, b->p + at + 1, b->len - at - 1);
+          b->len--;
+        }
+        break;
+      default:
+        if (b->len) b->len = (size_t)rnd_below(b->len);
+        break;
+    }
+  }
+}
+
 static inline void fuzz_replay_run(const void *p, size_t n) {
   uint8_t *copy = malloc(n ? n : 1);
   if (copy == NULL) exit(1);
