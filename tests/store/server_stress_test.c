@@ -31,6 +31,7 @@
 #include "check.h"
 #include "clock.h"
 #include "rng.h"
+#include "proc.h"
 #include "tdist/tdist.h"
 
 #define N_IDLE 10000
@@ -397,9 +398,7 @@ static void test_idle_connections(uint64_t seed) {
 
   /* all close at once; the server keeps serving */
   CHECK(write(down[1], "X", 1) == 1);
-  int status = 0;
-  CHECK(waitpid(pid, &status, 0) == pid);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(test_expect_exit(pid, 0, "the child holding idle connections") == 0);
   int64_t t2 = now_ms();
   w.max_us = 0;
   before = w.n;
