@@ -31,6 +31,7 @@
 #include "check.h"
 #include "clock.h"
 #include "rng.h"
+#include "wire_enc.h"
 #include "proc.h"
 #include "tdist/tdist.h"
 
@@ -48,33 +49,9 @@ static void fail(const char *fmt, ...) {
 }
 
 /* ---- raw client (wire bytes from reference §1.2) ---- */
-enum {
-  OP_SET,
-  OP_CAS,
-  OP_GET,
-  OP_ADD,
-  OP_CHECK,
-  OP_WAIT,
-  OP_NUMKEYS,
-  OP_DELETE,
-  OP_APPEND,
-  OP_MGET,
-  OP_MSET,
-  OP_PING,
-  OP_QPUSH,
-  OP_QPOP,
-  OP_QLEN,
-  OP_N
-};
-static const int v113_wire[OP_N] = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x08,
-                                    -1,   -1,   -1,   -1,   -1,   -1,   -1};
-static const int v2_wire[OP_N] = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,
-                                  0x09, 0x0A, 0x0B, 0x0D, 0x0E, 0x0F, 0x10};
-
 typedef struct {
   int fd, v2;
-  uint8_t *p; /* request being built */
-  size_t len, cap;
+  enc_t m; /* request being built (wire_enc.h) */
 } conn_t;
 
 static int connect_loopback(int port) {
@@ -116,40 +93,21 @@ static void conn_open(conn_t *c, int port, int v2) {
 }
 static void conn_close(conn_t *c) {
   close(c->fd);
-  free(c->p);
+  free(c->m.p);
   c->fd = -1;
-  c->p = NULL;
+  c->m = (enc_t){0};
 }
 
-static void put(conn_t *c, const void *d, size_t n) {
-  if (c->len + n > c->cap) {
-    size_t cap = c->cap ? c->cap : 256;
-    while (cap < c->len + n) cap *= 2;
-    c->p = realloc(c->p, cap);
-    CHECK(c->p != NULL);
-    c->cap = cap;
-  }
-  if (n) memcpy(c->p + c->len, d, n);
-  c->len += n;
-}
-static void put_u64(conn_t *c, uint64_t v) {
-  uint8_t b[8];
-  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-  put(c, b, 8);
-}
-static void put_str(conn_t *c, const void *s, size_t n) {
-  put_u64(c, n);
-  put(c, s, n);
-}
+static void put_u64(conn_t *c, uint64_t v) { enc_u64(&c->m, v); }
+static void put_str(conn_t *c, const void *s, size_t n) { enc_str(&c->m, s, n); }
 static void put_op(conn_t *c, int op) {
   int w = c->v2 ? v2_wire[op] : v113_wire[op];
   CHECK(w >= 0);
-  uint8_t b = (uint8_t)w;
-  put(c, &b, 1);
+  enc_u8(&c->m, (uint8_t)w);
 }
 static void flush(conn_t *c) {
-  send_all(c->fd, c->p, c->len);
-  c->len = 0;
+  send_all(c->fd, c->m.p, c->m.len);
+  c->m.len = 0;
 }
 
 static void rd(conn_t *c, void *buf, size_t n) {

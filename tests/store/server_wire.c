@@ -16,12 +16,6 @@
 #include "check.h"
 #include "clock.h"
 
-const int v113_wire[OP_N] = {-1,   0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
-                             0x08, -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1};
-
-const int v2_wire[OP_N] = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, -1,
-                           0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F, 0x10};
-
 int raw_connect(int family, int port) {
   int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -errno;

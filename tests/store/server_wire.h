@@ -14,31 +14,6 @@
 
 #define IO_TIMEOUT_MS 5000
 
-/* Canonical ops of this test and their wire bytes, copied from reference §1.2. */
-enum {
-  OP_VALIDATE,
-  OP_SET,
-  OP_CAS,
-  OP_GET,
-  OP_ADD,
-  OP_CHECK,
-  OP_WAIT,
-  OP_NUMKEYS,
-  OP_WATCH,
-  OP_DELETE,
-  OP_APPEND,
-  OP_MGET,
-  OP_MSET,
-  OP_CANCEL,
-  OP_PING,
-  OP_QPUSH,
-  OP_QPOP,
-  OP_QLEN,
-  OP_N
-};
-
-extern const int v113_wire[OP_N], v2_wire[OP_N];
-
 typedef struct {
   int fd;
   int v2; /* 1 = 2.x dialect, 0 = 1.13 */

@@ -5,6 +5,8 @@
  *   rnd()  rnd_below(n)  rnd_bytes(p, n)                      the test's generator
  *   test_rng_t r = {seed}; test_rng_next(&r) ...             a generator of one's own
  *
+ * Data that several processes must derive alike (one rank's buffer as every rank expects it) comes
+ * from the stateless tdist_test_rand(seed, rank, i) of ranks.h instead.
  * Header-only (also compiled outside Bazel by tests/fuzz/run_libfuzzer.sh). */
 #ifndef TDIST_TESTLIB_RNG_H
 #define TDIST_TESTLIB_RNG_H

@@ -112,7 +112,8 @@ static void f_passing(void) {
 }
 
 static void test_checks(void) {
-  expect_failure("CHECK_EQ_INT", f_int, WANT("testlib_test.c:", "a + 2 == 5", "a + 2 = 4", "5 = 5"));
+  expect_failure("CHECK_EQ_INT", f_int,
+                 WANT("testlib_test.c:", "a + 2 == 5", "a + 2 = 4", "5 = 5"));
   expect_failure("CHECK_CMP_INT", f_cmp, WANT("-3 > 7", "-3 = -3", "7 = 7"));
   expect_failure("CHECK_EQ_UINT", f_uint, WANT("18446744073709551615", "0 = 0"));
   expect_failure("CHECK_STR", f_str, WANT("\"abc\"", "\"abd\""));
@@ -145,7 +146,8 @@ static void test_rng_helpers(void) {
   unsetenv("TDIST_TEST_SEED");
   CHECK_EQ_UINT(test_seed("testlib_test", 7), 7);
   CHECK_CMP_UINT(test_seed("testlib_test", 0), !=, 0);
-  expect_failure("bad TDIST_TEST_SEED", f_seed_bad, WANT("TDIST_TEST_SEED=\"12x\" is not a number"));
+  expect_failure("bad TDIST_TEST_SEED", f_seed_bad,
+                 WANT("TDIST_TEST_SEED=\"12x\" is not a number"));
   /* the same seed gives the same numbers; another seed others */
   test_rng_t a, b, c;
   test_rng_seed(&a, 99);

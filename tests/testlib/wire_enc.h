@@ -1,7 +1,7 @@
 /* A small growable byte encoder for building TCPStore requests (and fuzz inputs) in tests, written
  * from the protocol reference (little-endian integers, u64-length-prefixed strings), independently
- * of runtime/store/proto.c; and unhex() for byte strings written as hex. Allocation failure fails
- * the test (CHECK). */
+ * of runtime/store/proto.c, with the op table of both dialects; and unhex() for byte strings
+ * written as hex. Allocation failure fails the test (CHECK). */
 #ifndef TDIST_TESTLIB_WIRE_ENC_H
 #define TDIST_TESTLIB_WIRE_ENC_H
 
@@ -10,6 +10,34 @@
 #include <string.h>
 
 #include "check.h"
+
+/* The TCPStore ops and their wire bytes in each dialect, copied from reference §1.2 (-1: the
+ * dialect has no such op). */
+enum {
+  OP_VALIDATE,
+  OP_SET,
+  OP_CAS,
+  OP_GET,
+  OP_ADD,
+  OP_CHECK,
+  OP_WAIT,
+  OP_NUMKEYS,
+  OP_WATCH,
+  OP_DELETE,
+  OP_APPEND,
+  OP_MGET,
+  OP_MSET,
+  OP_CANCEL,
+  OP_PING,
+  OP_QPUSH,
+  OP_QPOP,
+  OP_QLEN,
+  OP_N
+};
+static const int v113_wire[OP_N] = {-1,   0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
+                                    0x08, -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1};
+static const int v2_wire[OP_N] = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, -1,
+                                  0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F, 0x10};
 
 typedef struct {
   uint8_t *p;
