@@ -19,43 +19,17 @@
 
 #include "operator-agent/discovery/discovery.h"
 #include "tests/testlib/check.h"
+#include "tests/testlib/clock.h"
+#include "tests/testlib/rng.h"
 
 #define SA_NAMESPACE_FILE "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
-#define CHECK_STR(a, b)                                                                          \
-  do {                                                                                           \
-    const char *sa_ = (a), *sb_ = (b);                                                           \
-    if (strcmp(sa_, sb_) != 0) {                                                                 \
-      fprintf(stderr, "%s:%d: CHECK_STR failed: %s = \"%s\", %s = \"%s\"\n", __FILE__, __LINE__, \
-              #a, sa_, #b, sb_);                                                                 \
-      exit(1);                                                                                   \
-    }                                                                                            \
-  } while (0)
-#define CHECK_HAS(s, sub)                                                                    \
-  do {                                                                                       \
-    const char *s_ = (s), *sub_ = (sub);                                                     \
-    if (strstr(s_, sub_) == NULL) {                                                          \
-      fprintf(stderr, "%s:%d: CHECK_HAS failed: \"%s\" does not contain \"%s\"\n", __FILE__, \
-              __LINE__, s_, sub_);                                                           \
-      exit(1);                                                                               \
-    }                                                                                        \
-  } while (0)
-
-static uint64_t rng = 0xd15c0e77ULL;
-static uint64_t rnd(void) {
-  rng ^= rng >> 12;
-  rng ^= rng << 25;
-  rng ^= rng >> 27;
-  return rng * 0x2545F4914F6CDD1DULL;
-}
-static uint64_t below(uint64_t n) { return n ? rnd() % n : 0; }
-
 /* A random DNS label of 1..max characters (a-z0-9, inner '-'). */
 static void rand_label(char *out, size_t max) {
-  size_t n = 1 + below(max);
+  size_t n = 1 + rnd_below(max);
   static const char alpha[] = "abcdefghijklmnopqrstuvwxyz0123456789-";
-  for (size_t i = 0; i < n; i++) out[i] = alpha[below(i == 0 || i == n - 1 ? 36 : 37)];
-  out[0] = (char)('a' + below(26)); /* names start with a letter (DNS-1035, as Jobs require) */
+  for (size_t i = 0; i < n; i++) out[i] = alpha[rnd_below(i == 0 || i == n - 1 ? 36 : 37)];
+  out[0] = (char)('a' + rnd_below(26)); /* names start with a letter (DNS-1035, as Jobs require) */
   out[n] = 0;
 }
 
@@ -77,12 +51,6 @@ static void cfg_init(agent_cfg_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->node_rank = -1;
   cfg->scheme = AGENT_SCHEME_INDEXED_JOB;
-}
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* ---- node rank ---- */
@@ -144,7 +112,7 @@ static void test_node_rank(void) {
 
   /* Random ranks through each source. */
   for (int i = 0; i < 300; i++) {
-    int r = (int)below(i < 100 ? 100 : 2000000000);
+    int r = (int)rnd_below(i < 100 ? 100 : 2000000000);
     char host[80], label[40], var[64];
     rand_label(label, 20);
     snprintf(host, sizeof host, "%s-%d", label, r);
@@ -233,8 +201,9 @@ static void test_resolv_conf(void) {
     rand_label(d2, 10);
     snprintf(dom, sizeof dom, "%s.%s", d1, d2);
     snprintf(text, sizeof text, "%snameserver 10.0.0.%d\nsearch %s.svc.%s%s svc.%s %s%s\n%s",
-             below(2) ? "# generated\n" : "", (int)below(255), ns, dom, below(2) ? "." : "", dom,
-             dom, below(2) ? " node.internal" : "", below(2) ? "options ndots:5\n" : "");
+             rnd_below(2) ? "# generated\n" : "", (int)rnd_below(255), ns, dom,
+             rnd_below(2) ? "." : "", dom, dom, rnd_below(2) ? " node.internal" : "",
+             rnd_below(2) ? "options ndots:5\n" : "");
     expect_rc(text, 0, ns, dom);
   }
 }
@@ -434,12 +403,12 @@ static void test_master_name(void) {
     rand_label(task, 10);
     snprintf(dom, sizeof dom, "%s.%s", d1, d2);
     cfg_init(&cfg);
-    cfg.scheme = (agent_scheme_t)below(4);
-    int from_host = (int)below(2), from_env = (int)below(2), from_rc = (int)below(2);
+    cfg.scheme = (agent_scheme_t)rnd_below(4);
+    int from_host = (int)rnd_below(2), from_env = (int)rnd_below(2), from_rc = (int)rnd_below(2);
     if (!from_host) cfg.job_name = job;
-    if (below(2)) cfg.service = svc;
-    if (below(2)) cfg.replicated_job = rj;
-    if (below(2)) cfg.task = task;
+    if (rnd_below(2)) cfg.service = svc;
+    if (rnd_below(2)) cfg.replicated_job = rj;
+    if (rnd_below(2)) cfg.task = task;
     if (!from_rc) cfg.cluster_domain = dom;
     char envns[80];
     snprintf(envns, sizeof envns, "POD_NAMESPACE=%s", ns);
@@ -455,20 +424,21 @@ static void test_master_name(void) {
     const char *svcv = cfg.service ? svc : job;
     switch (cfg.scheme) {
       case AGENT_SCHEME_INDEXED_JOB:
-        snprintf(host, sizeof host, "%s-%d", job, (int)below(1000));
+        snprintf(host, sizeof host, "%s-%d", job, (int)rnd_below(1000));
         snprintf(want, sizeof want, "%s-0.%s.%s.svc.%s.", job, svcv, ns, dom);
         break;
       case AGENT_SCHEME_KUBEFLOW:
-        snprintf(host, sizeof host, "%s-%s-%d", job, below(2) ? "master" : "worker",
-                 (int)below(1000));
+        snprintf(host, sizeof host, "%s-%s-%d", job, rnd_below(2) ? "master" : "worker",
+                 (int)rnd_below(1000));
         snprintf(want, sizeof want, "%s-master-0.%s.svc.%s.", job, ns, dom);
         break;
       case AGENT_SCHEME_JOBSET:
-        snprintf(host, sizeof host, "%s-%s-%d-%d", job, rjv, (int)below(4), (int)below(1000));
+        snprintf(host, sizeof host, "%s-%s-%d-%d", job, rjv, (int)rnd_below(4),
+                 (int)rnd_below(1000));
         snprintf(want, sizeof want, "%s-%s-0-0.%s.%s.svc.%s.", job, rjv, svcv, ns, dom);
         break;
       default:
-        snprintf(host, sizeof host, "%s-%s-%d", job, taskv, (int)below(1000));
+        snprintf(host, sizeof host, "%s-%s-%d", job, taskv, (int)rnd_below(1000));
         snprintf(want, sizeof want, "%s-%s-0.%s.%s.svc.%s.", job, taskv, job, ns, dom);
         break;
     }
@@ -625,6 +595,7 @@ static void test_local_ip(void) {
 }
 
 int main(void) {
+  test_rng_init("discovery_test", 0xd15c0e77ULL);
   snprintf(g_rc, sizeof g_rc, "%s/discovery_test.resolv.conf.%d", tmpdir(), (int)getpid());
   test_node_rank();
   test_resolv_conf();

@@ -15,25 +15,7 @@
 #include "operator-agent/supervisor/errorfile.h"
 #include "tests/testlib/check.h"
 #include "tests/testlib/utf8.h"
-
-#define CHECK_STR(a, b)                                                                          \
-  do {                                                                                           \
-    const char *sa_ = (a), *sb_ = (b);                                                           \
-    if (strcmp(sa_, sb_) != 0) {                                                                 \
-      fprintf(stderr, "%s:%d: CHECK_STR failed: %s = \"%s\", %s = \"%s\"\n", __FILE__, __LINE__, \
-              #a, sa_, #b, sb_);                                                                 \
-      exit(1);                                                                                   \
-    }                                                                                            \
-  } while (0)
-
-static uint64_t rng = 0x5eed0e77f11eULL;
-static uint64_t rnd(void) {
-  rng ^= rng >> 12;
-  rng ^= rng << 25;
-  rng ^= rng >> 27;
-  return rng * 0x2545F4914F6CDD1DULL;
-}
-static uint64_t below(uint64_t n) { return n ? rnd() % n : 0; }
+#include "tests/testlib/rng.h"
 
 static int is_zero(const agent_error_info_t *info) {
   static const agent_error_info_t zero;
@@ -203,12 +185,12 @@ static size_t json_quote(char *out, const uint32_t *cps, size_t n, int ascii) {
     if (c == '"' || c == '\\') {
       out[o++] = '\\';
       out[o++] = (char)c;
-    } else if (c < 0x20 || (ascii && c >= 0x80) || below(8) == 0) {
+    } else if (c < 0x20 || (ascii && c >= 0x80) || rnd_below(8) == 0) {
       if (c >= 0x10000) {
         uint32_t v = c - 0x10000;
         o += (size_t)sprintf(out + o, "\\u%04x\\u%04X", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
       } else {
-        o += (size_t)sprintf(out + o, below(2) ? "\\u%04x" : "\\u%04X", c);
+        o += (size_t)sprintf(out + o, rnd_below(2) ? "\\u%04x" : "\\u%04X", c);
       }
     } else if (c < 0x80) {
       out[o++] = (char)c;
@@ -255,15 +237,15 @@ static size_t utf8_of(char *out, const uint32_t *cps, size_t n) {
 }
 
 static uint32_t random_cp(void) {
-  switch (below(5)) {
-    case 0: return 1 + (uint32_t)below(0x1F); /* controls, not NUL (that one becomes U+FFFD) */
-    case 1: return 0x20 + (uint32_t)below(0x60);
-    case 2: return 0x80 + (uint32_t)below(0x780);
+  switch (rnd_below(5)) {
+    case 0: return 1 + (uint32_t)rnd_below(0x1F); /* controls, not NUL (that one becomes U+FFFD) */
+    case 1: return 0x20 + (uint32_t)rnd_below(0x60);
+    case 2: return 0x80 + (uint32_t)rnd_below(0x780);
     case 3: {
-      uint32_t c = 0x800 + (uint32_t)below(0xF800);
+      uint32_t c = 0x800 + (uint32_t)rnd_below(0xF800);
       return c >= 0xD800 && c <= 0xDFFF ? 0xE000 : c;
     }
-    default: return 0x10000 + (uint32_t)below(0x100000);
+    default: return 0x10000 + (uint32_t)rnd_below(0x100000);
   }
 }
 
@@ -278,10 +260,11 @@ static void test_round_trip(void) {
   agent_error_info_t info;
   char err[256];
   for (int iter = 0; iter < 600; iter++) {
-    size_t nm = below(4) == 0 ? 1000 + below(40) : below(MAXCP), nt = below(MAXCP);
-    int ascii = (int)below(2);
+    size_t nm = rnd_below(4) == 0 ? 1000 + rnd_below(40) : rnd_below(MAXCP), nt = rnd_below(MAXCP);
+    int ascii = (int)rnd_below(2);
     size_t o = (size_t)sprintf(doc, "{\"message\": {\"message\": ");
-    for (size_t i = 0; i < nm; i++) cps[i] = below(3) ? 0x20 + (uint32_t)below(0x5F) : random_cp();
+    for (size_t i = 0; i < nm; i++)
+      cps[i] = rnd_below(3) ? 0x20 + (uint32_t)rnd_below(0x5F) : random_cp();
     size_t lm = utf8_of(want_msg, cps, nm);
     o += json_quote(doc + o, cps, nm, ascii);
     o += (size_t)sprintf(doc + o,
@@ -473,24 +456,25 @@ static void test_random_inputs(void) {
   for (int iter = 0; iter < 30000; iter++) {
     size_t n;
     if (iter % 3 == 0) { /* random bytes, biased towards JSON punctuation */
-      n = below(300);
-      for (size_t i = 0; i < n; i++) b[i] = below(2) ? punct[below(sizeof punct - 1)] : (char)rnd();
+      n = rnd_below(300);
+      for (size_t i = 0; i < n; i++)
+        b[i] = rnd_below(2) ? punct[rnd_below(sizeof punct - 1)] : (char)rnd();
     } else { /* a mutated valid file */
-      const char *s = seeds[below(sizeof seeds / sizeof seeds[0])];
+      const char *s = seeds[rnd_below(sizeof seeds / sizeof seeds[0])];
       n = strlen(s);
       memcpy(b, s, n);
-      int muts = 1 + (int)below(4);
+      int muts = 1 + (int)rnd_below(4);
       for (int m = 0; m < muts; m++) {
-        switch (below(5)) {
+        switch (rnd_below(5)) {
           case 0:
-            if (n) b[below(n)] ^= (char)(1u << below(8));
+            if (n) b[rnd_below(n)] ^= (char)(1u << rnd_below(8));
             break;
           case 1:
-            if (n) b[below(n)] = "{}[]\":,\\ux0"[below(11)];
+            if (n) b[rnd_below(n)] = "{}[]\":,\\ux0"[rnd_below(11)];
             break;
           case 2:
             if (n < CAP - 1) {
-              size_t at = below(n + 1);
+              size_t at = rnd_below(n + 1);
               memmove(b + at + 1, b + at, n - at);
               b[at] = (char)rnd();
               n++;
@@ -498,12 +482,12 @@ static void test_random_inputs(void) {
             break;
           case 3:
             if (n) {
-              size_t at = below(n);
+              size_t at = rnd_below(n);
               memmove(b + at, b + at + 1, n - at - 1);
               n--;
             }
             break;
-          case 4: n = below(n + 1); break;
+          case 4: n = rnd_below(n + 1); break;
         }
       }
     }
@@ -616,6 +600,7 @@ static void test_peer_loss(void) {
 }
 
 int main(void) {
+  test_rng_init("errorfile_test", 0x5eed0e77f11eULL);
   test_peer_loss();
   test_reference_forms();
   test_escapes();

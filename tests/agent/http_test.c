@@ -26,27 +26,11 @@
 #include <tdist/tdist.h>
 
 #include "check.h"
+#include "clock.h"
+#include "rng.h"
 #include "http_testlib.h"
 #include "operator-agent/http/buf.h"
 #include "operator-agent/http/http.h"
-
-/* ---- random data ----------------------------------------------------------------------------- */
-
-static uint64_t g_rng;
-
-static uint64_t rnd(void) { /* splitmix64 */
-  uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static uint64_t rnd_below(uint64_t n) { return n ? rnd() % n : 0; }
-
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* ---- state ----------------------------------------------------------------------------------- */
 
@@ -64,7 +48,7 @@ static void fill_state(agent_state_t *st) {
   snprintf(st->role, sizeof st->role, "trainer");
   snprintf(st->backend, sizeof st->backend, "gloo");
   st->is_store_host = 0;
-  st->loop_tick_ns = mono_ns();
+  st->loop_tick_ns = now_ns();
   st->ready = 1;
   st->state = (agent_run_state_t)rnd_below(6);
   st->round = (int64_t)rnd_below(1000);
@@ -441,7 +425,7 @@ static int count_fds(void) {
 
 static void set_tick_age(agent_state_t *st, double age_s) {
   agent_state_lock(st);
-  st->loop_tick_ns = mono_ns() - (int64_t)(age_s * 1e9);
+  st->loop_tick_ns = now_ns() - (int64_t)(age_s * 1e9);
   agent_state_unlock(st);
 }
 
@@ -675,10 +659,10 @@ static void test_slowloris(agent_state_t *st, int port) {
   CHECK(prom_value(r.body, "process_open_fds") >= N);
   http_resp_free(&r);
   /* Every slow connection is closed by the server within its timeout (10 s) plus slack. */
-  int64_t deadline = mono_ns() + 40 * (int64_t)1000000000;
+  int64_t deadline = now_ns() + 40 * (int64_t)1000000000;
   for (int i = 0; i < N; i++) {
     struct pollfd p = {fds[i], POLLIN, 0};
-    int64_t left_ms = (deadline - mono_ns()) / 1000000;
+    int64_t left_ms = (deadline - now_ns()) / 1000000;
     CHECK(left_ms > 0);
     int rc = poll(&p, 1, (int)left_ms);
     if (rc != 1) {
@@ -813,11 +797,7 @@ static void test_bind(agent_state_t *st, int used_port) {
 }
 
 int main(void) {
-  const char *seed_env = getenv("TDIST_TEST_SEED");
-  uint64_t seed =
-      seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-  g_rng = seed;
-  TEST_LOG("http_test: TDIST_TEST_SEED=%llu", (unsigned long long)seed);
+  test_rng_init("http_test", 0); /* a fresh seed each run, printed */
 
   test_escapers();
   TEST_LOG("escapers ok");

@@ -19,6 +19,8 @@
 #include <tdist/stats.h>
 
 #include "check.h"
+#include "clock.h"
+#include "rng.h"
 #include "http_testlib.h"
 #include "operator-agent/supervisor/progress.h"
 
@@ -32,14 +34,7 @@ static int op_index(const char *name) {
   exit(1);
 }
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return rng_state;
-}
-static int rnd_in(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }
+static int rnd_in(int lo, int hi) { return lo + (int)rnd_below((uint64_t)(hi - lo + 1)); }
 
 /* One rank's position as an agent publishes it. */
 typedef struct {
@@ -312,12 +307,6 @@ static void random_shapes(int iters) {
 /* ---------------------------------------------------------------------------------------- */
 /* local line and flight dump from crafted statistics files                                  */
 
-static int64_t realtime_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static void write_stats(const char *path, const tdist_stats_file_t *f) {
   test_write_file(path, (const char *)f, sizeof *f);
 }
@@ -464,12 +453,7 @@ static void local_and_dump(void) {
 }
 
 int main(void) {
-  const char *seed = getenv("TDIST_TEST_SEED");
-  rng_state =
-      seed ? strtoull(seed, NULL, 0) : rng_state ^ (uint64_t)time(NULL) * 0x2545F4914F6CDD1Dull;
-  if (!rng_state) rng_state = 1; /* xorshift's one bad state */
-  TEST_LOG("seed %llu (TDIST_TEST_SEED=%llu repeats this run)", (unsigned long long)rng_state,
-           (unsigned long long)rng_state);
+  test_rng_init("progress_test", 0); /* a fresh seed each run, printed */
   fixed_shapes();
   random_shapes(2000);
   local_and_dump();

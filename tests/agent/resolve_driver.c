@@ -22,12 +22,7 @@
 #include <unistd.h>
 
 #include "operator-agent/discovery/discovery.h"
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "tests/testlib/clock.h"
 
 static int g_fd = -1, g_listen_after = -1;
 

@@ -7,7 +7,7 @@
  *   - on 0 the configuration dumped with agent_cfg_dump_yaml() loads back (on fresh defaults)
  *     to an equal struct, and dumping that gives the same text (the dump is a fixed point).
  * Files go to $TDIST_FUZZ_TMPDIR, else $TEST_TMPDIR, else $TMPDIR, else /tmp, named by pid, and
- * are removed at exit. Built by Bazel into config_fuzz_replay_test (config_replay_main.c) and by
+ * are removed at exit. Built by Bazel into config_fuzz_replay_test (config_replay.c) and by
  * run_libfuzzer.sh with -fsanitize=fuzzer. Keeps no state between inputs but the file names. */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -1,7 +1,7 @@
-/* Random inputs for the YAML configuration reader (operator-agent/config): a deterministic
- * xorshift generator, YAML-flavoured random bytes, and mutations of a file (bit flips, inserted
- * YAML tokens and keys, deleted ranges, duplicated lines, truncation). Shared by
- * tests/agent/config_test.c and tests/fuzz/config_replay_main.c. Header-only, testonly. */
+/* Random inputs for the YAML configuration reader (operator-agent/config), drawn from a
+ * tests/testlib/rng.h generator: YAML-flavoured random bytes, and mutations of a file (bit flips,
+ * inserted YAML tokens and keys, deleted ranges, duplicated lines, truncation). Shared by
+ * tests/agent/config_test.c and tests/fuzz/config_replay.c. Header-only, testonly. */
 #ifndef TDIST_TESTS_FUZZ_CONFIG_GEN_H
 #define TDIST_TESTS_FUZZ_CONFIG_GEN_H
 
@@ -9,17 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef struct {
-  uint64_t s;
-} cfg_rng_t;
-
-static inline uint64_t cfg_rnd(cfg_rng_t *r) { /* xorshift64* */
-  r->s ^= r->s >> 12;
-  r->s ^= r->s << 25;
-  r->s ^= r->s >> 27;
-  return r->s * 0x2545F4914F6CDD1DULL;
-}
-static inline uint64_t cfg_below(cfg_rng_t *r, uint64_t n) { return n ? cfg_rnd(r) % n : 0; }
+#include "tests/testlib/rng.h"
 
 /* YAML syntax, escapes, encodings, boundary numbers and the reader's own keys. "\0" is one NUL. */
 static const char *const cfg_gen_tokens[] = {":",
@@ -76,25 +66,26 @@ static const char *const cfg_gen_tokens[] = {":",
                                              "scheme",
                                              "http_port"};
 
-static inline size_t cfg_gen_random(cfg_rng_t *r, char *buf, size_t cap) {
+static inline size_t cfg_gen_random(test_rng_t *r, char *buf, size_t cap) {
   static const char alpha[] = "ab01: -\n[]{},'\"#&*!?|>~%@`\t\\.";
-  size_t len = (size_t)cfg_below(r, cap < 200 ? cap : 200);
+  size_t len = (size_t)test_rng_below(r, cap < 200 ? cap : 200);
   for (size_t k = 0; k < len; k++)
-    buf[k] = cfg_below(r, 4) ? alpha[cfg_below(r, sizeof alpha - 1)] : (char)cfg_rnd(r);
+    buf[k] =
+        test_rng_below(r, 4) ? alpha[test_rng_below(r, sizeof alpha - 1)] : (char)test_rng_next(r);
   return len;
 }
 
 /* Applies 1..4 edits to buf[0..len) (capacity cap) and returns the new length. */
-static inline size_t cfg_gen_mutate(cfg_rng_t *r, char *buf, size_t len, size_t cap) {
-  for (int m = 1 + (int)cfg_below(r, 4); m > 0; m--) {
-    size_t at = (size_t)cfg_below(r, len + 1);
-    switch (cfg_below(r, 5)) {
+static inline size_t cfg_gen_mutate(test_rng_t *r, char *buf, size_t len, size_t cap) {
+  for (int m = 1 + (int)test_rng_below(r, 4); m > 0; m--) {
+    size_t at = (size_t)test_rng_below(r, len + 1);
+    switch (test_rng_below(r, 5)) {
       case 0:
-        if (len) buf[cfg_below(r, len)] ^= (char)(1u << cfg_below(r, 8));
+        if (len) buf[test_rng_below(r, len)] ^= (char)(1u << test_rng_below(r, 8));
         break;
       case 1: { /* insert a token */
         const char *t =
-            cfg_gen_tokens[cfg_below(r, sizeof cfg_gen_tokens / sizeof *cfg_gen_tokens)];
+            cfg_gen_tokens[test_rng_below(r, sizeof cfg_gen_tokens / sizeof *cfg_gen_tokens)];
         size_t tl = t[0] ? strlen(t) : 1;
         if (len + tl > cap) break;
         memmove(buf + at + tl, buf + at, len - at);
@@ -103,7 +94,7 @@ static inline size_t cfg_gen_mutate(cfg_rng_t *r, char *buf, size_t len, size_t 
         break;
       }
       case 2: { /* delete a range */
-        size_t n = (size_t)cfg_below(r, 16);
+        size_t n = (size_t)test_rng_below(r, 16);
         if (n > len - at) n = len - at;
         memmove(buf + at, buf + at + n, len - at - n);
         len -= n;

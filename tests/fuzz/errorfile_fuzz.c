@@ -9,7 +9,7 @@
  *   - on success, the input without its last non-blank byte is invalid (the document is an
  *     object, so a strict prefix can never be complete).
  * The input is parsed from an exact-size heap copy so that ASan catches any read past `len`.
- * Built by Bazel into errorfile_fuzz_replay_test (errorfile_replay_main.c) and by
+ * Built by Bazel into errorfile_fuzz_replay_test (errorfile_replay.c) and by
  * run_libfuzzer.sh with -fsanitize=fuzzer. Never writes to the input, keeps no state. */
 #include <inttypes.h>
 #include <stdio.h>

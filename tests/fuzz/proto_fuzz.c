@@ -14,7 +14,7 @@
  *     sees); the exact request alone parses to the same request;
  *   - classification agrees with the reference on every prefix.
  * Prefixes are copied into exact-size heap buffers so that ASan catches any read past `len`.
- * Built by Bazel into proto_fuzz_replay_test (replay_main.c) and by run_libfuzzer.sh with
+ * Built by Bazel into proto_fuzz_replay_test (proto_replay.c) and by run_libfuzzer.sh with
  * -fsanitize=fuzzer. It must never write to the input or keep state between inputs. */
 #include <inttypes.h>
 #include <stdio.h>

@@ -31,6 +31,9 @@
 #include "runtime/nccl/loader.h"
 #include "runtime/pg/reduce.h"
 #include "tdist/tdist.h"
+#include "tests/testlib/clock.h"
+#include "tests/testlib/dtype.h"
+#include "tests/testlib/rng.h"
 
 static tdist__nccl_lib_t L;
 static cudaError_t (*p_memcpy)(void *, const void *, size_t, enum cudaMemcpyKind);
@@ -50,12 +53,6 @@ static int g_failures, g_checks;
     if (r_ != ncclSuccess)                                                        \
       DIE("%s: %s (%s)", #x, L.ncclGetErrorString(r_), L.ncclGetLastError(NULL)); \
   } while (0)
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void expect(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void expect(int ok, const char *fmt, ...) {
@@ -82,39 +79,14 @@ static void d2h(void *h, const void *d, size_t n) {
   if (n) CU(p_memcpy(h, d, n, cudaMemcpyDefault));
 }
 
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return g_rng;
-}
-
 /* Random finite values of the dtype. */
 static void fill(void *b, tdist_dtype_t t, size_t n) {
   uint8_t *p = b;
   for (size_t i = 0; i < n; i++) {
     uint64_t r = rnd();
     float f = (float)((double)(r >> 11) / (double)(1ull << 53) * 8.0 - 4.0);
-    switch (t) {
-      case TDIST_FLOAT16: {
-        uint16_t h = tdist__f32_to_f16(f);
-        memcpy(p + 2 * i, &h, 2);
-        break;
-      }
-      case TDIST_BFLOAT16: {
-        uint16_t h = tdist__f32_to_bf16(f);
-        memcpy(p + 2 * i, &h, 2);
-        break;
-      }
-      case TDIST_FLOAT32: memcpy(p + 4 * i, &f, 4); break;
-      case TDIST_FLOAT64: {
-        double d = f * 1.000000123;
-        memcpy(p + 8 * i, &d, 8);
-        break;
-      }
-      default: memcpy(p + tdist_dtype_size(t) * i, &r, tdist_dtype_size(t)); break;
-    }
+    if (test_put_float(p, t, i, t == TDIST_FLOAT64 ? f * 1.000000123 : f) != 0)
+      memcpy(p + tdist_dtype_size(t) * i, &r, tdist_dtype_size(t));
   }
 }
 
@@ -401,6 +373,7 @@ static void fault(void) {
 }
 
 int main(int argc, char **argv) {
+  test_rng_init("nccl_gpu_test", 0x9E3779B97F4A7C15ull);
   size_t max_bytes = (size_t)1 << 30;
   double budget_s = 0.1;
   int do_bench = 1, do_fault = 1;

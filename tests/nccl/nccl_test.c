@@ -36,6 +36,9 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "clock.h"
+#include "dtype.h"
+#include "shard.h"
 #include "ranks.h"
 #include "runtime/pg/reduce.h"
 
@@ -61,12 +64,6 @@ typedef struct {
 static char g_fake[PATH_MAX];
 static shared_t *g_sh;
 static fake_t F;
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void fake_open(void) {
   void *h = dlopen(g_fake, RTLD_NOW | RTLD_LOCAL);
@@ -127,24 +124,8 @@ static int is_float(tdist_dtype_t t) { return t <= TDIST_FLOAT64; }
  * integers are random bits over the whole type, so sums and products wrap. */
 static void put(void *b, tdist_dtype_t t, size_t i, uint64_t r) {
   uint8_t *p = b;
-  float f = (float)((int)(r % 7) - 3);
+  if (test_put_float(b, t, i, (double)((int)(r % 7) - 3)) == 0) return;
   switch (t) {
-    case TDIST_FLOAT16: {
-      uint16_t h = tdist__f32_to_f16(f);
-      memcpy(p + 2 * i, &h, 2);
-      break;
-    }
-    case TDIST_BFLOAT16: {
-      uint16_t h = tdist__f32_to_bf16(f);
-      memcpy(p + 2 * i, &h, 2);
-      break;
-    }
-    case TDIST_FLOAT32: memcpy(p + 4 * i, &f, 4); break;
-    case TDIST_FLOAT64: {
-      double d = f;
-      memcpy(p + 8 * i, &d, 8);
-      break;
-    }
     case TDIST_INT8:
     case TDIST_UINT8: p[i] = (uint8_t)r; break;
     case TDIST_INT32: {
@@ -802,16 +783,9 @@ int main(int argc, char **argv) {
   unsetenv("TDIST_NCCL_DEVICE");
   g_sh = mmap(NULL, sizeof *g_sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   CHECK(g_sh != MAP_FAILED);
-  const char *sf = getenv("TEST_SHARD_STATUS_FILE");
-  if (sf && *sf) {
-    FILE *f = fopen(sf, "w");
-    if (f) fclose(f);
-  }
-  int shards = getenv("TEST_TOTAL_SHARDS") ? atoi(getenv("TEST_TOTAL_SHARDS")) : 1;
-  int shard = getenv("TEST_SHARD_INDEX") ? atoi(getenv("TEST_SHARD_INDEX")) : 0;
-  if (shards < 1) shards = 1;
-  int failed = 0, job = 0, yes = 1, no = 0, v0 = 0, v1 = 1;
-#define JOB if (job++ % shards == shard)
+  test_shard_t sh = test_shard_init("nccl_test");
+  int failed = 0, yes = 1, no = 0, v0 = 0, v1 = 1;
+#define JOB if (test_shard_take(&sh))
   JOB failed |= run("sweep", 1, sweep_body, NULL);
   JOB failed |= run("sweep", 3, sweep_body, NULL);
   JOB failed |= run("sweep", 4, sweep_body, NULL);

@@ -56,6 +56,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "clock.h"
+#include "shard.h"
 #include "ranks.h"
 
 #define LARGE 100003   /* > 64 KiB for every dtype: the ring runs */
@@ -749,12 +751,6 @@ static int other_body(int rank, int world, int port, void *arg) {
 
 /* ---------------------------------------------------------------------------------------- */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 int main(void) {
   /* Jobs in an order that spreads the heavy (large world) ones over the shards. */
   static const struct {
@@ -765,14 +761,7 @@ int main(void) {
       {3, 0}, {3, 1}, {3, 2}, {2, 0}, {2, 1}, {2, 2}, {1, 0}, {1, 1}, {1, 2},
   };
   const int njobs = (int)(sizeof jobs / sizeof jobs[0]);
-  const char *sf = getenv("TEST_SHARD_STATUS_FILE");
-  if (sf && *sf) {
-    FILE *f = fopen(sf, "w");
-    if (f) fclose(f);
-  }
-  int shards = getenv("TEST_TOTAL_SHARDS") ? atoi(getenv("TEST_TOTAL_SHARDS")) : 1;
-  int shard = getenv("TEST_SHARD_INDEX") ? atoi(getenv("TEST_SHARD_INDEX")) : 0;
-  if (shards < 1) shards = 1;
+  test_shard_t sh = test_shard_init("collectives_sweep_test");
   _Atomic int *arrivals =
       mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   CHECK(arrivals != MAP_FAILED);
@@ -780,7 +769,7 @@ int main(void) {
    * with TDIST_SHM=0 (TCP only); the children inherit the variable. */
   int failed = 0;
   for (int j = 0; j < 2 * njobs; j++) {
-    if (j % shards != shard) continue;
+    if (!test_shard_take(&sh)) continue;
     int w = jobs[j % njobs].world, ph = jobs[j % njobs].phase, tcp = j >= njobs;
     cfg_t cfg = {.algo = ph == 0   ? "ring"
                          : ph == 1 ? "rd"

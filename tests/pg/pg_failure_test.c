@@ -32,6 +32,9 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "clock.h"
+#include "proc.h"
+#include "shard.h"
 #include "ranks.h"
 
 #define TMO 3000      /* group timeout of the failure scenarios */
@@ -56,12 +59,6 @@ typedef struct {
   int tcp_only; /* TDIST_SHM=0 */
   shared_t *sh;
 } scen_t;
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* 1 if msg contains the decimal number n as a whole token (not part of a longer number, not a
  * "#n" sequence number). */
@@ -180,11 +177,7 @@ static int kill_body(int rank, int world, int port, void *arg) {
       }
       _exit(7); /* the killer did not fire */
     }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) return 0;
-    fprintf(stderr, "victim rank %d: expected death by SIGKILL, got status 0x%x\n", rank, st);
-    return 1;
+    return test_expect_killed(pid, SIGKILL, "victim rank %d", rank);
   }
   tdist_store_t *store;
   tdist_pg_t *pg = init(rank, world, port, s, TMO, &store);
@@ -712,16 +705,9 @@ static int run(const char *name, int world, tdist_test_rank_fn fn, scen_t s) {
 int main(void) {
   g_sh = mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   CHECK(g_sh != MAP_FAILED);
-  const char *sf = getenv("TEST_SHARD_STATUS_FILE");
-  if (sf && *sf) {
-    FILE *f = fopen(sf, "w");
-    if (f) fclose(f);
-  }
-  int shards = getenv("TEST_TOTAL_SHARDS") ? atoi(getenv("TEST_TOTAL_SHARDS")) : 1;
-  int shard = getenv("TEST_SHARD_INDEX") ? atoi(getenv("TEST_SHARD_INDEX")) : 0;
-  if (shards < 1) shards = 1;
-  int failed = 0, job = 0;
-#define JOB if (job++ % shards == shard)
+  test_shard_t sh = test_shard_init("pg_failure_test");
+  int failed = 0;
+#define JOB if (test_shard_take(&sh))
   for (int tcp = 0; tcp < 2; tcp++) {
     /* (a) */
     JOB {

@@ -25,6 +25,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "clock.h"
+#include "proc.h"
 #include "ranks.h"
 
 #define KEY_FMT "/worker/attempt_3/default_pg/gloo/%d"
@@ -361,12 +363,9 @@ static void test_rendezvous(int mode, const char *name) {
     agent = start_agent(&z.port, &agent_stop); /* the workers only connect */
   else
     z.port = free_port();
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  double t0 = now_s();
   int rc = tdist_test_run_ranks(3, 60000, rdzv_body, &z);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  TEST_LOG("%s: %s in %.1f s", name, rc ? "FAILED" : "ok",
-           (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+  TEST_LOG("%s: %s in %.1f s", name, rc ? "FAILED" : "ok", now_s() - t0);
   CHECK(rc == 0);
   if (mode == 3) {
     tdist_tcp_store_options_t co = TDIST_TCP_STORE_OPTIONS_INIT;
@@ -400,9 +399,7 @@ static void test_rendezvous(int mode, const char *name) {
     }
     tdist_store_destroy(cl);
     close(agent_stop);
-    int st = 0;
-    CHECK(waitpid(agent, &st, 0) == agent);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(test_expect_exit(agent, 0, "agent store process") == 0);
   }
 }
 

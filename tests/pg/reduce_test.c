@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "rng.h"
 #include "runtime/pg/reduce.h"
 #include "tdist/pg.h"
 
@@ -30,20 +31,6 @@
 #else
 #define HAVE_X86 0
 #endif
-
-/* ---- random numbers (splitmix64) ---- */
-
-static uint64_t g_rng;
-
-static uint64_t rnd(void) {
-  uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-/* Lemire's multiply-shift: uniform enough, and no 64-bit division in the fill loops. */
-static uint64_t rnd_below(uint64_t n) { return (uint64_t)(((unsigned __int128)rnd() * n) >> 64); }
 
 /* ---- independent references for the 16-bit formats ---- */
 
@@ -940,11 +927,7 @@ static void test_kernel_choice(void) {
 }
 
 int main(void) {
-  const char *s = getenv("TDIST_TEST_SEED");
-  const uint64_t seed =
-      s ? strtoull(s, NULL, 0) : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
-  g_rng = seed;
-  TEST_LOG("seed %" PRIu64 " (rerun with TDIST_TEST_SEED=%" PRIu64 ")", seed, seed);
+  test_rng_init("reduce_test", 0); /* a fresh seed each run, printed */
   test_kernel_choice();
   test_tables();
   test_conversions();

@@ -36,6 +36,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "clock.h"
+#include "proc.h"
 #include "ranks.h"
 
 #define OK(pg, expr) CHECK_OK_MSG(expr, tdist_pg_last_error(pg))
@@ -93,18 +95,6 @@ static int bucket_of(int64_t dur_ns) {
   for (int b = 0; b < TDIST_STATS_BUCKETS; b++)
     if ((double)dur_ns <= tdist_stats_bucket_le(b) * 1e9) return b;
   return TDIST_STATS_BUCKETS;
-}
-
-static int64_t realtime_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* What the test expects, kept independently of the library. */
@@ -487,9 +477,7 @@ static int conc_body(int rank, int world, int port, void *arg) {
   }
   ca[0] = (conc_arg_t){g[0], CONC_OPS};
   conc_main(&ca[0]);
-  int ws = 0;
-  CHECK(waitpid(child, &ws, 0) == child);
-  CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  CHECK(test_expect_exit(child, 0, "stats writer in a forked child") == 0);
   f = read_stats(path);
   TEST_LOG("with a forked child: %llu all_reduces counted, %llu run",
            (unsigned long long)f->ops[k_idx[AR]], (unsigned long long)(want + 2 * CONC_OPS));
@@ -521,11 +509,7 @@ static int fail_body(int rank, int world, int port, void *arg) {
       kill(getpid(), SIGKILL);
       _exit(7);
     }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) return 0;
-    fprintf(stderr, "victim: expected death by SIGKILL, got status 0x%x\n", st);
-    return 1;
+    return test_expect_killed(pid, SIGKILL, "victim");
   }
   char path[512];
   use_stats_file("fail", rank, path, sizeof path);

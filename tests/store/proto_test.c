@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "rng.h"
 #include "wire_enc.h"
 #include "runtime/store/proto.h"
 
@@ -23,32 +24,6 @@
 
 static const tdist__proto_limits_t big_limits = {
     .max_key = 8192, .max_value = (uint64_t)64 << 20, .max_keys = 131072, .max_request = 0};
-
-/* Decodes hex text, ignoring spaces; returns the number of bytes. */
-static size_t unhex(const char *hex, uint8_t *out, size_t cap) {
-  size_t n = 0;
-  int half = -1;
-  for (const char *p = hex; *p; p++) {
-    int v;
-    if (*p >= '0' && *p <= '9')
-      v = *p - '0';
-    else if (*p >= 'a' && *p <= 'f')
-      v = *p - 'a' + 10;
-    else if (*p >= 'A' && *p <= 'F')
-      v = *p - 'A' + 10;
-    else
-      continue;
-    if (half < 0) {
-      half = v;
-    } else {
-      CHECK(n < cap);
-      out[n++] = (uint8_t)(half * 16 + v);
-      half = -1;
-    }
-  }
-  CHECK(half < 0);
-  return n;
-}
 
 static int slice_is(tdist__slice_t s, const char *text) {
   size_t len = strlen(text);
@@ -671,15 +646,6 @@ static void test_limits(void) {
 /* Random round trip                                                                        */
 /* ---------------------------------------------------------------------------------------- */
 
-static uint64_t rng_state;
-static uint64_t rnd(void) { /* splitmix64 */
-  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static size_t rnd_below(size_t n) { return (size_t)(rnd() % n); }
-
 typedef struct {
   size_t off, len; /* into the random byte pool */
 } span_t;
@@ -821,7 +787,7 @@ static void check_request(const tdist__request_t *r, const expect_t *x) {
 }
 
 static void test_random(uint64_t seed) {
-  rng_state = seed;
+  test_rng_seed(&test_rng, seed);
   for (size_t i = 0; i < sizeof(pool); i++) pool[i] = (uint8_t)rnd();
   const tdist__dialect_t dialects[] = {TDIST__DIALECT_V1_13, TDIST__DIALECT_V2};
   size_t total = 0;
@@ -869,11 +835,7 @@ static void test_random(uint64_t seed) {
 }
 
 int main(int argc, char **argv) {
-  uint64_t seed = 20240601;
-  const char *env = getenv("TDIST_TEST_SEED");
-  if (env && *env) seed = strtoull(env, NULL, 0);
-  if (argc > 1) seed = strtoull(argv[1], NULL, 0);
-  TEST_LOG("proto_test seed %" PRIu64 " (rerun with TDIST_TEST_SEED=%" PRIu64 ")", seed, seed);
+  uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : test_seed("proto_test", 20240601);
   test_captures();
   test_pipelined();
   test_classify();

@@ -29,6 +29,10 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "clock.h"
+#include "rng.h"
+#include "wire_enc.h"
+#include "proc.h"
 #include "tdist/tdist.h"
 
 #define N_IDLE 10000
@@ -44,52 +48,10 @@ static void fail(const char *fmt, ...) {
   exit(1);
 }
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-static int64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static uint64_t splitmix(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 /* ---- raw client (wire bytes from reference §1.2) ---- */
-enum {
-  OP_SET,
-  OP_CAS,
-  OP_GET,
-  OP_ADD,
-  OP_CHECK,
-  OP_WAIT,
-  OP_NUMKEYS,
-  OP_DELETE,
-  OP_APPEND,
-  OP_MGET,
-  OP_MSET,
-  OP_PING,
-  OP_QPUSH,
-  OP_QPOP,
-  OP_QLEN,
-  OP_N
-};
-static const int v113_wire[OP_N] = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x08,
-                                    -1,   -1,   -1,   -1,   -1,   -1,   -1};
-static const int v2_wire[OP_N] = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,
-                                  0x09, 0x0A, 0x0B, 0x0D, 0x0E, 0x0F, 0x10};
-
 typedef struct {
   int fd, v2;
-  uint8_t *p; /* request being built */
-  size_t len, cap;
+  enc_t m; /* request being built (wire_enc.h) */
 } conn_t;
 
 static int connect_loopback(int port) {
@@ -131,40 +93,21 @@ static void conn_open(conn_t *c, int port, int v2) {
 }
 static void conn_close(conn_t *c) {
   close(c->fd);
-  free(c->p);
+  free(c->m.p);
   c->fd = -1;
-  c->p = NULL;
+  c->m = (enc_t){0};
 }
 
-static void put(conn_t *c, const void *d, size_t n) {
-  if (c->len + n > c->cap) {
-    size_t cap = c->cap ? c->cap : 256;
-    while (cap < c->len + n) cap *= 2;
-    c->p = realloc(c->p, cap);
-    CHECK(c->p != NULL);
-    c->cap = cap;
-  }
-  if (n) memcpy(c->p + c->len, d, n);
-  c->len += n;
-}
-static void put_u64(conn_t *c, uint64_t v) {
-  uint8_t b[8];
-  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-  put(c, b, 8);
-}
-static void put_str(conn_t *c, const void *s, size_t n) {
-  put_u64(c, n);
-  put(c, s, n);
-}
+static void put_u64(conn_t *c, uint64_t v) { enc_u64(&c->m, v); }
+static void put_str(conn_t *c, const void *s, size_t n) { enc_str(&c->m, s, n); }
 static void put_op(conn_t *c, int op) {
   int w = c->v2 ? v2_wire[op] : v113_wire[op];
   CHECK(w >= 0);
-  uint8_t b = (uint8_t)w;
-  put(c, &b, 1);
+  enc_u8(&c->m, (uint8_t)w);
 }
 static void flush(conn_t *c) {
-  send_all(c->fd, c->p, c->len);
-  c->len = 0;
+  send_all(c->fd, c->m.p, c->m.len);
+  c->m.len = 0;
 }
 
 static void rd(conn_t *c, void *buf, size_t n) {
@@ -306,7 +249,7 @@ typedef struct {
   uint64_t n;     /* round trips done */
   int64_t cnt;    /* the ADD counter's value */
   int64_t max_us; /* slowest round trip */
-  uint64_t rng;
+  test_rng_t rng;
 } worker_t;
 
 /* One SET + GET + ADD round trip, values checked. Alternates dialects by connection. */
@@ -314,7 +257,7 @@ static void work_once(worker_t *w) {
   int64_t t0 = now_us();
   char key[32], val[48];
   snprintf(key, sizeof(key), "/work/%" PRIu64, w->n % 64);
-  int vlen = snprintf(val, sizeof(val), "v%" PRIu64 "-%" PRIx64, w->n, splitmix(&w->rng));
+  int vlen = snprintf(val, sizeof(val), "v%" PRIu64 "-%" PRIx64, w->n, test_rng_next(&w->rng));
   conn_t *c = &w->c;
   put_op(c, OP_SET);
   put_str(c, key, strlen(key));
@@ -362,7 +305,7 @@ static void test_idle_connections(uint64_t seed) {
   long rss0 = rss_kib();
   worker_t w;
   memset(&w, 0, sizeof(w));
-  w.rng = seed;
+  test_rng_seed(&w.rng, seed);
   conn_open(&w.c, port, 1);
   CHECK(write(down[1], &port, sizeof(port)) == sizeof(port));
 
@@ -413,9 +356,7 @@ static void test_idle_connections(uint64_t seed) {
 
   /* all close at once; the server keeps serving */
   CHECK(write(down[1], "X", 1) == 1);
-  int status = 0;
-  CHECK(waitpid(pid, &status, 0) == pid);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(test_expect_exit(pid, 0, "the child holding idle connections") == 0);
   int64_t t2 = now_ms();
   w.max_us = 0;
   before = w.n;
@@ -463,7 +404,7 @@ typedef struct {
 
 typedef struct {
   int id, port;
-  uint64_t rng;
+  test_rng_t rng;
   mval_t keys[N_KEYS];
   char queue[64][MAX_V]; /* FIFO of strings */
   int qhead, qtail;
@@ -493,8 +434,8 @@ static int is_integer(const mval_t *m, int64_t *out) {
 }
 
 static size_t rnd_value(tstate_t *t, uint8_t *buf) {
-  size_t n = splitmix(&t->rng) % (MAX_V + 1);
-  for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)('a' + splitmix(&t->rng) % 26);
+  size_t n = test_rng_next(&t->rng) % (MAX_V + 1);
+  for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)('a' + test_rng_next(&t->rng) % 26);
   return n;
 }
 
@@ -505,10 +446,10 @@ static void *thread_main(void *arg) {
   char key[64];
   uint8_t val[MAX_V + 1];
   for (int i = 0; i < N_OPS; i++) {
-    int j = (int)(splitmix(&t->rng) % N_KEYS);
+    int j = (int)(test_rng_next(&t->rng) % N_KEYS);
     mval_t *m = &t->keys[j];
     tkey(t, j, key, sizeof(key));
-    int choice = (int)(splitmix(&t->rng) % (c.v2 ? 14 : 9));
+    int choice = (int)(test_rng_next(&t->rng) % (c.v2 ? 14 : 9));
     switch (choice) {
       case 0: { /* SET */
         size_t n = rnd_value(t, val);
@@ -540,7 +481,7 @@ static void *thread_main(void *arg) {
           memcpy(m->v, "10", 2);
           cur = 10;
         }
-        int64_t d = (int64_t)(splitmix(&t->rng) % 2001) - 1000;
+        int64_t d = (int64_t)(test_rng_next(&t->rng) % 2001) - 1000;
         put_op(&c, OP_ADD);
         put_str(&c, key, strlen(key));
         put_u64(&c, (uint64_t)d);
@@ -555,7 +496,7 @@ static void *thread_main(void *arg) {
       case 3: { /* COMPARE_SET, with a right or a wrong expected value */
         uint8_t exp[MAX_V * 8 + 1], des[MAX_V + 1];
         size_t elen;
-        int coin = (int)(splitmix(&t->rng) % 3);
+        int coin = (int)(test_rng_next(&t->rng) % 3);
         if (coin == 0 && m->present) {
           elen = m->len;
           memcpy(exp, m->v, elen);
@@ -599,7 +540,7 @@ static void *thread_main(void *arg) {
       }
       case 5:   /* CHECK of two keys */
       case 6: { /* WAIT on present keys only (it would block otherwise) */
-        int j2 = (int)(splitmix(&t->rng) % N_KEYS);
+        int j2 = (int)(test_rng_next(&t->rng) % N_KEYS);
         char key2[64];
         tkey(t, j2, key2, sizeof(key2));
         if (choice == 6 && !(m->present && t->keys[j2].present)) break;
@@ -616,7 +557,7 @@ static void *thread_main(void *arg) {
       }
       case 7:
       case 8: { /* the shared counter */
-        int64_t d = (int64_t)(splitmix(&t->rng) % 21) - 10;
+        int64_t d = (int64_t)(test_rng_next(&t->rng) % 21) - 10;
         put_op(&c, OP_ADD);
         put_str(&c, "/m/shared", 9);
         put_u64(&c, (uint64_t)d);
@@ -639,7 +580,7 @@ static void *thread_main(void *arg) {
         break;
       }
       case 10: { /* MULTI_SET of two keys, then MULTI_GET of the present ones (2.x) */
-        int j2 = (int)(splitmix(&t->rng) % N_KEYS);
+        int j2 = (int)(test_rng_next(&t->rng) % N_KEYS);
         char key2[64];
         tkey(t, j2, key2, sizeof(key2));
         uint8_t v2b[MAX_V + 1];
@@ -747,7 +688,7 @@ static void test_threads(uint64_t seed) {
   for (int i = 0; i < N_THREADS; i++) {
     ts[i].id = i;
     ts[i].port = port;
-    ts[i].rng = seed * 1000003u + (uint64_t)i;
+    test_rng_seed(&ts[i].rng, seed * 1000003u + (uint64_t)i);
     CHECK(pthread_create(&th[i], &attr, thread_main, &ts[i]) == 0);
   }
   pthread_attr_destroy(&attr);
@@ -788,10 +729,7 @@ static void test_threads(uint64_t seed) {
 }
 
 int main(void) {
-  uint64_t seed = 777;
-  const char *env = getenv("TDIST_TEST_SEED");
-  if (env && *env) seed = strtoull(env, NULL, 0);
-  TEST_LOG("server_stress_test seed %" PRIu64, seed);
+  uint64_t seed = test_seed("server_stress_test", 777);
   test_idle_connections(seed);
   test_threads(seed);
   TEST_LOG("server_stress_test: all passed");

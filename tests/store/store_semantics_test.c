@@ -24,48 +24,19 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "clock.h"
 #include "tdist/tdist.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Helpers                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
-#define CHECK_STATUS(expr, want, store)                                                        \
-  do {                                                                                         \
-    tdist_status_t got_ = (expr);                                                              \
-    tdist_status_t want_ = (want);                                                             \
-    if (got_ != want_) {                                                                       \
-      const tdist_store_t *cs_ = (store);                                                      \
-      fprintf(stderr, "%s:%d: [%s] %s returned %s, want %s; detail: %s\n", __FILE__, __LINE__, \
-              current_case, #expr, tdist_status_name(got_), tdist_status_name(want_),          \
-              cs_ ? tdist_store_last_error(cs_) : "");                                         \
-      exit(1);                                                                                 \
-    }                                                                                          \
-  } while (0)
-
-#define CHECK_SOK(expr, store) CHECK_STATUS(expr, TDIST_OK, store)
-
 /* A byte string literal with its length, NUL bytes included. */
 #define B(lit) lit, (sizeof(lit) - 1)
 
-static const char *current_case = "";
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms) {
-  if (ms <= 0) return;
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
 static void check_elapsed(int64_t elapsed, int64_t lo, int64_t hi) {
   if (elapsed < lo || elapsed > hi) {
-    fprintf(stderr, "[%s] elapsed %" PRId64 " ms, want %" PRId64 "..%" PRId64 "\n", current_case,
+    fprintf(stderr, "[%s] elapsed %" PRId64 " ms, want %" PRId64 "..%" PRId64 "\n", test_case_name,
             elapsed, lo, hi);
     exit(1);
   }
@@ -74,10 +45,10 @@ static void check_elapsed(int64_t elapsed, int64_t lo, int64_t hi) {
 static void expect_get(tdist_store_t *s, const char *key, const void *want, size_t want_len) {
   void *v = NULL;
   size_t n = 999;
-  CHECK_SOK(tdist_store_get(s, key, &v, &n), s);
+  CHECK_STORE_OK(tdist_store_get(s, key, &v, &n), s);
   if (n != want_len || (n && memcmp(v, want, n) != 0)) {
-    fprintf(stderr, "[%s] get(%s): got %zu bytes \"%.*s\", want %zu bytes \"%.*s\"\n", current_case,
-            key, n, (int)(n > 64 ? 64 : n), (const char *)v, want_len,
+    fprintf(stderr, "[%s] get(%s): got %zu bytes \"%.*s\", want %zu bytes \"%.*s\"\n",
+            test_case_name, key, n, (int)(n > 64 ? 64 : n), (const char *)v, want_len,
             (int)(want_len > 64 ? 64 : want_len), (const char *)want);
     exit(1);
   }
@@ -91,14 +62,14 @@ static void expect_get_str(tdist_store_t *s, const char *key, const char *want) 
 static int exists(tdist_store_t *s, const char *key) {
   int ready = -1;
   const char *keys[1] = {key};
-  CHECK_SOK(tdist_store_check(s, keys, 1, &ready), s);
+  CHECK_STORE_OK(tdist_store_check(s, keys, 1, &ready), s);
   CHECK(ready == 0 || ready == 1);
   return ready;
 }
 
 static int64_t num_keys(tdist_store_t *s) {
   int64_t n = -1;
-  CHECK_SOK(tdist_store_num_keys(s, &n), s);
+  CHECK_STORE_OK(tdist_store_num_keys(s, &n), s);
   CHECK(n >= 0);
   return n;
 }
@@ -321,16 +292,16 @@ static void check_cas(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) {
     const cas_row_t *r = &cas_rows[i];
     char key[32];
     snprintf(key, sizeof key, "cas-%zu", i);
-    if (r->present) CHECK_SOK(tdist_store_set(s, key, r->initial, r->initial_len), s);
+    if (r->present) CHECK_STORE_OK(tdist_store_set(s, key, r->initial, r->initial_len), s);
     int64_t n0 = num_keys(s);
     void *out = NULL;
     size_t out_len = 0;
-    CHECK_SOK(tdist_store_compare_set(s, key, r->expected, r->expected_len, r->desired,
-                                      r->desired_len, &out, &out_len),
-              s);
+    CHECK_STORE_OK(tdist_store_compare_set(s, key, r->expected, r->expected_len, r->desired,
+                                           r->desired_len, &out, &out_len),
+                   s);
     if (out_len != r->reply_len || (out_len && memcmp(out, r->reply, out_len) != 0)) {
-      fprintf(stderr, "[%s] CAS row \"%s\": reply of %zu bytes, want %zu\n", current_case, r->what,
-              out_len, r->reply_len);
+      fprintf(stderr, "[%s] CAS row \"%s\": reply of %zu bytes, want %zu\n", test_case_name,
+              r->what, out_len, r->reply_len);
       exit(1);
     }
     tdist_free(out);
@@ -369,9 +340,9 @@ static void check_add(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) {
     const add_row_t *r = &add_rows[i];
     char key[32];
     snprintf(key, sizeof key, "add-%zu", i);
-    if (r->initial) CHECK_SOK(tdist_store_set(s, key, r->initial, strlen(r->initial)), s);
+    if (r->initial) CHECK_STORE_OK(tdist_store_set(s, key, r->initial, strlen(r->initial)), s);
     int64_t n0 = num_keys(s), res = 0;
-    CHECK_SOK(tdist_store_add(s, key, r->delta, &res), s);
+    CHECK_STORE_OK(tdist_store_add(s, key, r->delta, &res), s);
     CHECK_EQ_INT(res, r->result);
     CHECK_EQ_INT(num_keys(s), n0 + (r->initial == NULL));
     expect_get_str(s, key, r->text);
@@ -381,7 +352,7 @@ static void check_add(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) {
   int64_t total = 0;
   for (int i = 1; i <= 20; i++) {
     int64_t res = 0;
-    CHECK_SOK(tdist_store_add(s, "add-run", i * (i % 2 ? 1 : -3), i % 3 ? &res : NULL), s);
+    CHECK_STORE_OK(tdist_store_add(s, "add-run", i * (i % 2 ? 1 : -3), i % 3 ? &res : NULL), s);
     total += i * (i % 2 ? 1 : -3);
     if (i % 3) CHECK_EQ_INT(res, total);
   }
@@ -393,12 +364,12 @@ static void check_add(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char key[32];
     snprintf(key, sizeof key, "add-bad-%zu", i);
-    CHECK_SOK(tdist_store_set(s, key, bad[i], strlen(bad[i])), s);
+    CHECK_STORE_OK(tdist_store_set(s, key, bad[i], strlen(bad[i])), s);
     int64_t res = 77;
-    CHECK_STATUS(tdist_store_add(s, key, 1, &res), TDIST_ERR_INVALID_USAGE, s);
+    CHECK_STORE_STATUS(tdist_store_add(s, key, 1, &res), TDIST_ERR_INVALID_USAGE, s);
     CHECK(tdist_store_last_error(s)[0] != '\0');
     expect_get_str(s, key, bad[i]);
-    CHECK_SOK(tdist_store_add(s, "add-run", 0, &res), s);
+    CHECK_STORE_OK(tdist_store_add(s, "add-run", 0, &res), s);
     CHECK_EQ_INT(res, total);
   }
 }
@@ -406,56 +377,56 @@ static void check_add(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) {
 static void check_num_keys_and_delete(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) {
   int64_t n0 = num_keys(s);
   CHECK_EQ_INT(num_keys(raw), n0); /* the whole store, whatever the prefix */
-  CHECK_SOK(tdist_store_set(s, "nk-a", B("1")), s);
-  CHECK_SOK(tdist_store_set(s, "nk-b", B("")), s);
-  CHECK_SOK(tdist_store_set(s, "nk-c", B("\0")), s);
+  CHECK_STORE_OK(tdist_store_set(s, "nk-a", B("1")), s);
+  CHECK_STORE_OK(tdist_store_set(s, "nk-b", B("")), s);
+  CHECK_STORE_OK(tdist_store_set(s, "nk-c", B("\0")), s);
   CHECK_EQ_INT(num_keys(s), n0 + 3);
-  CHECK_SOK(tdist_store_set(s, "nk-a", B("2")), s); /* overwrite: no new key */
+  CHECK_STORE_OK(tdist_store_set(s, "nk-a", B("2")), s); /* overwrite: no new key */
   CHECK_EQ_INT(num_keys(s), n0 + 3);
   /* A key outside the prefix counts too. SET has no reply, so ask `raw` first: its answer
    * means the server has applied the SET before `s` (maybe another connection) asks. */
-  CHECK_SOK(tdist_store_set(raw, "nk-outside", B("o")), raw);
+  CHECK_STORE_OK(tdist_store_set(raw, "nk-outside", B("o")), raw);
   CHECK_EQ_INT(num_keys(raw), n0 + 4);
   CHECK_EQ_INT(num_keys(s), n0 + 4);
 
   int del = -1;
-  CHECK_SOK(tdist_store_delete_key(s, "nk-b", &del), s);
+  CHECK_STORE_OK(tdist_store_delete_key(s, "nk-b", &del), s);
   CHECK_EQ_INT(del, 1);
   CHECK_EQ_INT(exists(s, "nk-b"), 0);
   CHECK_EQ_INT(exists(raw, raw_key(c, "nk-b")), 0);
   CHECK_EQ_INT(num_keys(s), n0 + 3);
   del = -1;
-  CHECK_SOK(tdist_store_delete_key(s, "nk-b", &del), s);
+  CHECK_STORE_OK(tdist_store_delete_key(s, "nk-b", &del), s);
   CHECK_EQ_INT(del, 0);
   del = -1;
-  CHECK_SOK(tdist_store_delete_key(s, "nk-never", &del), s);
+  CHECK_STORE_OK(tdist_store_delete_key(s, "nk-never", &del), s);
   CHECK_EQ_INT(del, 0);
-  CHECK_SOK(tdist_store_delete_key(s, "nk-c", NULL), s);
+  CHECK_STORE_OK(tdist_store_delete_key(s, "nk-c", NULL), s);
   CHECK_EQ_INT(exists(s, "nk-c"), 0);
   CHECK_EQ_INT(num_keys(s), n0 + 2);
   expect_get_str(s, "nk-a", "2");
   /* Through the raw handle: deleting "prefix/key" is what the prefixed delete does. */
-  CHECK_SOK(tdist_store_delete_key(raw, raw_key(c, "nk-a"), &del), raw);
+  CHECK_STORE_OK(tdist_store_delete_key(raw, raw_key(c, "nk-a"), &del), raw);
   CHECK_EQ_INT(del, 1);
   CHECK_EQ_INT(exists(s, "nk-a"), 0);
   if (c->full_prefix[0]) {
     /* A prefixed delete of "nk-outside" must not touch the unprefixed key. */
-    CHECK_SOK(tdist_store_delete_key(s, "nk-outside", &del), s);
+    CHECK_STORE_OK(tdist_store_delete_key(s, "nk-outside", &del), s);
     CHECK_EQ_INT(del, 0);
     CHECK_EQ_INT(exists(raw, "nk-outside"), 1);
   }
-  CHECK_SOK(tdist_store_delete_key(raw, "nk-outside", &del), raw);
+  CHECK_STORE_OK(tdist_store_delete_key(raw, "nk-outside", &del), raw);
   CHECK_EQ_INT(del, 1);
   CHECK_EQ_INT(num_keys(s), n0);
   /* A deleted key can come back. */
-  CHECK_SOK(tdist_store_set(s, "nk-b", B("again")), s);
+  CHECK_STORE_OK(tdist_store_set(s, "nk-b", B("again")), s);
   expect_get_str(s, "nk-b", "again");
-  CHECK_SOK(tdist_store_delete_key(s, "nk-b", NULL), s);
+  CHECK_STORE_OK(tdist_store_delete_key(s, "nk-b", NULL), s);
 }
 
 static void check_check(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) {
-  CHECK_SOK(tdist_store_set(s, "chk-1", B("")), s);
-  CHECK_SOK(tdist_store_set(s, "chk-2", B("x")), s);
+  CHECK_STORE_OK(tdist_store_set(s, "chk-1", B("")), s);
+  CHECK_STORE_OK(tdist_store_set(s, "chk-2", B("x")), s);
   static const struct {
     int n;
     const char *keys[4];
@@ -471,32 +442,32 @@ static void check_check(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) 
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     int ready = -1;
-    CHECK_SOK(tdist_store_check(s, rows[i].keys, (size_t)rows[i].n, &ready), s);
+    CHECK_STORE_OK(tdist_store_check(s, rows[i].keys, (size_t)rows[i].n, &ready), s);
     CHECK_EQ_INT(ready, rows[i].ready);
   }
   if (c->full_prefix[0]) {
     /* An unprefixed key of the same name is invisible through the prefix. */
-    CHECK_SOK(tdist_store_set(raw, "chk-raw-only", B("r")), raw);
+    CHECK_STORE_OK(tdist_store_set(raw, "chk-raw-only", B("r")), raw);
     CHECK_EQ_INT(exists(s, "chk-raw-only"), 0);
     CHECK_EQ_INT(exists(raw, raw_key(c, "chk-1")), 1);
     CHECK_EQ_INT(exists(raw, "chk-1"), 0);
-    CHECK_SOK(tdist_store_delete_key(raw, "chk-raw-only", NULL), raw);
+    CHECK_STORE_OK(tdist_store_delete_key(raw, "chk-raw-only", NULL), raw);
   }
 }
 
 /* wait, and every write that must wake it, each done by another thread through its own view. */
 static void check_wait(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) {
-  CHECK_SOK(tdist_store_set(s, "w-here", B("h")), s);
+  CHECK_STORE_OK(tdist_store_set(s, "w-here", B("h")), s);
   const char *here[2] = {"w-here", "w-here"};
-  CHECK_SOK(tdist_store_wait(s, here, 2, 1000), s);
-  CHECK_SOK(tdist_store_wait(s, here, 0, 1000), s);
+  CHECK_STORE_OK(tdist_store_wait(s, here, 2, 1000), s);
+  CHECK_STORE_OK(tdist_store_wait(s, here, 0, 1000), s);
 
   const char *missing[2] = {"w-here", "w-missing"};
   int64_t t0 = now_ms();
-  CHECK_STATUS(tdist_store_wait(s, missing, 2, 120), TDIST_ERR_TIMEOUT, s);
+  CHECK_STORE_STATUS(tdist_store_wait(s, missing, 2, 120), TDIST_ERR_TIMEOUT, s);
   check_elapsed(now_ms() - t0, 100, 2500);
   CHECK(tdist_store_last_error(s)[0] != '\0');
-  CHECK_SOK(tdist_store_wait(s, here, 1, 1000), s); /* the handle still works */
+  CHECK_STORE_OK(tdist_store_wait(s, here, 1, 1000), s); /* the handle still works */
 
   /* Woken by each kind of write from another thread. */
   static const act_t acts[] = {ACT_SET, ACT_ADD, ACT_APPEND, ACT_MULTI_SET};
@@ -517,10 +488,10 @@ static void check_wait(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) {
     job_start(&j);
     const char *keys[1] = {key};
     t0 = now_ms();
-    CHECK_SOK(tdist_store_wait(s, keys, 1, 5000), s);
+    CHECK_STORE_OK(tdist_store_wait(s, keys, 1, 5000), s);
     check_elapsed(now_ms() - t0, 100, 4000);
     job_join(&j);
-    CHECK_SOK(j.st, peer.top);
+    CHECK_STORE_OK(j.st, peer.top);
     expect_get_str(s, key, acts[i] == ACT_ADD ? "1" : "7");
     close_view(&peer);
   }
@@ -544,10 +515,10 @@ static void check_wait(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) {
   j2.delay_ms = 250;
   t0 = now_ms();
   job_start(&j2);
-  CHECK_SOK(tdist_store_wait(s, two, 2, 5000), s);
+  CHECK_STORE_OK(tdist_store_wait(s, two, 2, 5000), s);
   check_elapsed(now_ms() - t0, 200, 4000);
   job_join(&j2);
-  CHECK_SOK(j2.st, peer.top);
+  CHECK_STORE_OK(j2.st, peer.top);
   close_view(&peer);
 
   /* The raw handle's write of "prefix/key" releases a wait on "key" through the prefix. */
@@ -562,9 +533,9 @@ static void check_wait(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) {
     j.delay_ms = 100;
     job_start(&j);
     const char *keys[1] = {"w-from-raw"};
-    CHECK_SOK(tdist_store_wait(s, keys, 1, 5000), s);
+    CHECK_STORE_OK(tdist_store_wait(s, keys, 1, 5000), s);
     job_join(&j);
-    CHECK_SOK(j.st, rawpeer.top);
+    CHECK_STORE_OK(j.st, rawpeer.top);
     close_view(&rawpeer);
   }
   (void)raw;
@@ -578,43 +549,43 @@ static void check_timeouts(backend_ctx_t *c, view_t *v) {
   CHECK(saved > 0);
   const char *w[1] = {"to-missing"};
   /* On the base store: the wrappers follow. */
-  CHECK_SOK(tdist_store_set_timeout(v->layers[0], 150), v->layers[0]);
+  CHECK_STORE_OK(tdist_store_set_timeout(v->layers[0], 150), v->layers[0]);
   CHECK_EQ_INT(tdist_store_timeout(v->layers[0]), 150);
   CHECK_EQ_INT(tdist_store_timeout(s), 150);
   int64_t t0 = now_ms();
-  CHECK_STATUS(tdist_store_wait(s, w, 1, -1), TDIST_ERR_TIMEOUT, s);
+  CHECK_STORE_STATUS(tdist_store_wait(s, w, 1, -1), TDIST_ERR_TIMEOUT, s);
   check_elapsed(now_ms() - t0, 130, 2500);
   /* On the top handle. */
-  CHECK_SOK(tdist_store_set_timeout(s, 200), s);
+  CHECK_STORE_OK(tdist_store_set_timeout(s, 200), s);
   CHECK_EQ_INT(tdist_store_timeout(s), 200);
   void *val = NULL;
   size_t len = 0;
   t0 = now_ms();
-  CHECK_STATUS(tdist_store_get(s, "to-missing", &val, &len), TDIST_ERR_TIMEOUT, s);
+  CHECK_STORE_STATUS(tdist_store_get(s, "to-missing", &val, &len), TDIST_ERR_TIMEOUT, s);
   check_elapsed(now_ms() - t0, 180, 2500);
   CHECK(tdist_store_last_error(s)[0] != '\0');
   t0 = now_ms();
-  CHECK_STATUS(tdist_store_wait(s, w, 1, -1), TDIST_ERR_TIMEOUT, s);
+  CHECK_STORE_STATUS(tdist_store_wait(s, w, 1, -1), TDIST_ERR_TIMEOUT, s);
   check_elapsed(now_ms() - t0, 180, 2500);
-  CHECK_SOK(tdist_store_set(s, "to-here", B("h")), s);
+  CHECK_STORE_OK(tdist_store_set(s, "to-here", B("h")), s);
   const char *mk[2] = {"to-here", "to-missing"};
   void *vals[2] = {0};
   size_t lens[2] = {0};
   t0 = now_ms();
-  CHECK_STATUS(tdist_store_multi_get(s, mk, 2, vals, lens), TDIST_ERR_TIMEOUT, s);
+  CHECK_STORE_STATUS(tdist_store_multi_get(s, mk, 2, vals, lens), TDIST_ERR_TIMEOUT, s);
   check_elapsed(now_ms() - t0, 180, 2500);
   if (c->v2) {
     t0 = now_ms();
-    CHECK_STATUS(tdist_store_queue_pop(s, "to-queue", -1, &val, &len), TDIST_ERR_TIMEOUT, s);
+    CHECK_STORE_STATUS(tdist_store_queue_pop(s, "to-queue", -1, &val, &len), TDIST_ERR_TIMEOUT, s);
     check_elapsed(now_ms() - t0, 180, 2500);
     t0 = now_ms();
-    CHECK_STATUS(tdist_store_queue_pop(s, "to-queue", 100, &val, &len), TDIST_ERR_TIMEOUT, s);
+    CHECK_STORE_STATUS(tdist_store_queue_pop(s, "to-queue", 100, &val, &len), TDIST_ERR_TIMEOUT, s);
     check_elapsed(now_ms() - t0, 80, 2500);
   }
   /* After the timeouts the handle answers correctly. */
   expect_get_str(s, "to-here", "h");
-  CHECK_SOK(tdist_store_set_timeout(s, saved), s);
-  CHECK_SOK(tdist_store_set_timeout(v->layers[0], saved), v->layers[0]);
+  CHECK_STORE_OK(tdist_store_set_timeout(s, saved), s);
+  CHECK_STORE_OK(tdist_store_set_timeout(v->layers[0], saved), v->layers[0]);
   CHECK_EQ_INT(tdist_store_timeout(s), saved);
 }
 
@@ -623,7 +594,7 @@ static void check_multi(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) 
   const void *vals[5] = {"first", "bee", "", "second", "\0\1\0"};
   const size_t lens[5] = {5, 3, 0, 6, 3};
   int64_t n0 = num_keys(s);
-  CHECK_SOK(tdist_store_multi_set(s, keys, vals, lens, 5), s);
+  CHECK_STORE_OK(tdist_store_multi_set(s, keys, vals, lens, 5), s);
   CHECK_EQ_INT(num_keys(s), n0 + 4);
   /* Pairs apply in order: the later "m-a" wins. */
   expect_get(s, "m-a", B("second"));
@@ -633,17 +604,17 @@ static void check_multi(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) 
   const size_t want_len[5] = {3, 6, 0, 3, 3};
   void *out[5] = {0};
   size_t out_len[5] = {0};
-  CHECK_SOK(tdist_store_multi_get(s, gk, 5, out, out_len), s);
+  CHECK_STORE_OK(tdist_store_multi_get(s, gk, 5, out, out_len), s);
   for (int i = 0; i < 5; i++) {
     CHECK_MEM_EQ(out[i], out_len[i], want[i], want_len[i]);
     tdist_free(out[i]);
   }
-  CHECK_SOK(tdist_store_multi_get(s, gk, 0, out, out_len), s);
-  CHECK_SOK(tdist_store_multi_set(s, keys, vals, lens, 0), s);
+  CHECK_STORE_OK(tdist_store_multi_get(s, gk, 0, out, out_len), s);
+  CHECK_STORE_OK(tdist_store_multi_set(s, keys, vals, lens, 0), s);
   CHECK_EQ_INT(num_keys(s), n0 + 4);
   /* The raw handle reads them all under "prefix/". */
   const char *rk[2] = {raw_key(c, "m-a"), raw_key(c, "m-empty")};
-  CHECK_SOK(tdist_store_multi_get(raw, rk, 2, out, out_len), raw);
+  CHECK_STORE_OK(tdist_store_multi_get(raw, rk, 2, out, out_len), raw);
   CHECK_MEM_EQ(out[0], out_len[0], "second", 6);
   CHECK_MEM_EQ(out[1], out_len[1], "", 0);
   tdist_free(out[0]);
@@ -660,10 +631,10 @@ static void check_multi(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) 
   job_start(&j);
   const char *lk[2] = {"m-b", "m-late"};
   int64_t t0 = now_ms();
-  CHECK_SOK(tdist_store_multi_get(s, lk, 2, out, out_len), s);
+  CHECK_STORE_OK(tdist_store_multi_get(s, lk, 2, out, out_len), s);
   check_elapsed(now_ms() - t0, 100, 4000);
   job_join(&j);
-  CHECK_SOK(j.st, peer.top);
+  CHECK_STORE_OK(j.st, peer.top);
   CHECK_MEM_EQ(out[0], out_len[0], "bee", 3);
   CHECK_MEM_EQ(out[1], out_len[1], "late", 4);
   tdist_free(out[0]);
@@ -674,33 +645,33 @@ static void check_multi(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) 
 static void check_append(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) {
   if (!c->v2) {
     int64_t n0 = num_keys(s);
-    CHECK_STATUS(tdist_store_append(s, "ap-x", B("abc")), TDIST_ERR_NOT_AVAILABLE, s);
+    CHECK_STORE_STATUS(tdist_store_append(s, "ap-x", B("abc")), TDIST_ERR_NOT_AVAILABLE, s);
     CHECK(tdist_store_last_error(s)[0] != '\0');
     CHECK_EQ_INT(num_keys(s), n0);
     CHECK_EQ_INT(exists(s, "ap-x"), 0);
     return;
   }
   int64_t n0 = num_keys(s);
-  CHECK_SOK(tdist_store_append(s, "ap-x", B("ab\0")), s);
+  CHECK_STORE_OK(tdist_store_append(s, "ap-x", B("ab\0")), s);
   CHECK_EQ_INT(num_keys(s), n0 + 1);
   expect_get(s, "ap-x", B("ab\0"));
-  CHECK_SOK(tdist_store_append(s, "ap-x", B("cd")), s);
-  CHECK_SOK(tdist_store_append(s, "ap-x", B("")), s);
+  CHECK_STORE_OK(tdist_store_append(s, "ap-x", B("cd")), s);
+  CHECK_STORE_OK(tdist_store_append(s, "ap-x", B("")), s);
   expect_get(s, "ap-x", B("ab\0cd"));
   expect_get(raw, raw_key(c, "ap-x"), B("ab\0cd"));
-  CHECK_SOK(tdist_store_set(s, "ap-y", B("set")), s);
-  CHECK_SOK(tdist_store_append(s, "ap-y", B("+app")), s);
+  CHECK_STORE_OK(tdist_store_set(s, "ap-y", B("set")), s);
+  CHECK_STORE_OK(tdist_store_append(s, "ap-y", B("+app")), s);
   expect_get(s, "ap-y", B("set+app"));
   /* Appending nothing to a missing key still creates it, empty. */
-  CHECK_SOK(tdist_store_append(s, "ap-empty", B("")), s);
+  CHECK_STORE_OK(tdist_store_append(s, "ap-empty", B("")), s);
   CHECK_EQ_INT(exists(s, "ap-empty"), 1);
   expect_get(s, "ap-empty", B(""));
   CHECK_EQ_INT(num_keys(s), n0 + 3);
   /* Appended decimal text is an integer for ADD. */
-  CHECK_SOK(tdist_store_append(s, "ap-num", B("1")), s);
-  CHECK_SOK(tdist_store_append(s, "ap-num", B("2")), s);
+  CHECK_STORE_OK(tdist_store_append(s, "ap-num", B("1")), s);
+  CHECK_STORE_OK(tdist_store_append(s, "ap-num", B("2")), s);
   int64_t r = 0;
-  CHECK_SOK(tdist_store_add(s, "ap-num", 1, &r), s);
+  CHECK_STORE_OK(tdist_store_add(s, "ap-num", 1, &r), s);
   CHECK_EQ_INT(r, 13);
 }
 
@@ -714,37 +685,37 @@ static void check_queue(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) 
   size_t n = 0;
   int64_t len = -1;
   if (!c->v2) {
-    CHECK_STATUS(tdist_store_queue_push(s, "q", B("a")), TDIST_ERR_NOT_AVAILABLE, s);
-    CHECK_STATUS(tdist_store_queue_pop(s, "q", 0, &v, &n), TDIST_ERR_NOT_AVAILABLE, s);
-    CHECK_STATUS(tdist_store_queue_len(s, "q", &len), TDIST_ERR_NOT_AVAILABLE, s);
+    CHECK_STORE_STATUS(tdist_store_queue_push(s, "q", B("a")), TDIST_ERR_NOT_AVAILABLE, s);
+    CHECK_STORE_STATUS(tdist_store_queue_pop(s, "q", 0, &v, &n), TDIST_ERR_NOT_AVAILABLE, s);
+    CHECK_STORE_STATUS(tdist_store_queue_len(s, "q", &len), TDIST_ERR_NOT_AVAILABLE, s);
     return;
   }
-  CHECK_SOK(tdist_store_queue_len(s, "q-unknown", &len), s);
+  CHECK_STORE_OK(tdist_store_queue_len(s, "q-unknown", &len), s);
   CHECK_EQ_INT(len, 0);
-  CHECK_STATUS(tdist_store_queue_pop(s, "q-unknown", 0, &v, &n), TDIST_ERR_NOT_FOUND, s);
+  CHECK_STORE_STATUS(tdist_store_queue_pop(s, "q-unknown", 0, &v, &n), TDIST_ERR_NOT_FOUND, s);
   CHECK(tdist_store_last_error(s)[0] != '\0');
   static const item_t items[] = {{B("first")}, {B("")}, {B("\0x\0")}, {B("last")}};
   for (size_t i = 0; i < 4; i++) {
-    CHECK_SOK(tdist_store_queue_push(s, "q", items[i].val, items[i].len), s);
-    CHECK_SOK(tdist_store_queue_len(s, "q", &len), s);
+    CHECK_STORE_OK(tdist_store_queue_push(s, "q", items[i].val, items[i].len), s);
+    CHECK_STORE_OK(tdist_store_queue_len(s, "q", &len), s);
     CHECK_EQ_INT(len, (int64_t)i + 1);
   }
   /* Through the raw handle the queue is "prefix/q". */
-  CHECK_SOK(tdist_store_queue_len(raw, raw_key(c, "q"), &len), raw);
+  CHECK_STORE_OK(tdist_store_queue_len(raw, raw_key(c, "q"), &len), raw);
   CHECK_EQ_INT(len, 4);
   if (c->full_prefix[0]) {
-    CHECK_SOK(tdist_store_queue_len(raw, "q", &len), raw);
+    CHECK_STORE_OK(tdist_store_queue_len(raw, "q", &len), raw);
     CHECK_EQ_INT(len, 0);
   }
   for (size_t i = 0; i < 4; i++) { /* FIFO */
-    CHECK_SOK(tdist_store_queue_pop(s, "q", i % 2 ? 0 : 1000, &v, &n), s);
+    CHECK_STORE_OK(tdist_store_queue_pop(s, "q", i % 2 ? 0 : 1000, &v, &n), s);
     CHECK_MEM_EQ(v, n, items[i].val, items[i].len);
     tdist_free(v);
   }
-  CHECK_SOK(tdist_store_queue_len(s, "q", &len), s);
+  CHECK_STORE_OK(tdist_store_queue_len(s, "q", &len), s);
   CHECK_EQ_INT(len, 0);
   int64_t t0 = now_ms();
-  CHECK_STATUS(tdist_store_queue_pop(s, "q", 0, &v, &n), TDIST_ERR_NOT_FOUND, s);
+  CHECK_STORE_STATUS(tdist_store_queue_pop(s, "q", 0, &v, &n), TDIST_ERR_NOT_FOUND, s);
   check_elapsed(now_ms() - t0, 0, 1000);
 
   /* A blocking pop is woken by a push from another thread. */
@@ -758,12 +729,12 @@ static void check_queue(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) 
   j.delay_ms = 150;
   job_start(&j);
   t0 = now_ms();
-  CHECK_SOK(tdist_store_queue_pop(s, "q", 5000, &v, &n), s);
+  CHECK_STORE_OK(tdist_store_queue_pop(s, "q", 5000, &v, &n), s);
   check_elapsed(now_ms() - t0, 100, 4000);
   CHECK_MEM_EQ(v, n, "pushed", 6);
   tdist_free(v);
   job_join(&j);
-  CHECK_SOK(j.st, peer.top);
+  CHECK_STORE_OK(j.st, peer.top);
   close_view(&peer);
 
   /* A push wakes one pop: two blocked poppers, one push, then the other. */
@@ -779,17 +750,17 @@ static void check_queue(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) 
   }
   sleep_ms(200);
   CHECK(!job_done(&pop[0]) && !job_done(&pop[1]));
-  CHECK_SOK(tdist_store_queue_push(s, "q-two", B("one")), s);
+  CHECK_STORE_OK(tdist_store_queue_push(s, "q-two", B("one")), s);
   int64_t deadline = now_ms() + 3000;
   while (!job_done(&pop[0]) && !job_done(&pop[1]) && now_ms() < deadline) sleep_ms(5);
   sleep_ms(200);
   int done = job_done(&pop[0]) + job_done(&pop[1]);
   CHECK_EQ_INT(done, 1);
-  CHECK_SOK(tdist_store_queue_push(s, "q-two", B("two")), s);
+  CHECK_STORE_OK(tdist_store_queue_push(s, "q-two", B("two")), s);
   job_join(&pop[0]);
   job_join(&pop[1]);
-  CHECK_SOK(pop[0].st, pv[0].top);
-  CHECK_SOK(pop[1].st, pv[1].top);
+  CHECK_STORE_OK(pop[0].st, pv[0].top);
+  CHECK_STORE_OK(pop[1].st, pv[1].top);
   int first = pop[0].out_len == 3 && memcmp(pop[0].out, "one", 3) == 0 ? 0 : 1;
   CHECK_MEM_EQ(pop[first].out, pop[first].out_len, "one", 3);
   CHECK_MEM_EQ(pop[!first].out, pop[!first].out_len, "two", 3);
@@ -797,7 +768,7 @@ static void check_queue(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) 
     tdist_free(pop[i].out);
     close_view(&pv[i]);
   }
-  CHECK_SOK(tdist_store_queue_len(s, "q-two", &len), s);
+  CHECK_STORE_OK(tdist_store_queue_len(s, "q-two", &len), s);
   CHECK_EQ_INT(len, 0);
 }
 
@@ -805,15 +776,15 @@ static void check_queue(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) 
  * under the prefix are read back through it. */
 static void check_prefix_mapping(backend_ctx_t *c, tdist_store_t *s, tdist_store_t *raw) {
   if (!c->full_prefix[0]) return;
-  CHECK_SOK(tdist_store_set(s, "pm-key", B("through prefix")), s);
+  CHECK_STORE_OK(tdist_store_set(s, "pm-key", B("through prefix")), s);
   expect_get_str(raw, raw_key(c, "pm-key"), "through prefix");
   CHECK_EQ_INT(exists(raw, "pm-key"), 0);
-  CHECK_SOK(tdist_store_set(raw, raw_key(c, "pm-back"), B("from raw")), raw);
+  CHECK_STORE_OK(tdist_store_set(raw, raw_key(c, "pm-back"), B("from raw")), raw);
   expect_get_str(s, "pm-back", "from raw");
   /* Keys with slashes and the empty key are joined the same way. */
-  CHECK_SOK(tdist_store_set(s, "a/b//c", B("slashes")), s);
+  CHECK_STORE_OK(tdist_store_set(s, "a/b//c", B("slashes")), s);
   expect_get_str(raw, raw_key(c, "a/b//c"), "slashes");
-  CHECK_SOK(tdist_store_set(s, "", B("empty key")), s);
+  CHECK_STORE_OK(tdist_store_set(s, "", B("empty key")), s);
   expect_get_str(raw, raw_key(c, ""), "empty key");
   if (c->d->nprefix == 2) {
     /* The literal layout: outer wrapper's prefix last. */
@@ -828,7 +799,7 @@ static void check_prefix_mapping(backend_ctx_t *c, tdist_store_t *s, tdist_store
 }
 
 static void run_case(const case_desc_t *d) {
-  current_case = d->name;
+  TEST_CASE(d->name);
   TEST_LOG("case %s", d->name);
   int64_t t0 = now_ms();
   backend_ctx_t c;
@@ -908,11 +879,11 @@ static void *mt_body(void *p) {
 }
 
 static void test_memory_threads(void) {
-  current_case = "memory threads";
+  TEST_CASE("memory threads");
   TEST_LOG("memory store, %d threads", MT_THREADS);
   tdist_store_t *mem = NULL;
   CHECK_OK(tdist_memory_store_create(&mem));
-  CHECK_SOK(tdist_store_set_timeout(mem, 20000), mem);
+  CHECK_STORE_OK(tdist_store_set_timeout(mem, 20000), mem);
   /* A waiter on the key the last add creates, and a blocked popper, run alongside. */
   job_t w;
   memset(&w, 0, sizeof w);
@@ -935,7 +906,7 @@ static void test_memory_threads(void) {
     void *v = NULL;
     size_t n = 0;
     tdist_status_t st = tdist_store_queue_pop(mem, "mt/q", 5000, &v, &n);
-    CHECK_SOK(st, mem);
+    CHECK_STORE_OK(st, mem);
     char item[32];
     CHECK(n < sizeof item);
     memcpy(item, v, n);
@@ -954,15 +925,15 @@ static void test_memory_threads(void) {
     CHECK_EQ_INT(args[i].failed, 0);
   }
   job_join(&w);
-  CHECK_SOK(w.st, mem);
+  CHECK_STORE_OK(w.st, mem);
   int64_t total = 0;
-  CHECK_SOK(tdist_store_add(mem, "mt/ctr", 0, &total), mem);
+  CHECK_STORE_OK(tdist_store_add(mem, "mt/ctr", 0, &total), mem);
   CHECK_EQ_INT(total, MT_THREADS * MT_ADDS);
   expect_get_str(mem, "mt/ctr", "20000");
   /* ctr + one key per 10 iterations per thread; the queue is not a key. */
   CHECK_EQ_INT(num_keys(mem), 1 + MT_THREADS * (MT_ADDS / 10));
   int64_t len = -1;
-  CHECK_SOK(tdist_store_queue_len(mem, "mt/q", &len), mem);
+  CHECK_STORE_OK(tdist_store_queue_len(mem, "mt/q", &len), mem);
   CHECK_EQ_INT(len, 0);
   tdist_store_destroy(mem);
 }

@@ -1,6 +1,7 @@
 /* See ranks.h. */
 #define _GNU_SOURCE
 #include "ranks.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -10,12 +11,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int tdist_test_run_ranks(int world, int64_t timeout_ms, tdist_test_rank_fn fn, void *arg) {
   /* Fork every rank before the parent starts any thread (the store server): a child forked while

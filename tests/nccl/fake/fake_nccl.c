@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "fake.h"
+#include "tests/testlib/clock.h"
 
 #define ID_MAGIC "TDFAKEID"
 #define TOKEN_BYTES 16
@@ -95,12 +96,6 @@ static long env_long(const char *name, long dflt) {
 FAKE_API ncclResult_t ncclGetVersion(int *v) {
   *v = (int)env_long("TDIST_FAKE_NCCL_VERSION", NCCL_VERSION_CODE);
   return ncclSuccess;
-}
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void nap(unsigned *i) {

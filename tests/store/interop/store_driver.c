@@ -30,38 +30,16 @@
 #include <time.h>
 
 #include "tdist/store.h"
+#include "tests/testlib/clock.h"
+#include "tests/testlib/rng.h"
 
 #define CALL_TIMEOUT_MS 10000
 
 static int g_failures;
 static uint64_t g_seed;
-static uint64_t g_rng;
 static int64_t g_keys; /* model: how many keys the server must hold */
 
 /* ---------------------------------------------------------------------------------------- */
-
-static uint64_t rng_next(void) { /* splitmix64 */
-  uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static void rng_fill(uint8_t *p, size_t n) {
-  for (size_t i = 0; i < n; i++) p[i] = (uint8_t)rng_next();
-}
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0) {
-  }
-}
 
 static void fail(const char *fmt, ...) {
   va_list ap;
@@ -502,7 +480,7 @@ int main(int argc, char **argv) {
             argv[0]);
     return 2;
   }
-  g_rng = g_seed;
+  test_rng_seed(&test_rng, g_seed);
   tdist_store_dialect_t want_d =
       !strcmp(want_dialect, "v2") ? TDIST_STORE_DIALECT_V2 : TDIST_STORE_DIALECT_V1_13;
 
@@ -525,7 +503,7 @@ int main(int argc, char **argv) {
   do_get(h2, " (other handle)", "c/str", "hello", 5);
   size_t bin_len = 1000;
   uint8_t *bin = malloc(bin_len);
-  rng_fill(bin, bin_len);
+  rnd_bytes(bin, bin_len);
   bin[0] = bin[bin_len / 2] = bin[bin_len - 1] = 0;
   do_set(h, "c/bin", bin, bin_len, 1);
   do_get(h2, "", "c/bin", bin, bin_len);
@@ -533,7 +511,7 @@ int main(int argc, char **argv) {
   do_get(h2, "", "c/empty", "", 0);
   size_t big_len = (2u << 20) + 3;
   uint8_t *big = malloc(big_len);
-  rng_fill(big, big_len);
+  rnd_bytes(big, big_len);
   do_set(h2, "c/big", big, big_len, 1);
   do_get(h, "", "c/big", big, big_len);
   /* "ключ/日本" in UTF-8 */
@@ -548,7 +526,7 @@ int main(int argc, char **argv) {
   do_get(h, "", "c/ctr", "-7", 2);
   int64_t sum = 0;
   for (int i = 0; i < 40; i++) {
-    int64_t delta = (int64_t)(rng_next() % 2000000000001ull) - 1000000000000ll;
+    int64_t delta = (int64_t)(rnd() % 2000000000001ull) - 1000000000000ll;
     sum += delta;
     do_add(i % 2 ? h : h2, "c/sum", delta, sum);
   }
@@ -592,8 +570,8 @@ int main(int argc, char **argv) {
   /* multi_set / multi_get (emulated with SETs and WAIT+GETs on 1.13) */
   const char *mkeys[] = {"c/m1", "c/m2", "c/m3"};
   uint8_t m1[33], m3[5];
-  rng_fill(m1, sizeof m1);
-  rng_fill(m3, sizeof m3);
+  rnd_bytes(m1, sizeof m1);
+  rnd_bytes(m3, sizeof m3);
   const void *mvals[] = {m1, "", m3};
   size_t mlens[] = {sizeof m1, 0, sizeof m3};
   expect_status(h, "multi_set [c/m1 c/m2 c/m3]", tdist_store_multi_set(h, mkeys, mvals, mlens, 3),
