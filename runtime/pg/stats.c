@@ -23,8 +23,6 @@
 #include "runtime/pg/pg_internal.h"
 #include "runtime/pg/stats.h"
 
-_Static_assert(TDIST__COLL_KIND_COUNT_ == TDIST_STATS_OPS, "stats.h op table out of step");
-
 static tdist_stats_file_t *g_file; /* set once, under g_mu */
 static int g_owner_taken;          /* atomic: some thread owns the plain counters */
 static __thread int t_role;        /* this thread: 0 = not yet known, 1 = owner, 2 = other */
