@@ -12,7 +12,10 @@
 
 #include "runtime/pg/group.h"
 
+#define TDIST__WORK_MAGIC 0x3c0a1d0bu
+
 struct tdist_work_s {
+  uint32_t magic; /* TDIST__WORK_MAGIC from submit until tdist_work_destroy */
   tdist_pg_t *pg;
   tdist__coll_t coll;
   int done;
@@ -20,6 +23,12 @@ struct tdist_work_s {
   int abandoned; /* destroy was called before completion: the worker frees it */
   tdist_work_t *next;
 };
+
+#define WORK_ENTRY(w, fn)                                                                      \
+  do {                                                                                         \
+    if (!(w) || (w)->magic != TDIST__WORK_MAGIC)                                               \
+      return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, fn ": work handle is NULL or destroyed"); \
+  } while (0)
 
 static void *worker_main(void *arg) {
   tdist_pg_t *pg = arg;
@@ -50,6 +59,7 @@ static void *worker_main(void *arg) {
 tdist_status_t tdist__pg_submit(tdist_pg_t *pg, const tdist__coll_t *c, tdist_work_t **work) {
   tdist_work_t *w = calloc(1, sizeof *w);
   if (!w) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "async submit: out of memory");
+  w->magic = TDIST__WORK_MAGIC;
   w->pg = pg;
   w->coll = *c;
   pthread_mutex_lock(&pg->mu);
@@ -98,7 +108,7 @@ void tdist__pg_stop_worker(tdist_pg_t *pg) {
 }
 
 TDIST_EXTERN tdist_status_t tdist_work_wait(tdist_work_t *w, int64_t timeout_ms) {
-  if (!w) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_work_wait: work is NULL");
+  WORK_ENTRY(w, "tdist_work_wait");
   tdist_pg_t *pg = w->pg;
   int64_t to = timeout_ms < 0 ? pg->timeout_ms : timeout_ms;
   struct timespec ts;
@@ -125,7 +135,8 @@ TDIST_EXTERN tdist_status_t tdist_work_wait(tdist_work_t *w, int64_t timeout_ms)
 }
 
 TDIST_EXTERN tdist_status_t tdist_work_test(tdist_work_t *w, int *done) {
-  if (!w || !done) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_work_test: NULL argument");
+  WORK_ENTRY(w, "tdist_work_test");
+  if (!done) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_work_test: done is NULL");
   pthread_mutex_lock(&w->pg->mu);
   *done = w->done;
   tdist_status_t st = w->done ? w->status : TDIST_OK;
@@ -134,8 +145,9 @@ TDIST_EXTERN tdist_status_t tdist_work_test(tdist_work_t *w, int *done) {
 }
 
 TDIST_EXTERN void tdist_work_destroy(tdist_work_t *w) {
-  if (!w) return;
+  if (!w || w->magic != TDIST__WORK_MAGIC) return;
   tdist_pg_t *pg = w->pg;
+  w->magic = 0; /* refused from now on, also while the worker still holds abandoned work */
   pthread_mutex_lock(&pg->mu);
   if (!w->done) {
     w->abandoned = 1; /* the worker frees it when it finishes */
