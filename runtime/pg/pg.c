@@ -2,7 +2,8 @@
  * init.c), tdist_new_group, the accessors, abort and the sticky error, finalize and destroy. The
  * pieces: init.c finds the rendezvous, work.c runs async work, coll.c checks and runs
  * collectives, the backend (tdist__backend_t) connects and moves data. Never talks to peers
- * itself and never frees a group its worker may still use (stop the worker first). */
+ * itself, never frees a group its worker may still use (stop the worker first), and never reads
+ * an options field beyond the caller's opts->size (runtime/common/options.h). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +13,16 @@
 
 #include "runtime/common/clock.h"
 #include "runtime/common/log.h"
+#include "runtime/common/options.h"
 #include "runtime/pg/group.h"
 #include "runtime/pg/stats.h"
+
+/* Where a caller's tdist_pg_options_t may end: version 1 ended at group_name; socket_ifname
+ * came after (append only: a new field adds its end here). */
+static const size_t k_opts_ends[] = {
+    TDIST__OPTS_END(tdist_pg_options_t, group_name),
+    TDIST__OPTS_END(tdist_pg_options_t, socket_ifname),
+};
 
 /* Marks the group failed; the first failure is the one every later call reports. */
 void tdist__pg_set_sticky(tdist_pg_t *pg, tdist_status_t st) {
@@ -78,11 +87,16 @@ TDIST_EXTERN tdist_status_t tdist_init_process_group(const tdist_pg_options_t *o
                                                      tdist_pg_t **out) {
   if (!out) return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_init_process_group: out is NULL");
   *out = NULL;
-  if (!opts || opts->size < sizeof(tdist_pg_options_t) || opts->version < 1)
+  if (!opts)
     return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
-                       "tdist_init_process_group: options missing or not initialised with "
-                       "TDIST_PG_OPTIONS_INIT");
-  tdist_status_t st;
+                       "tdist_init_process_group: options missing (initialise them with "
+                       "TDIST_PG_OPTIONS_INIT)");
+  tdist_pg_options_t o = TDIST_PG_OPTIONS_INIT; /* what an older caller's struct lacks */
+  tdist_status_t st =
+      tdist__opts_load("tdist_init_process_group", "TDIST_PG_OPTIONS_INIT", opts, &o, sizeof o,
+                       k_opts_ends, sizeof k_opts_ends / sizeof k_opts_ends[0]);
+  if (st) return st;
+  opts = &o;
   const char *backend = opts->backend ? opts->backend : "gloo";
   const tdist__backend_t *be = NULL;
   if (strcmp(backend, "gloo") == 0) {
