@@ -86,6 +86,8 @@ TDIST_EXTERN size_t tdist_dtype_size(tdist_dtype_t dtype);
 TDIST_EXTERN const char *tdist_dtype_name(tdist_dtype_t dtype);
 TDIST_EXTERN const char *tdist_reduce_op_name(tdist_reduce_op_t op);
 
+/* Fields are only ever appended. A caller built against an older pg.h passes its smaller size
+ * and the fields it lacks take their defaults (version 1 ended at group_name). */
 typedef struct {
   size_t size;         /* sizeof(tdist_pg_options_t) */
   int version;         /* 1 */
@@ -221,6 +223,9 @@ TDIST_EXTERN tdist_status_t tdist_recv_async(tdist_pg_t *pg, void *buf, size_t c
                                              tdist_dtype_t dtype, int src, int tag,
                                              tdist_work_t **work);
 
+/* Work handles carry a magic word: wait and test refuse NULL, a destroyed handle whose memory
+ * is still there, or anything else that is not a handle with TDIST_ERR_INVALID_ARGUMENT
+ * (destroy ignores them). That catches mistakes; it does not make a use after free safe. */
 /* Waits for the work (timeout_ms < 0: the group's timeout) and returns its status. */
 TDIST_EXTERN tdist_status_t tdist_work_wait(tdist_work_t *work, int64_t timeout_ms);
 /* *done = 1 when finished (then tdist_work_wait returns at once). */

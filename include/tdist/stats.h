@@ -30,9 +30,29 @@ extern "C" {
 
 #define TDIST_STATS_MAGIC 0x54445354u /* "TDST" */
 #define TDIST_STATS_VERSION 2
-#define TDIST_STATS_OPS 12     /* collective types, in the order of tdist_stats_op_name() */
 #define TDIST_STATS_BUCKETS 16 /* latency histogram upper bounds: tdist_stats_bucket_le() */
 #define TDIST_STATS_FLIGHT 256 /* flight-recorder entries (a ring) */
+
+/* The collective types, X(KIND, "name"), in the order of the per-type arrays below and of
+ * tdist_stats_op_name(). The library's own list of collectives (its internal enum and names)
+ * is generated from this one, so there is no other list to keep in step. Append only: a new type
+ * grows the file's arrays, so it comes with a new TDIST_STATS_VERSION. */
+#define TDIST_STATS_OP_LIST(X)              \
+  X(ALL_REDUCE, "all_reduce")               \
+  X(BROADCAST, "broadcast")                 \
+  X(REDUCE, "reduce")                       \
+  X(ALL_GATHER_V, "all_gather")             \
+  X(GATHER, "gather")                       \
+  X(SCATTER, "scatter")                     \
+  X(REDUCE_SCATTER, "reduce_scatter")       \
+  X(ALL_TO_ALL_V, "all_to_all")             \
+  X(BARRIER, "barrier")                     \
+  X(MONITORED_BARRIER, "monitored_barrier") \
+  X(SEND, "send")                           \
+  X(RECV, "recv")
+#define TDIST_STATS_OP_COUNT_ONE_(kind, name) +1
+/* The number of collective types (12), a constant expression. */
+#define TDIST_STATS_OPS (0 TDIST_STATS_OP_LIST(TDIST_STATS_OP_COUNT_ONE_))
 
 /* One flight-recorder entry. */
 typedef struct {

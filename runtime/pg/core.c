@@ -1,15 +1,15 @@
 /* Shared by the process group and its backends: collective names and the group's error text.
- * Kept apart from pg.c so backends can depend on it without a dependency cycle. */
+ * Kept apart from the group library (pg.c and its pieces) so backends can depend on it without
+ * a dependency cycle. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "runtime/pg/pg_internal.h"
 
-static const char *const k_coll_names[TDIST__COLL_KIND_COUNT_] = {
-    "all_reduce",     "broadcast",  "reduce",  "all_gather",        "gather", "scatter",
-    "reduce_scatter", "all_to_all", "barrier", "monitored_barrier", "send",   "recv",
-};
+#define COLL_NAME_(kind, name) name,
+static const char *const k_coll_names[] = {TDIST_STATS_OP_LIST(COLL_NAME_)};
+#undef COLL_NAME_
 
 const char *tdist__coll_name(tdist__coll_kind_t k) {
   return k < TDIST__COLL_KIND_COUNT_ ? k_coll_names[k] : "unknown";

@@ -1,6 +1,7 @@
-/* Process-group internals shared by pg.c and the backends.
+/* Process-group internals shared by the process-group library (pg.c, init.c, work.c, coll.c)
+ * and the backends.
  *
- * pg.c validates every public call, turns it into a tdist__coll_t and runs it through the
+ * coll.c validates every public call, turns it into a tdist__coll_t and runs it through the
  * backend's single `run` entry, on the caller's thread or on the group's async worker. A failure
  * is sticky: the group records it, aborts, and every later call returns it at once. */
 #ifndef TDIST_PG_PG_INTERNAL_H
@@ -12,25 +13,16 @@
 
 #include "runtime/common/status_internal.h"
 #include "tdist/pg.h"
+#include "tdist/stats.h"
 #include "tdist/store.h"
 
 #define TDIST__PG_MAGIC 0x9a0c011eu
 
-typedef enum {
-  TDIST__COLL_ALL_REDUCE,
-  TDIST__COLL_BROADCAST,
-  TDIST__COLL_REDUCE,
-  TDIST__COLL_ALL_GATHER_V,
-  TDIST__COLL_GATHER,
-  TDIST__COLL_SCATTER,
-  TDIST__COLL_REDUCE_SCATTER,
-  TDIST__COLL_ALL_TO_ALL_V,
-  TDIST__COLL_BARRIER,
-  TDIST__COLL_MONITORED_BARRIER,
-  TDIST__COLL_SEND,
-  TDIST__COLL_RECV,
-  TDIST__COLL_KIND_COUNT_
-} tdist__coll_kind_t;
+/* The collective kinds, one per type of the statistics file: generated from its list
+ * (TDIST_STATS_OP_LIST, include/tdist/stats.h), which also gives their names. */
+#define TDIST__COLL_KIND_(kind, name) TDIST__COLL_##kind,
+typedef enum { TDIST_STATS_OP_LIST(TDIST__COLL_KIND_) TDIST__COLL_KIND_COUNT_ } tdist__coll_kind_t;
+#undef TDIST__COLL_KIND_
 
 /* One collective call, as every backend receives it. Arrays (counts/displs) are owned by the
  * descriptor when `owned_arrays` (async calls copy them). */
@@ -64,7 +56,7 @@ typedef struct tdist__backend {
   /* Runs one collective; must honour the deadline and pg->abort_fd. Returns TDIST_OK or an
    * error after writing the detail with tdist__pg_fail. */
   tdist_status_t (*run)(tdist_pg_t *pg, const tdist__coll_t *c, int64_t deadline_ms);
-  /* Optional. Refuses, before it is queued, a call this backend cannot run (after pg.c's own
+  /* Optional. Refuses, before it is queued, a call this backend cannot run (after coll.c's own
    * argument checks); the error goes through tdist__pg_fail and does not fail the group. */
   tdist_status_t (*check)(tdist_pg_t *pg, const tdist__coll_t *c);
   /* Optional. tdist_new_group calls it on the parent ranks that are not in the new group, after

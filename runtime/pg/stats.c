@@ -1,11 +1,11 @@
 /* Per-rank collective statistics in the shared-memory file named by TDIST_STATS_FILE (layout and
  * contract: include/tdist/stats.h). The hot path is one atomic add (the flight-recorder slot),
- * plain stores to counters this thread alone writes (or atomic adds on any other thread) and one
- * clock_gettime call per collective (the start time is the caller's deadline reading); no locks,
- * no system calls. The file is mapped once per process by the first (world) group and never
- * unmapped: workers exit with it mapped, and a late collective on another thread must never touch
- * freed memory. Never fails a collective: any problem with the file disables statistics with one
- * log line. */
+ * one compare-and-swap per update of a flight entry (claiming it), plain stores to counters this
+ * thread alone writes (or atomic adds on any other thread) and one clock_gettime call per
+ * collective (the start time is the caller's deadline reading); no locks, no system calls. The file
+ * is mapped once per process by the first (world) group and never unmapped: workers exit with it
+ * mapped, and a late collective on another thread must never touch freed memory. Never fails a
+ * collective: any problem with the file disables statistics with one log line. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -22,8 +22,6 @@
 #include "runtime/common/log.h"
 #include "runtime/pg/pg_internal.h"
 #include "runtime/pg/stats.h"
-
-_Static_assert(TDIST__COLL_KIND_COUNT_ == TDIST_STATS_OPS, "stats.h op table out of step");
 
 static tdist_stats_file_t *g_file; /* set once, under g_mu */
 static int g_owner_taken;          /* atomic: some thread owns the plain counters */
@@ -66,6 +64,23 @@ static void refresh_rt_offset(void) {
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+/* The blocks under a stamp (a seqlock: odd while being written) are read while written, so
+ * their fields are atomics too, stored with release and loaded with acquire (plain moves on x86):
+ * a reader that sees any field of an update also sees the stamp made odd before it, so the stamp
+ * it re-reads differs. No fences: TSan does not model them (gcc refuses them under -Werror).
+ * A flight entry can have two writers at once: threads share the ring, and a thread preempted
+ * while writing slot i (or whose op is still running when the ring comes round to i again) meets
+ * the thread whose op took slot i next. TSan saw exactly that in stats_test's four-thread case:
+ * two tdist__stats_begin in one entry, the second started while the first was mid-write (both
+ * made the stamp odd, then even, so a reader could take a mix of the two ops for a whole entry).
+ * So a writer first claims the entry, turning its stamp from even to odd with a
+ * compare-and-swap, and leaves it alone if another writer holds it: the ring loses that record
+ * (it is lossy by design), never mixes two. */
+#define RLX(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+/* 1 if this thread now holds the block whose stamp it read as *s (even) and made odd. */
+#define CLAIM(stamp, s) \
+  (!(*(s)&1) &&         \
+   __atomic_compare_exchange_n((stamp), (s), *(s) + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 #define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
 /* Only for counters with a single writer: a plain add, stored whole for concurrent readers. */
 #define BUMP(p, v) \
@@ -175,26 +190,27 @@ void tdist__stats_begin(int group, int group_size, const tdist__coll_t *c, int64
   uint64_t i = ADD(&f->flight_next, 1);
   tdist_stats_flight_t *e = &f->flight[i % TDIST_STATS_FLIGHT];
   op->slot = (int64_t)(i % TDIST_STATS_FLIGHT);
+  op->flight = 0;
   uint64_t s = LOAD(&e->stamp);
-  STORE(&e->stamp, s | 1); /* odd: being written */
-  __atomic_thread_fence(__ATOMIC_RELEASE);
-  e->seq = c->seq;
-  e->op = (int32_t)c->kind;
-  e->status = TDIST_ERR_IN_PROGRESS;
-  e->start_ns = op->start_ns;
-  e->end_ns = 0;
-  e->bytes = op->bytes;
-  e->peer = peer_of(c);
-  e->group = group;
-  STORE(&e->stamp, (s | 1) + 1);
-  if (group == 0) {
+  if (CLAIM(&e->stamp, &s)) {
+    op->flight = 1;
+    STORE(&e->seq, c->seq);
+    STORE(&e->op, (int32_t)c->kind);
+    STORE(&e->status, (int32_t)TDIST_ERR_IN_PROGRESS);
+    STORE(&e->start_ns, op->start_ns);
+    STORE(&e->end_ns, (int64_t)0);
+    STORE(&e->bytes, op->bytes);
+    STORE(&e->peer, peer_of(c));
+    STORE(&e->group, (int32_t)group);
+    STORE(&e->stamp, s + 2);
+  }
+  if (group == 0) { /* one writer: group 0's collectives run one at a time */
     uint64_t cs = LOAD(&f->cur_stamp);
     STORE(&f->cur_stamp, cs | 1);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    f->cur_seq = c->seq;
-    f->cur_op = (int32_t)c->kind;
-    f->cur_peer = peer_of(c);
-    f->cur_start_ns = op->start_ns;
+    STORE(&f->cur_seq, c->seq);
+    STORE(&f->cur_op, (int32_t)c->kind);
+    STORE(&f->cur_peer, peer_of(c));
+    STORE(&f->cur_start_ns, op->start_ns);
     STORE(&f->cur_stamp, (cs | 1) + 1);
   }
 }
@@ -225,22 +241,22 @@ void tdist__stats_end(int group, const tdist__coll_t *c, const tdist__stats_op_t
   }
   tdist_stats_flight_t *e = &f->flight[op->slot];
   uint64_t s = LOAD(&e->stamp);
-  if (e->seq == c->seq && e->start_ns == op->start_ns) { /* not yet overwritten by a newer op */
-    STORE(&e->stamp, s | 1);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    e->status = st;
-    e->end_ns = end;
-    STORE(&e->stamp, (s | 1) + 1);
+  /* Still this op's entry (not taken by a newer op since: that would have moved the stamp, and
+   * the claim would fail), and no other writer in it. */
+  if (op->flight && RLX(&e->seq) == c->seq && RLX(&e->start_ns) == op->start_ns &&
+      CLAIM(&e->stamp, &s)) {
+    STORE(&e->status, (int32_t)st);
+    STORE(&e->end_ns, end);
+    STORE(&e->stamp, s + 2);
   }
   if (group == 0) {
     uint64_t cs = LOAD(&f->cur_stamp);
     STORE(&f->cur_stamp, cs | 1);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    f->cur_seq = 0;
-    f->cur_op = -1;
-    f->cur_peer = -1;
-    f->cur_start_ns = 0;
-    if (st == TDIST_OK) f->last_seq = c->seq;
+    STORE(&f->cur_seq, (uint64_t)0);
+    STORE(&f->cur_op, (int32_t)-1);
+    STORE(&f->cur_peer, (int32_t)-1);
+    STORE(&f->cur_start_ns, (int64_t)0);
+    if (st == TDIST_OK) STORE(&f->last_seq, c->seq);
     STORE(&f->cur_stamp, (cs | 1) + 1);
   }
 }
@@ -272,33 +288,40 @@ TDIST_EXTERN tdist_status_t tdist_stats_read(const char *path, tdist_stats_file_
     rc = tdist__fail(TDIST_ERR_PROTOCOL, "stats file %s: magic/version/size mismatch", path);
     goto out;
   }
-  /* Counters are independent and each stored whole: a plain copy is fine; the two sets are
-   * summed below. The in-flight block and each flight entry are copied under their stamps. A
-   * writer preempted in the middle of an update keeps its stamp odd for a while: spin briefly,
-   * then yield to it. One that never finishes (killed or stopped mid-update) leaves a
-   * half-written block that no retry can make whole: it reads as not in flight / an empty slot,
-   * never as a torn copy. */
-  memcpy(out, f, sizeof *out);
+  /* Counters are independent and each stored whole: each is loaded once (atomically: writers
+   * store them meanwhile) and the two sets are summed. The in-flight block and each flight
+   * entry are copied under their stamps. A writer preempted in the middle of an update keeps its
+   * stamp odd for a while: spin briefly, then yield to it. One that never finishes (killed or
+   * stopped mid-update) leaves a half-written block that no retry can make whole: it reads as
+   * not in flight / an empty slot, never as a torn copy. */
+  memset(out, 0, sizeof *out);
+  out->magic = f->magic;
+  out->version = f->version;
+  out->size = f->size;
+  out->rank = f->rank;
+  out->world_size = f->world_size;
+  out->pid = f->pid;
   for (int k = 0; k < TDIST_STATS_OPS; k++) {
-    out->ops[k] += out->shared_ops[k];
-    out->bytes[k] += out->shared_bytes[k];
-    out->errors[k] += out->shared_errors[k];
-    out->duration_ns_sum[k] += out->shared_duration_ns_sum[k];
-    for (int b = 0; b <= TDIST_STATS_BUCKETS; b++) out->hist[k][b] += out->shared_hist[k][b];
+    out->ops[k] = RLX(&f->ops[k]) + RLX(&f->shared_ops[k]);
+    out->bytes[k] = RLX(&f->bytes[k]) + RLX(&f->shared_bytes[k]);
+    out->errors[k] = RLX(&f->errors[k]) + RLX(&f->shared_errors[k]);
+    out->duration_ns_sum[k] = RLX(&f->duration_ns_sum[k]) + RLX(&f->shared_duration_ns_sum[k]);
+    for (int b = 0; b <= TDIST_STATS_BUCKETS; b++)
+      out->hist[k][b] = RLX(&f->hist[k][b]) + RLX(&f->shared_hist[k][b]);
   }
-  memset(out->shared_ops, 0, (size_t)((char *)(out + 1) - (char *)out->shared_ops));
+  out->flight_next = RLX(&f->flight_next);
   int got = 0;
   for (int tries = 0; tries < STAMP_TRIES && !got; tries++) {
     if (tries >= STAMP_SPINS) sched_yield();
     uint64_t s1 = LOAD(&f->cur_stamp);
     if (s1 & 1) continue;
-    out->cur_seq = f->cur_seq;
-    out->cur_op = f->cur_op;
-    out->cur_peer = f->cur_peer;
-    out->cur_start_ns = f->cur_start_ns;
-    out->last_seq = f->last_seq;
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    out->cur_seq = LOAD(&f->cur_seq);
+    out->cur_op = LOAD(&f->cur_op);
+    out->cur_peer = LOAD(&f->cur_peer);
+    out->cur_start_ns = LOAD(&f->cur_start_ns);
+    out->last_seq = LOAD(&f->last_seq);
     got = LOAD(&f->cur_stamp) == s1;
+    out->cur_stamp = s1;
   }
   if (!got) {
     out->cur_seq = 0;
@@ -309,16 +332,24 @@ TDIST_EXTERN tdist_status_t tdist_stats_read(const char *path, tdist_stats_file_
   }
   for (int i = 0; i < TDIST_STATS_FLIGHT; i++) {
     const tdist_stats_flight_t *e = &f->flight[i];
+    tdist_stats_flight_t *o = &out->flight[i];
     got = 0;
     for (int tries = 0; tries < STAMP_TRIES && !got; tries++) {
       if (tries >= STAMP_SPINS) sched_yield();
       uint64_t s1 = LOAD(&e->stamp);
       if (s1 & 1) continue;
-      out->flight[i] = *e;
-      __atomic_thread_fence(__ATOMIC_ACQUIRE);
+      o->seq = LOAD(&e->seq);
+      o->op = LOAD(&e->op);
+      o->status = LOAD(&e->status);
+      o->start_ns = LOAD(&e->start_ns);
+      o->end_ns = LOAD(&e->end_ns);
+      o->bytes = LOAD(&e->bytes);
+      o->peer = LOAD(&e->peer);
+      o->group = LOAD(&e->group);
+      o->stamp = s1;
       got = LOAD(&e->stamp) == s1;
     }
-    if (!got) memset(&out->flight[i], 0, sizeof out->flight[i]);
+    if (!got) memset(o, 0, sizeof *o);
   }
 out:
   munmap(p, sizeof(tdist_stats_file_t));

@@ -8,7 +8,8 @@
 typedef struct {
   int64_t start_mono_ns; /* CLOCK_MONOTONIC */
   int64_t start_ns;      /* CLOCK_REALTIME, as written to the file */
-  int64_t slot;          /* flight-recorder slot, -1 = not recorded */
+  int64_t slot;          /* flight-recorder slot, -1 = statistics off */
+  int flight;            /* 1: the slot's entry was written (0: another writer held it) */
   uint64_t bytes;        /* computed once at begin, counted at end */
 } tdist__stats_op_t;
 

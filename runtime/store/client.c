@@ -25,6 +25,7 @@
 
 #include "runtime/common/clock.h"
 #include "runtime/common/log.h"
+#include "runtime/common/options.h"
 #include "runtime/common/sock.h"
 #include "runtime/store/proto.h"
 #include "runtime/store/store_internal.h"
@@ -629,11 +630,13 @@ TDIST_EXTERN tdist_status_t tdist_tcp_store_connect(const tdist_tcp_store_option
   *out = NULL;
   if (!opts)
     return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_tcp_store_connect: options are NULL");
-  if (opts->size < offsetof(tdist_tcp_store_options_t, dialect) + sizeof(int) || opts->version < 1)
-    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
-                       "tdist_tcp_store_connect: options not initialised with "
-                       "TDIST_TCP_STORE_OPTIONS_INIT (size %zu, version %d)",
-                       opts->size, opts->version);
+  /* Where a caller's struct may end: version 1's last field (append only). */
+  static const size_t ends[] = {TDIST__OPTS_END(tdist_tcp_store_options_t, dialect)};
+  tdist_tcp_store_options_t o = TDIST_TCP_STORE_OPTIONS_INIT;
+  tdist_status_t st = tdist__opts_load("tdist_tcp_store_connect", "TDIST_TCP_STORE_OPTIONS_INIT",
+                                       opts, &o, sizeof o, ends, sizeof ends / sizeof ends[0]);
+  if (st) return st;
+  opts = &o;
   if (!opts->host || !*opts->host)
     return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
                        "tdist_tcp_store_connect: host is empty; give the store server's name or "
@@ -668,7 +671,7 @@ TDIST_EXTERN tdist_status_t tdist_tcp_store_connect(const tdist_tcp_store_option
     snprintf(t->where, sizeof t->where, "[%s]:%d", host, t->port);
   else
     snprintf(t->where, sizeof t->where, "%s:%d", host, t->port);
-  tdist_status_t st = do_connect(t, tdist__now_ms() + t->connect_timeout_ms, "connect");
+  st = do_connect(t, tdist__now_ms() + t->connect_timeout_ms, "connect");
   if (st) {
     tdist__fail(st, "%s", t->base.err);
     tcp_destroy(&t->base);

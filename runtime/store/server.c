@@ -24,6 +24,7 @@
 
 #include "runtime/common/clock.h"
 #include "runtime/common/log.h"
+#include "runtime/common/options.h"
 #include "runtime/common/sock.h"
 #include "runtime/common/status_internal.h"
 #include "runtime/store/kv.h"
@@ -777,14 +778,13 @@ TDIST_EXTERN tdist_status_t tdist_store_server_create(const tdist_store_server_o
   if (!out)
     return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_store_server_create: out is NULL");
   *out = NULL;
+  /* Where a caller's struct may end: version 1's last field (append only). */
+  static const size_t ends[] = {TDIST__OPTS_END(tdist_store_server_options_t, quiet)};
   if (opts) {
-    if (opts->size < offsetof(tdist_store_server_options_t, quiet) + sizeof(int) ||
-        opts->version < 1)
-      return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
-                         "tdist_store_server_create: options not initialised with "
-                         "TDIST_STORE_SERVER_OPTIONS_INIT (size %zu, version %d)",
-                         opts->size, opts->version);
-    o = *opts;
+    tdist_status_t st =
+        tdist__opts_load("tdist_store_server_create", "TDIST_STORE_SERVER_OPTIONS_INIT", opts, &o,
+                         sizeof o, ends, sizeof ends / sizeof ends[0]);
+    if (st) return st;
   }
   if (o.port < 0 || o.port > 65535)
     return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,

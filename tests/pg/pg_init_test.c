@@ -11,11 +11,16 @@
  *                    tdist TCP client, which, like PyTorch's, sends every key with a leading "/":
  *                    the wire key is "//worker/attempt_3/default_pg/...", what PyTorch 1.13
  *                    workers write, §2.3).
+ * Options sizes: a caller built against version 1 of tdist_pg_options_t (smaller: no
+ * socket_ifname) gets a working group of 2 ranks with that field's default, a newer caller's
+ * larger struct works, and a size below version 1's or a version below 1 is refused with a
+ * message naming both.
  * The agent-store check names the gloo transport's address keys (gloo/<rank>); if the backend's
  * key layout changes, update KEY_FMT. Free ports come from binding port 0 and closing it. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,9 +178,7 @@ static void test_option_errors(void) {
   tdist_pg_t *pg = NULL;
   CHECK_EQ_INT(tdist_init_process_group(NULL, &pg), TDIST_ERR_INVALID_ARGUMENT);
   CHECK_EQ_INT(tdist_init_process_group(&o, NULL), TDIST_ERR_INVALID_ARGUMENT);
-  tdist_pg_options_t small = o;
-  small.size = sizeof(tdist_pg_options_t) - 1;
-  EXPECT_FAIL(&small, TDIST_ERR_INVALID_ARGUMENT, CONTAINS, NULL);
+  /* sizes and versions: test_option_sizes */
 
   /* backends: validated before the init method (so with RANK etc. unset too) */
   o.backend = "mpi";
@@ -250,6 +253,83 @@ static void test_option_errors(void) {
   clear_env();
   o.init_method = "redis://127.0.0.1:1";
   EXPECT_FAIL(&o, TDIST_ERR_INVALID_ARGUMENT, CONTAINS, "redis://");
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* callers built against another version of pg.h (the append-only promise)                  */
+
+/* Version 1 of tdist_pg_options_t ended at group_name; socket_ifname was appended after. */
+#define V1_SIZE (offsetof(tdist_pg_options_t, group_name) + sizeof(const char *))
+
+/* A larger struct than this build's: what a caller built against a newer pg.h passes. */
+typedef struct {
+  tdist_pg_options_t o;
+  unsigned char newer[32];
+} newer_options_t;
+
+/* Two ranks init with options of size *arg. socket_ifname names an interface that does not
+ * exist: a caller whose struct ends before it must get the default (the interface that reaches
+ * the store) and a working group; with this build's size the field is read and init fails. */
+static int sized_body(int rank, int world, int port, void *arg) {
+  size_t size = *(const size_t *)arg;
+  tdist_store_t *store;
+  tdist_tcp_store_options_t co = TDIST_TCP_STORE_OPTIONS_INIT;
+  co.host = "127.0.0.1";
+  co.port = port;
+  CHECK_OK(tdist_tcp_store_connect(&co, &store));
+  newer_options_t n;
+  memset(n.newer, 0xa5, sizeof n.newer); /* fields this build does not know: ignored */
+  tdist_pg_options_t *po = &n.o;
+  *po = (tdist_pg_options_t)TDIST_PG_OPTIONS_INIT;
+  po->size = size;
+  po->store = store;
+  po->rank = rank;
+  po->world_size = world;
+  po->timeout_ms = 20000;
+  po->socket_ifname = size > sizeof(tdist_pg_options_t) ? "lo" : "tdist-no-such0";
+  tdist_pg_t *pg = NULL;
+  tdist_status_t st = tdist_init_process_group(po, &pg);
+  if (size == sizeof(tdist_pg_options_t)) {
+    CHECK_EQ_INT(st, TDIST_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(tdist_last_error(), "'tdist-no-such0'") != NULL);
+  } else {
+    CHECK_OK(st);
+    int64_t v = rank + 1;
+    CHECK_OK_MSG(tdist_all_reduce(pg, &v, 1, TDIST_INT64, TDIST_SUM), tdist_pg_last_error(pg));
+    CHECK_EQ_INT(v, world * (world + 1) / 2);
+    tdist_pg_destroy(pg);
+  }
+  tdist_store_destroy(store);
+  return 0;
+}
+
+static void test_option_sizes(void) {
+  clear_env();
+  char msg[128];
+  tdist_pg_options_t o = TDIST_PG_OPTIONS_INIT;
+  CHECK_EQ_INT(o.size, sizeof o);
+  CHECK(V1_SIZE < sizeof o); /* socket_ifname lies beyond version 1's fields */
+  /* too small for version 1, or no version: refused, the message names size and version */
+  size_t bad[] = {V1_SIZE - 1, sizeof(size_t) + sizeof(int), 0};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    o.size = bad[i];
+    snprintf(msg, sizeof msg, "(size %zu, version 1; sizes from %zu", bad[i], (size_t)V1_SIZE);
+    EXPECT_FAIL(&o, TDIST_ERR_INVALID_ARGUMENT, CONTAINS, msg);
+  }
+  o.size = sizeof o;
+  o.version = 0;
+  snprintf(msg, sizeof msg, "(size %zu, version 0;", sizeof o);
+  EXPECT_FAIL(&o, TDIST_ERR_INVALID_ARGUMENT, CONTAINS, msg);
+  o.version = -7;
+  EXPECT_FAIL(&o, TDIST_ERR_INVALID_ARGUMENT, CONTAINS, "TDIST_PG_OPTIONS_INIT (size");
+  /* version 1's size and sizes between it and this build's: socket_ifname reads as its
+   * default; this build's size: it is read; a newer caller's larger size: works */
+  size_t sizes[] = {V1_SIZE, sizeof o - 1, sizeof o, sizeof(newer_options_t)};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    TEST_LOG("  options of size %zu (version 1: %zu, this build: %zu), 2 ranks", sizes[i],
+             (size_t)V1_SIZE, sizeof o);
+    CHECK(tdist_test_run_ranks(2, 60000, sized_body, &sizes[i]) == 0);
+  }
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -408,6 +488,8 @@ int main(void) {
   TEST_LOG("env:// errors: ok");
   test_option_errors();
   TEST_LOG("option and tcp:// errors: ok");
+  test_option_sizes();
+  TEST_LOG("option sizes of older and newer callers: ok");
   test_rendezvous(0, "env:// (rank 0 hosts the store), 3 ranks");
   test_rendezvous(1, "tcp://127.0.0.1:PORT?rank=R&world_size=3");
   test_rendezvous(2, "tcp://127.0.0.1:PORT with rank/world_size arguments");

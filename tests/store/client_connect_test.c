@@ -237,7 +237,7 @@ static void test_dual_stack(void) {
  * the connection, as 2.6 does. It counts the queue opcodes it was sent. */
 typedef struct {
   int lfd, port;
-  volatile int stop;
+  int stop; /* atomic: the main thread sets it while noq_serve reads it (TSan) */
   int queue_ops, queue_pushes, connections;
   int64_t keys;
   pthread_t th;
@@ -266,7 +266,7 @@ static int skip_str(int fd) {
 
 static void *noq_serve(void *p) {
   noq_server_t *q = p;
-  while (!q->stop) {
+  while (!__atomic_load_n(&q->stop, __ATOMIC_SEQ_CST)) {
     int fd = accept(q->lfd, NULL, NULL);
     if (fd < 0) continue;
     __atomic_add_fetch(&q->connections, 1, __ATOMIC_SEQ_CST);
@@ -364,7 +364,7 @@ static void test_server_without_queues(void) {
   CHECK_EQ_INT(__atomic_load_n(&q.queue_ops, __ATOMIC_SEQ_CST), 2);
   tdist_store_destroy(s);
 
-  q.stop = 1;
+  __atomic_store_n(&q.stop, 1, __ATOMIC_SEQ_CST);
   shutdown(q.lfd, SHUT_RDWR); /* wakes the accept() */
   pthread_join(q.th, NULL);
   close(q.lfd);
