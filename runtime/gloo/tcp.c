@@ -25,6 +25,7 @@
 
 #include "runtime/common/clock.h"
 #include "runtime/common/log.h"
+#include "runtime/common/param.h"
 #include "runtime/common/sock.h"
 #include "runtime/gloo/shm.h"
 #include "runtime/gloo/transport.h"
@@ -91,7 +92,8 @@ static void read_boot_id(char *buf, size_t cap) {
 /* The IPv4 address to listen on: TDIST_SOCKET_IFNAME's, else the address of the interface that
  * reaches the store (NCCL's approach), else the host name's, else loopback. */
 static tdist_status_t choose_ip(tdist_pg_t *pg, char *ip, size_t cap) {
-  const char *ifname = pg->socket_ifname ? pg->socket_ifname : getenv("TDIST_SOCKET_IFNAME");
+  const char *ifname =
+      pg->socket_ifname ? pg->socket_ifname : tdist__param_str(TDIST__P_SOCKET_IFNAME);
   const char *from = pg->socket_ifname ? "socket_ifname option" : "TDIST_SOCKET_IFNAME";
   if (ifname && *ifname) {
     struct ifaddrs *ifa = NULL;
@@ -261,16 +263,14 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
     goto done;
   }
   for (int i = 0; i < t->size; i++) t->fds[i] = -1;
-  const char *spin = getenv("TDIST_SPIN_US");
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   /* Spinning only pays when every rank has a core to spin on. */
-  t->spin_us = spin && *spin ? atoi(spin) : (t->size <= ncpu ? 50 : 0);
+  t->spin_us = tdist__param_is_set(TDIST__P_SPIN_US) ? (int)tdist__param_int(TDIST__P_SPIN_US)
+                                                     : (t->size <= ncpu ? 50 : 0);
   t->oversubscribed = t->size > ncpu;
   t->spin_max_ns = t->spin_ns = (int64_t)t->spin_us * 1000;
-  const char *ss = getenv("TDIST_SHM_SPIN_US");
-  t->shm_spin_ns = ss && *ss ? (int64_t)atoi(ss) * 1000 : SHM_SPIN_NS;
-  const char *y = getenv("TDIST_SHM_YIELD");
-  t->yield = y && *y ? atoi(y) : 1;
+  t->shm_spin_ns = (int64_t)tdist__param_int(TDIST__P_SHM_SPIN_US) * 1000;
+  t->yield = (int)tdist__param_int(TDIST__P_SHM_YIELD);
   if (t->size == 1) {
     *out = &t->base;
     t = NULL;
@@ -429,8 +429,7 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   }
   for (int i = 0; i < t->size; i++)
     if (t->fds[i] >= 0) tdist__sock_set_nonblock(t->fds[i], 1);
-  const char *shm_env = getenv("TDIST_SHM");
-  if (!(shm_env && !strcmp(shm_env, "0"))) st = setup_shm(t, same, deadline);
+  if (tdist__param_int(TDIST__P_SHM)) st = setup_shm(t, same, deadline);
   free(same);
   same = NULL;
   if (st) goto done;
