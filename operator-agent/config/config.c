@@ -519,6 +519,19 @@ int agent_cfg__env_names(cfg_id_t id, char names[3][48]) {
   return n;
 }
 
+int agent_cfg_tdist_env_name(size_t i, char *buf, size_t cap) {
+  for (int id = 0; id < CFG_NOPTS; id++) {
+    char names[3][48];
+    int n = agent_cfg__env_names((cfg_id_t)id, names);
+    for (int k = 0; k < n; k++) {
+      if (strncmp(names[k], "TDIST_", 6) || i--) continue;
+      snprintf(buf, cap, "%s", names[k]);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 static int apply_env(cfg_ctx_t *ctx, char **envp) {
   for (int id = 0; id < CFG_NOPTS; id++) {
     char names[3][48], loc[160];

@@ -75,10 +75,12 @@ int tdist__param_parse(tdist__param_id_t id, const char *text, tdist__param_valu
   fmt_range(range, sizeof range, d);
   char *end = NULL;
   errno = 0;
+  /* strtoll and strtod skip leading white space: numbers must not have any. */
+  int space = text[0] == ' ' || (text[0] >= '\t' && text[0] <= '\r');
   switch (d->type) {
     case TDIST__PARAM_INT: {
       long long x = strtoll(text, &end, 10);
-      if (end == text || *end || errno || (double)x < d->min || (double)x > d->max) {
+      if (space || end == text || *end || errno || (double)x < d->min || (double)x > d->max) {
         snprintf(err, cap, "%s='%s' is not an integer in %s", d->name, q, range);
         return -1;
       }
@@ -87,7 +89,7 @@ int tdist__param_parse(tdist__param_id_t id, const char *text, tdist__param_valu
     }
     case TDIST__PARAM_DOUBLE: {
       double x = strtod(text, &end);
-      if (end == text || *end || errno || !isfinite(x) || x < d->min || x > d->max) {
+      if (space || end == text || *end || errno || !isfinite(x) || x < d->min || x > d->max) {
         snprintf(err, cap, "%s='%s' is not a number in %s", d->name, q, range);
         return -1;
       }
