@@ -6,7 +6,9 @@
  * group). Data: every message is a 16-byte header (magic, tag, length) and the payload, sent with
  * one sendmsg where possible; receives read header and payload with one readv. Progress is
  * non-blocking: try every transfer, spin briefly (small messages on loopback answer within
- * microseconds), then poll() on the sockets and the group's abort eventfd until the deadline. */
+ * microseconds), then poll() on the sockets and the group's abort eventfd until the deadline.
+ * Same-host pairs move their bytes through shared-memory rings instead (shm.c), linked at set-up
+ * by shm_link.c; their socket then only tells when the peer dies. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
