@@ -6,7 +6,7 @@
  * replaced by the default in silence: the getters return the default so that logging keeps
  * working, but tdist__param_error() holds a message naming the variable, the value and what is
  * allowed, and the code that uses the variable fails with it (group creation with
- * TDIST_ERR_INVALID_ARGUMENT, tdist-agent at start-up with exit status 64). Every read is logged at
+ * TDIST_ERR_INVALID_ARGUMENT, tdist-agent and tdist-store at start-up). Every read is logged at
  * debug level. Nothing outside this file may call getenv() for a TDIST_* name: the test
  * //tests/common:param_tree_test checks the tree for that, and the README's list against this one.
  *

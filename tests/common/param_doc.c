@@ -67,8 +67,9 @@ int main(int argc, char **argv) {
   puts(
       "An empty value counts as unset. Each variable is read once per process, at its first use,"
       " and logged\nat debug level; a bad value is an error that names it (group creation fails"
-      " with\n`TDIST_ERR_INVALID_ARGUMENT`, tdist-agent exits 64), never a silent default."
-      " tdist-agent also reads\n`TDIST_<FLAG>` for each of its flags (see `tdist-agent --help`):");
+      " with\n`TDIST_ERR_INVALID_ARGUMENT`, tdist-agent exits 64, tdist-store 2), never a silent"
+      " default.\ntdist-agent also reads `TDIST_<FLAG>` for each of its flags (see"
+      " `tdist-agent --help`):");
   size_t col = 0;
   for (size_t i = 0; agent_cfg_tdist_env_name(i, name, sizeof name); i++) {
     size_t w = strlen(name) + 4; /* `NAME`, */

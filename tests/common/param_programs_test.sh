@@ -1,10 +1,11 @@
 #!/bin/bash
-# tdist-agent and its TDIST_* parameters (runtime/common/param.h), on the real binary: a bad value
-# stops it at start-up with exit status 64 and a message naming the variable, the value and what
-# is allowed; a good TDIST_PYTHON is the interpreter a .py worker command runs with.
-#   $1 tdist-agent
+# tdist-agent, tdist-store and their TDIST_* parameters (runtime/common/param.h), on the real
+# binaries: a bad value stops them at start-up (tdist-agent: exit status 64, tdist-store: 2) with
+# a message naming the variable, the value and what is allowed; a good TDIST_PYTHON is the
+# interpreter a .py worker command runs with.
+#   $1 tdist-agent  $2 tdist-store
 set -u
-agent=$(readlink -f "$1")
+agent=$(readlink -f "$1") store=$(readlink -f "$2")
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*"; exit 1; }
 run() { timeout -k 5 60 "$agent" --standalone --nproc-per-node 1 --http-port -1 "$@"; }
@@ -35,3 +36,12 @@ TDIST_LOG_LEVEL=debug TDIST_PYTHON="$tmp/fakepy" run -- w.py >"$tmp/out" 2>"$tmp
   fail "agent at debug: exit $?"
 grep -q "param: TDIST_PYTHON=$tmp/fakepy\$" "$tmp/err" || { cat "$tmp/err"; fail "no debug line"; }
 echo "ok: debug line for TDIST_PYTHON"
+
+# tdist-store: exit 2 (usage) before doing anything.
+TDIST_LOG_LEVEL=chatty timeout -k 5 60 "$store" serve --port 0 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc = 2 ] || { cat "$tmp/err"; fail "tdist-store with TDIST_LOG_LEVEL=chatty: exit $rc"; }
+grep -qxF "tdist-store: TDIST_LOG_LEVEL='chatty' is not one of error|warn|warning|info|debug" \
+  "$tmp/err" || { cat "$tmp/err"; fail "tdist-store: no message"; }
+echo "ok: tdist-store TDIST_LOG_LEVEL=chatty -> exit 2"
+TDIST_LOG_LEVEL=warn timeout -k 5 60 "$store" --version >/dev/null || fail "tdist-store --version"
