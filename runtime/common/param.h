@@ -17,8 +17,6 @@
 
 #include <stddef.h>
 
-#include "tdist/status.h"
-
 typedef enum {
   TDIST__PARAM_INT,    /* decimal integer in min..max */
   TDIST__PARAM_DOUBLE, /* decimal number in min..max */
