@@ -34,6 +34,7 @@
 #include "operator-agent/supervisor/errorfile.h"
 #include "operator-agent/supervisor/progress.h"
 #include "operator-agent/supervisor/workers.h"
+#include "runtime/common/param.h"
 
 /* Exit codes (also in --help). */
 enum {
@@ -477,8 +478,7 @@ static void publish_progress(agent_t *a) {
     if (lines[g]) memcpy(lines[g], v, len);
     tdist_free(v);
   }
-  const char *stall = getenv("TDIST_STALL_REPORT_SECONDS");
-  double stall_s = stall && *stall ? atof(stall) : 5.0;
+  double stall_s = tdist__param_double(TDIST__P_STALL_REPORT_SECONDS); /* checked in main */
   char summary[1024];
   agent_progress_summarize((const char *const *)lines, n, stall_s > 0 ? stall_s : 5.0, summary,
                            sizeof summary);
@@ -801,6 +801,13 @@ int main(int argc, char **argv) {
   }
   if (cr != AGENT_CFG_OK) {
     fprintf(stderr, "tdist-agent: error: %s\nRun 'tdist-agent --help' for usage.\n", err);
+    agent_cfg_free(&a->cfg);
+    return EXIT_USAGE;
+  }
+  /* The agent's own TDIST_* parameters (TDIST_LOG_LEVEL, TDIST_PYTHON, ...): bad ones stop it. */
+  const char *bad = tdist__param_first_error(NULL, 0, TDIST__PARAM_AGENT);
+  if (bad) {
+    fprintf(stderr, "tdist-agent: error: %s\n", bad);
     agent_cfg_free(&a->cfg);
     return EXIT_USAGE;
   }

@@ -18,6 +18,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "operator-agent/common/utf8.h"
 #include "operator-agent/config/config_internal.h"
 
 #define IDCHARS "A-Z a-z 0-9 . _ : -"
@@ -37,35 +38,6 @@ int agent_cfg__fail(cfg_ctx_t *ctx, const char *fmt, ...) {
   return -1;
 }
 
-size_t agent_cfg__utf8_seq(const char *str, size_t avail) {
-  const unsigned char *s = (const unsigned char *)str;
-  unsigned c = s[0], cp, min;
-  size_t n;
-  if (avail == 0) return 0;
-  if (c < 0x80) return 1;
-  if ((c & 0xe0) == 0xc0)
-    n = 2, cp = c & 0x1f, min = 0x80;
-  else if ((c & 0xf0) == 0xe0)
-    n = 3, cp = c & 0x0f, min = 0x800;
-  else if ((c & 0xf8) == 0xf0)
-    n = 4, cp = c & 0x07, min = 0x10000;
-  else
-    return 0;
-  if (avail < n) return 0;
-  for (size_t k = 1; k < n; k++) {
-    if ((s[k] & 0xc0) != 0x80) return 0;
-    cp = (cp << 6) | (s[k] & 0x3f);
-  }
-  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-  return n;
-}
-
-int agent_cfg__utf8_valid(const char *s, size_t len) {
-  for (size_t i = 0, n; i < len; i += n)
-    if ((n = agent_cfg__utf8_seq(s + i, len - i)) == 0) return 0;
-  return 1;
-}
-
 const char *agent_cfg__show(const char *s, size_t len, char *buf, size_t cap) {
   size_t n = 0;
   if (cap < 8) {
@@ -74,7 +46,8 @@ const char *agent_cfg__show(const char *s, size_t len, char *buf, size_t cap) {
   }
   for (size_t i = 0; i < len;) {
     unsigned char c = (unsigned char)s[i];
-    size_t k = agent_cfg__utf8_seq(s + i, len - i);
+    int l = agent_utf8_next(s + i, len - i, NULL);
+    size_t k = l > 0 ? (size_t)l : 0;
     if (n + 8 >= cap || n >= 60) {
       memcpy(buf + n, "...", 4);
       return buf;
@@ -127,7 +100,7 @@ static char *must_dup(const char *s) {
 
 static int path_ok(const char *s) {
   size_t n = strlen(s);
-  if (n == 0 || n > 4095 || !agent_cfg__utf8_valid(s, n)) return 0;
+  if (n == 0 || n > 4095 || !agent_utf8_valid(s, n)) return 0;
   for (size_t i = 0; i < n; i++)
     if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return 0;
   return 1;
@@ -305,7 +278,7 @@ static int check_str(int sclass, const char *s, char *msg, size_t cap) {
     snprintf(msg, cap, "'%s' is longer than %zu bytes", sv, max);
     return -1;
   }
-  if (!agent_cfg__utf8_valid(s, n)) {
+  if (!agent_utf8_valid(s, n)) {
     snprintf(msg, cap, "'%s' is not valid UTF-8", sv);
     return -1;
   }
@@ -517,6 +490,19 @@ int agent_cfg__env_names(cfg_id_t id, char names[3][48]) {
   if (o->flag2) tdist_env_name(o->flag2, names[n++], 48);
   if (o->pet) snprintf(names[n++], 48, "%s", o->pet);
   return n;
+}
+
+int agent_cfg_tdist_env_name(size_t i, char *buf, size_t cap) {
+  for (int id = 0; id < CFG_NOPTS; id++) {
+    char names[3][48];
+    int n = agent_cfg__env_names((cfg_id_t)id, names);
+    for (int k = 0; k < n; k++) {
+      if (strncmp(names[k], "TDIST_", 6) || i--) continue;
+      snprintf(buf, cap, "%s", names[k]);
+      return 1;
+    }
+  }
+  return 0;
 }
 
 static int apply_env(cfg_ctx_t *ctx, char **envp) {

@@ -108,6 +108,11 @@ void agent_cfg_defaults(agent_cfg_t *cfg);
 
 void agent_cfg_free(agent_cfg_t *cfg);
 
+/* The i-th TDIST_* environment name the loader reads (TDIST_<FLAG> of each option, with
+ * TDIST_CONFIG), copied to buf; 0 past the last one. For docs and tests: runtime/common/param.h
+ * holds the agent's other TDIST_* variables. */
+int agent_cfg_tdist_env_name(size_t i, char *buf, size_t cap);
+
 /* The --help text (accurate: every flag, its env names, YAML key and default). */
 const char *agent_cfg_usage(void);
 

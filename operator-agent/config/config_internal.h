@@ -133,12 +133,6 @@ int agent_cfg__fail(cfg_ctx_t *ctx, const char *fmt, ...) __attribute__((format(
  * backslashes and bytes that are not UTF-8 as \xNN; at most ~60 bytes, then "...". Returns buf. */
 const char *agent_cfg__show(const char *s, size_t len, char *buf, size_t cap);
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 when the bytes there are not one. */
-size_t agent_cfg__utf8_seq(const char *s, size_t avail);
-
-/* 1 if s[0..len) is valid UTF-8 (no overlongs, surrogates or values over U+10FFFF). */
-int agent_cfg__utf8_valid(const char *s, size_t len);
-
 /* The shortest fixed-point text of a duration (seconds) that parses back to the same double. */
 void agent_cfg__fmt_dur(double v, char *buf, size_t cap);
 

@@ -17,6 +17,7 @@
 #include <yaml.h>
 
 #include "operator-agent/config/config.h"
+#include "operator-agent/common/utf8.h"
 #include "operator-agent/config/config_internal.h"
 #include "tdist/version.h"
 
@@ -457,10 +458,8 @@ static void put_q(FILE *f, const char *str) {
       i++;
       continue;
     }
-    if (c >= 0x80 && (n = (unsigned)agent_cfg__utf8_seq((const char *)s + i, len - i)) > 0) {
-      cp = c & (0xff >> (n + 1));
-      for (unsigned k = 1; k < n; k++) cp = (cp << 6) | (s[i + k] & 0x3f);
-    }
+    int l = c >= 0x80 ? agent_utf8_next((const char *)s + i, len - i, &cp) : 0;
+    n = l > 0 ? (unsigned)l : 0;
     if (n == 0) n = 1, cp = c;
     if (cp < 0x100)
       fprintf(f, "\\x%02X", cp);

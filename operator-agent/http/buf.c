@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "operator-agent/common/utf8.h"
+
 void agent_buf_init(agent_buf_t *b) { memset(b, 0, sizeof *b); }
 
 /* Makes room for n more bytes plus a NUL. */
@@ -86,34 +88,6 @@ void agent_buf_double(agent_buf_t *b, double v) {
   agent_buf_puts(b, s);
 }
 
-/* At s (n > 0 bytes available): returns the length (1..4) of a well-formed UTF-8 sequence, or
- * minus the length of the malformed part to replace with one U+FFFD. Overlong forms, surrogates
- * and code points past U+10FFFF are malformed (RFC 3629); the malformed part is the "maximal
- * subpart" of Unicode §3.9 (U+FFFD substitution), as Python's and browsers' decoders do. */
-static int utf8_len(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  if (c < 0x80) return 1;
-  int len;
-  unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return -1;
-  }
-  if (n < 2 || s[1] < lo || s[1] > hi) return -1;
-  for (int i = 2; i < len; i++)
-    if ((size_t)i >= n || s[i] < 0x80 || s[i] > 0xBF) return -i;
-  return len;
-}
-
 static const char kReplacement[] = "\xEF\xBF\xBD"; /* U+FFFD */
 
 void agent_buf_json_str(agent_buf_t *b, const char *str, size_t max) {
@@ -136,7 +110,7 @@ void agent_buf_json_str(agent_buf_t *b, const char *str, size_t max) {
       }
       i++;
     } else {
-      int l = utf8_len(s + i, n - i);
+      int l = agent_utf8_next(str + i, n - i, NULL); /* < 0: malformed */
       if (l < 0) {
         agent_buf_put(b, kReplacement, 3);
         i += (size_t)-l;
@@ -166,7 +140,7 @@ void agent_buf_prom_label(agent_buf_t *b, const char *str) {
       agent_buf_put(b, " ", 1);
       i++;
     } else {
-      int l = utf8_len(s + i, n - i);
+      int l = agent_utf8_next(str + i, n - i, NULL); /* < 0: malformed */
       if (l < 0) {
         agent_buf_put(b, kReplacement, 3);
         i += (size_t)-l;

@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "operator-agent/common/utf8.h"
+
 #define MAX_DEPTH 64
 #define MAX_FILE (1u << 20)
 
@@ -67,55 +69,6 @@ static void fail(jp_t *j, const char *fmt, ...) {
 
 static void skip_ws(jp_t *j) {
   while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
-}
-
-static size_t put_utf8(char *o, uint32_t cp) {
-  if (cp < 0x80) {
-    o[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    o[0] = (char)(0xC0 | (cp >> 6));
-    o[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    o[0] = (char)(0xE0 | (cp >> 12));
-    o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[2] = (char)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  o[0] = (char)(0xF0 | (cp >> 18));
-  o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-  o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-  o[3] = (char)(0x80 | (cp & 0x3F));
-  return 4;
-}
-
-/* Length of the valid UTF-8 sequence at p (RFC 3629: no overlongs, no surrogates, <= U+10FFFF),
- * or 0 when the bytes there are not one. */
-static size_t utf8_len(const unsigned char *p, const unsigned char *end) {
-  unsigned c = p[0];
-  size_t n;
-  unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF)
-    n = 2;
-  else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if ((size_t)(end - p) < n || p[1] < lo || p[1] > hi) return 0;
-  for (size_t i = 2; i < n; i++)
-    if ((p[i] & 0xC0) != 0x80) return 0;
-  return n;
 }
 
 static int hex4(const unsigned char *p, const unsigned char *end, uint32_t *out) {
@@ -188,12 +141,13 @@ static int parse_string(jp_t *j) {
       } else if ((cp >= 0xD800 && cp <= 0xDFFF) || cp == 0) {
         cp = 0xFFFD;
       }
-      n += put_utf8(o + n, cp);
+      n += agent_utf8_put(o + n, cp);
       continue;
     }
-    size_t len = utf8_len(j->p, j->end);
-    if (len == 0) {
-      n += put_utf8(o + n, 0xFFFD);
+    int l = agent_utf8_next((const char *)j->p, (size_t)(j->end - j->p), NULL);
+    size_t len = l > 0 ? (size_t)l : 0;
+    if (len == 0) { /* one U+FFFD per byte of a malformed sequence */
+      n += agent_utf8_put(o + n, 0xFFFD);
       j->p++;
     } else {
       memcpy(o + n, j->p, len);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "operator-agent/common/log.h"
+#include "runtime/common/param.h"
 
 extern char **environ;
 
@@ -142,8 +143,8 @@ static int build_env(strv_t *e, const agent_worker_spec_t *sp, int local, const 
 static int build_argv(strv_t *a, const agent_cfg_t *cfg) {
   size_t l = strlen(cfg->cmd[0]);
   if (l > 3 && !strcmp(cfg->cmd[0] + l - 3, ".py")) {
-    const char *py = getenv("TDIST_PYTHON");
-    if (strv_push(a, strdup(py && *py ? py : "python3")) || strv_push(a, strdup("-u"))) return -1;
+    if (strv_push(a, strdup(tdist__param_str(TDIST__P_PYTHON))) || strv_push(a, strdup("-u")))
+      return -1;
   }
   for (size_t i = 0; i < cfg->ncmd; i++)
     if (strv_push(a, strdup(cfg->cmd[i]))) return -1;

@@ -2,38 +2,27 @@
  * different threads and processes never interleave mid-line. Never allocates. */
 #include "runtime/common/log.h"
 
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
-static int g_level = TDIST__LOG_INFO;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+#include "runtime/common/param.h"
 
-static void read_level(void) {
-  const char *v = getenv("TDIST_LOG_LEVEL");
-  if (!v || !*v) return;
-  if (!strcasecmp(v, "error"))
-    g_level = TDIST__LOG_ERROR;
-  else if (!strcasecmp(v, "warn") || !strcasecmp(v, "warning"))
-    g_level = TDIST__LOG_WARN;
-  else if (!strcasecmp(v, "info"))
-    g_level = TDIST__LOG_INFO;
-  else if (!strcasecmp(v, "debug"))
-    g_level = TDIST__LOG_DEBUG;
-  else
-    fprintf(stderr,
-            "tdist W: TDIST_LOG_LEVEL='%s' is not one of error|warn|info|debug; using info\n", v);
-}
+/* TDIST_LOG_LEVEL's choices (param.h) in order, as levels. A bad value logs at the default level
+ * (info) until the group creation that reports it. */
+static const tdist__log_level_t k_levels[] = {TDIST__LOG_ERROR, TDIST__LOG_WARN, TDIST__LOG_WARN,
+                                              TDIST__LOG_INFO, TDIST__LOG_DEBUG};
 
 int tdist__log_enabled(tdist__log_level_t level) {
-  pthread_once(&g_once, read_level);
-  return (int)level <= g_level;
+  long long k = tdist__param_int(TDIST__P_LOG_LEVEL);
+  tdist__log_level_t cur = k >= 0 && k < (long long)(sizeof k_levels / sizeof k_levels[0])
+                               ? k_levels[k]
+                               : TDIST__LOG_INFO;
+  return level <= cur;
 }
 
 void tdist__log(tdist__log_level_t level, const char *component, const char *fmt, ...) {

@@ -1,5 +1,5 @@
 /* Logging to stderr: one line per event, "tdist <L> <UTC time> <component>: <message>".
- * The level comes from TDIST_LOG_LEVEL (error|warn|info|debug, default info), read once. */
+ * The level comes from TDIST_LOG_LEVEL (see param.h; default info), read once. */
 #ifndef TDIST_COMMON_LOG_H
 #define TDIST_COMMON_LOG_H
 

@@ -176,3 +176,23 @@ const char *tdist__sock_strerror(int neg_err) {
   if (neg_err == -TDIST__ECLOSED) return "connection closed by peer";
   return strerror(-neg_err);
 }
+
+int tdist__sock_local_ipv4(int fd, char *ip, size_t cap) {
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) return -1;
+  if (ss.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, ip, (socklen_t)cap);
+    return 0;
+  }
+  struct in6_addr *a6 = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+  if (ss.ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(a6)) {
+    inet_ntop(AF_INET, &a6->s6_addr[12], ip, (socklen_t)cap);
+    return 0;
+  }
+  if (ss.ss_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(a6)) {
+    snprintf(ip, cap, "127.0.0.1");
+    return 0;
+  }
+  return -1; /* IPv6-only path: the TCP transport listens on IPv4 */
+}

@@ -29,6 +29,10 @@ int tdist__sock_recv_all(int fd, void *buf, size_t len, int64_t deadline_ms);
 /* Like recv_all, but polls before the first read: for the first bytes of a reply. */
 int tdist__sock_recv_reply(int fd, void *buf, size_t len, int64_t deadline_ms);
 
+/* The local address of connected socket fd as IPv4 text (a v4-mapped address as v4, IPv6
+ * loopback as 127.0.0.1). 0, or -1 for an IPv6-only path or a getsockname failure. */
+int tdist__sock_local_ipv4(int fd, char *ip, size_t cap);
+
 /* Text for a negative return of the functions above ("connection closed by peer", strerror). */
 const char *tdist__sock_strerror(int neg_err);
 

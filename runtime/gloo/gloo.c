@@ -15,6 +15,7 @@
 
 #include "runtime/common/clock.h"
 #include "runtime/common/log.h"
+#include "runtime/common/param.h"
 #include "runtime/gloo/transport.h"
 #include "runtime/pg/pg_internal.h"
 #include "runtime/pg/reduce.h"
@@ -444,16 +445,19 @@ static tdist_status_t check_fingerprints(tdist_pg_t *pg, const tdist__coll_t *k,
 static tdist_status_t gloo_connect(tdist_pg_t *pg, int64_t deadline) {
   gloo_t *g = calloc(1, sizeof *g);
   if (!g) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "gloo: out of memory");
-  const char *a = getenv("TDIST_ALGO_ALLREDUCE");
-  if (a && !strcmp(a, "ring"))
-    g->force_algo = 1;
-  else if (a && !strcmp(a, "rd"))
-    g->force_algo = 2;
-  else if (a && *a && strcmp(a, "auto"))
-    tdist__log(TDIST__LOG_WARN, "gloo", "TDIST_ALGO_ALLREDUCE=%s is not ring|rd|auto; using auto",
-               a);
-  const char *d = getenv("TDIST_DEBUG");
-  g->fingerprint = d && !strcmp(d, "DETAIL");
+  /* Every variable a gloo group reads, checked before anything is set up. */
+  static const tdist__param_id_t k_params[] = {TDIST__P_LOG_LEVEL,      TDIST__P_DEBUG,
+                                               TDIST__P_SOCKET_IFNAME,  TDIST__P_SHM,
+                                               TDIST__P_SPIN_US,        TDIST__P_SHM_SPIN_US,
+                                               TDIST__P_SHM_YIELD,      TDIST__P_ALGO_ALLREDUCE,
+                                               TDIST__P_REDUCE_KERNELS, TDIST__P_STATS_FILE};
+  const char *bad = tdist__param_first_error(k_params, sizeof k_params / sizeof k_params[0], 0);
+  if (bad) {
+    free(g);
+    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s", bad);
+  }
+  g->force_algo = (int)tdist__param_int(TDIST__P_ALGO_ALLREDUCE); /* auto|ring|rd: 0, 1, 2 */
+  g->fingerprint = tdist__param_int(TDIST__P_DEBUG) == 2;         /* OFF|INFO|DETAIL */
   tdist_status_t st = tdist__tcp_transport_create(pg, deadline, &g->tp);
   if (st) {
     free(g);

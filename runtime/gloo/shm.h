@@ -1,4 +1,5 @@
-/* Shared-memory rings between ranks on one host (used by tcp.c for same-host peers).
+/* Shared-memory rings between ranks on one host (shm_link.c links same-host peers with them;
+ * tcp.c moves the bytes).
  *
  * Each rank creates one segment in /dev/shm holding one single-producer/single-consumer byte ring
  * per possible sender (slot i = bytes from rank i to the owner). Peers map the owner's segment and

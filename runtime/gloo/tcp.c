@@ -6,7 +6,9 @@
  * group). Data: every message is a 16-byte header (magic, tag, length) and the payload, sent with
  * one sendmsg where possible; receives read header and payload with one readv. Progress is
  * non-blocking: try every transfer, spin briefly (small messages on loopback answer within
- * microseconds), then poll() on the sockets and the group's abort eventfd until the deadline. */
+ * microseconds), then poll() on the sockets and the group's abort eventfd until the deadline.
+ * Same-host pairs move their bytes through shared-memory rings instead (shm.c), linked at set-up
+ * by shm_link.c; their socket then only tells when the peer dies. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,14 +25,16 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "runtime/common/bytes.h"
 #include "runtime/common/clock.h"
 #include "runtime/common/log.h"
+#include "runtime/common/param.h"
 #include "runtime/common/sock.h"
 #include "runtime/gloo/shm.h"
+#include "runtime/gloo/shm_link.h"
 #include "runtime/gloo/transport.h"
 #include "runtime/pg/pg_internal.h"
-#include "runtime/store/proto.h" /* little-endian helpers */
-#include "runtime/store/store_internal.h"
+#include "runtime/store/local_ip.h"
 
 #define MSG_MAGIC 0x7d15c0deu
 #define SHM_SPIN_NS 2000000    /* wait on rings this long before sleeping on the doorbell */
@@ -59,12 +63,9 @@ typedef struct {
   int yield;          /* sched_yield while spinning on rings (TDIST_SHM_YIELD, default 1) */
   struct pollfd *pfds;
   int *pidx;
-  /* Same-host peers talk through shared-memory rings; their TCP socket stays open only to notice
-   * when the peer dies (EOF). */
-  tdist__shm_ring_t **out_ring, **in_ring;
-  tdist__shm_seg_t own;
-  tdist__shm_seg_t *peer_seg;
-  int shm_peers;
+  /* Same-host peers talk through shared-memory rings (shm_link.c); their TCP socket stays open
+   * only to notice when the peer dies (EOF). */
+  tdist__shm_links_t shm;
   uint8_t *gone; /* scratch for tcp_exchange */
 } tcp_t;
 
@@ -91,7 +92,8 @@ static void read_boot_id(char *buf, size_t cap) {
 /* The IPv4 address to listen on: TDIST_SOCKET_IFNAME's, else the address of the interface that
  * reaches the store (NCCL's approach), else the host name's, else loopback. */
 static tdist_status_t choose_ip(tdist_pg_t *pg, char *ip, size_t cap) {
-  const char *ifname = pg->socket_ifname ? pg->socket_ifname : getenv("TDIST_SOCKET_IFNAME");
+  const char *ifname =
+      pg->socket_ifname ? pg->socket_ifname : tdist__param_str(TDIST__P_SOCKET_IFNAME);
   const char *from = pg->socket_ifname ? "socket_ifname option" : "TDIST_SOCKET_IFNAME";
   if (ifname && *ifname) {
     struct ifaddrs *ifa = NULL;
@@ -138,13 +140,7 @@ static int wait_readable(int fd, int abort_fd, int64_t deadline) {
 
 static void tcp_destroy(tdist__transport_t *base) {
   tcp_t *t = (tcp_t *)base;
-  if (t->peer_seg)
-    for (int i = 0; i < t->size; i++) tdist__shm_seg_close(&t->peer_seg[i]);
-  tdist__shm_seg_unlink(&t->own);
-  tdist__shm_seg_close(&t->own);
-  free(t->peer_seg);
-  free(t->out_ring);
-  free(t->in_ring);
+  tdist__shm_links_close(&t->shm, t->size);
   free(t->gone);
   if (t->fds)
     for (int i = 0; i < t->size; i++)
@@ -158,76 +154,6 @@ static void tcp_destroy(tdist__transport_t *base) {
 
 static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, int n,
                                    int64_t deadline, const char *what);
-
-/* Shared memory for same-host peers. A pair uses it only if both sides mapped both segments:
- * each side sends the other one flag byte over TCP saying so, which also proves the peer has mapped
- * our segment, after which we unlink it. Any failure falls back to TCP for that pair. */
-static tdist_status_t setup_shm(tcp_t *t, const int *same, int64_t deadline) {
-  tdist_pg_t *pg = t->pg;
-  int nsame = 0;
-  for (int i = 0; i < t->size; i++) nsame += same[i];
-  if (nsame == 0) return TDIST_OK;
-  int r = tdist__shm_seg_create(&t->own, t->size);
-  if (r)
-    tdist__log(TDIST__LOG_WARN, "gloo",
-               "rank %d: cannot create shared memory (%s): same-host "
-               "peers use TCP. Is /dev/shm mounted and large enough (%zu bytes needed)?",
-               t->rank, strerror(-r), TDIST__SHM_RING_BYTES * (size_t)t->size);
-  char key[64];
-  snprintf(key, sizeof key, "shm/%d", t->rank);
-  tdist_status_t st =
-      tdist_store_set(pg->store, key, r ? "" : t->own.name, r ? 0 : strlen(t->own.name));
-  if (st)
-    return tdist__pg_fail(pg, st, "publishing shared-memory segment: %s",
-                          tdist_store_last_error(pg->store));
-  uint8_t *flag_out = calloc((size_t)t->size, 1), *flag_in = calloc((size_t)t->size, 1);
-  tdist__xfer_t *x = calloc(2 * (size_t)t->size, sizeof *x);
-  if (!flag_out || !flag_in || !x) {
-    free(flag_out);
-    free(flag_in);
-    free(x);
-    return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
-  }
-  int n = 0;
-  for (int i = 0; i < t->size; i++) {
-    if (!same[i]) continue;
-    snprintf(key, sizeof key, "shm/%d", i);
-    void *v = NULL;
-    size_t len = 0;
-    st = tdist_store_get(pg->store, key, &v, &len);
-    if (st) {
-      free(flag_out);
-      free(flag_in);
-      free(x);
-      return tdist__pg_fail(pg, st, "reading rank %d's shared-memory segment: %s", i,
-                            tdist_store_last_error(pg->store));
-    }
-    char name[96];
-    snprintf(name, sizeof name, "%.*s", (int)(len < 95 ? len : 95), (char *)v);
-    tdist_free(v);
-    flag_out[i] = !r && name[0] && tdist__shm_seg_open(&t->peer_seg[i], name, t->size) == 0;
-    x[n++] = (tdist__xfer_t){.peer = i, .is_send = 1, .buf = &flag_out[i], .len = 1, .tag = 1};
-    x[n++] = (tdist__xfer_t){.peer = i, .is_send = 0, .buf = &flag_in[i], .len = 1, .tag = 1};
-  }
-  st = tcp_exchange(&t->base, x, n, deadline, "shared-memory setup");
-  tdist__shm_seg_unlink(&t->own); /* everyone who will map it has */
-  for (int i = 0; !st && i < t->size; i++) {
-    if (same[i] && flag_out[i] && flag_in[i]) {
-      t->out_ring[i] = tdist__shm_slot(&t->peer_seg[i], t->rank);
-      t->in_ring[i] = tdist__shm_slot(&t->own, i);
-      t->shm_peers++;
-    } else {
-      tdist__shm_seg_close(&t->peer_seg[i]);
-    }
-  }
-  free(flag_out);
-  free(flag_in);
-  free(x);
-  if (!st && t->shm_peers)
-    tdist__log(TDIST__LOG_DEBUG, "gloo", "rank %d: %d peers over shared memory", t->rank,
-               t->shm_peers);
-  return st;
-}
 
 tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
                                            tdist__transport_t **out) {
@@ -248,29 +174,24 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   t->addr = calloc((size_t)t->size, sizeof *t->addr);
   t->pfds = calloc(2 * (size_t)t->size + 1, sizeof *t->pfds);
   t->pidx = calloc(2 * (size_t)t->size + 1, sizeof *t->pidx);
-  t->out_ring = calloc((size_t)t->size, sizeof *t->out_ring);
-  t->in_ring = calloc((size_t)t->size, sizeof *t->in_ring);
-  t->peer_seg = calloc((size_t)t->size, sizeof *t->peer_seg);
+  int shm_r = tdist__shm_links_alloc(&t->shm, t->size);
   t->gone = calloc((size_t)t->size, 1);
   keys = calloc((size_t)t->size, sizeof *keys);
   vals = calloc((size_t)t->size, sizeof *vals);
   lens = calloc((size_t)t->size, sizeof *lens);
-  if (!t->fds || !t->addr || !t->pfds || !t->pidx || !keys || !vals || !lens || !t->out_ring ||
-      !t->in_ring || !t->peer_seg || !t->gone) {
+  if (!t->fds || !t->addr || !t->pfds || !t->pidx || !keys || !vals || !lens || shm_r || !t->gone) {
     st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
     goto done;
   }
   for (int i = 0; i < t->size; i++) t->fds[i] = -1;
-  const char *spin = getenv("TDIST_SPIN_US");
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   /* Spinning only pays when every rank has a core to spin on. */
-  t->spin_us = spin && *spin ? atoi(spin) : (t->size <= ncpu ? 50 : 0);
+  t->spin_us = tdist__param_is_set(TDIST__P_SPIN_US) ? (int)tdist__param_int(TDIST__P_SPIN_US)
+                                                     : (t->size <= ncpu ? 50 : 0);
   t->oversubscribed = t->size > ncpu;
   t->spin_max_ns = t->spin_ns = (int64_t)t->spin_us * 1000;
-  const char *ss = getenv("TDIST_SHM_SPIN_US");
-  t->shm_spin_ns = ss && *ss ? (int64_t)atoi(ss) * 1000 : SHM_SPIN_NS;
-  const char *y = getenv("TDIST_SHM_YIELD");
-  t->yield = y && *y ? atoi(y) : 1;
+  t->shm_spin_ns = (int64_t)tdist__param_int(TDIST__P_SHM_SPIN_US) * 1000;
+  t->yield = (int)tdist__param_int(TDIST__P_SHM_YIELD);
   if (t->size == 1) {
     *out = &t->base;
     t = NULL;
@@ -429,8 +350,8 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   }
   for (int i = 0; i < t->size; i++)
     if (t->fds[i] >= 0) tdist__sock_set_nonblock(t->fds[i], 1);
-  const char *shm_env = getenv("TDIST_SHM");
-  if (!(shm_env && !strcmp(shm_env, "0"))) st = setup_shm(t, same, deadline);
+  if (tdist__param_int(TDIST__P_SHM))
+    st = tdist__shm_links_setup(&t->shm, pg, &t->base, same, deadline);
   free(same);
   same = NULL;
   if (st) goto done;
@@ -476,10 +397,10 @@ static int step(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
     if (x->hdr_done < 16) iov[n++] = (struct iovec){x->hdr + x->hdr_done, 16 - x->hdr_done};
     if (x->done < x->len) iov[n++] = (struct iovec){(char *)x->buf + x->done, x->len - x->done};
     ssize_t w;
-    if (t->out_ring[x->peer]) {
-      w = (ssize_t)tdist__shm_ring_write(t->out_ring[x->peer], iov, n);
+    if (t->shm.out_ring[x->peer]) {
+      w = (ssize_t)tdist__shm_ring_write(t->shm.out_ring[x->peer], iov, n);
       if (w == 0) return 0;
-      tdist__shm_ring_doorbell(&t->peer_seg[x->peer]); /* the owner may sleep on its rings */
+      tdist__shm_ring_doorbell(&t->shm.peer_seg[x->peer]); /* the owner may sleep on its rings */
     } else {
       struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
       w = sendmsg(fd, &mh, MSG_NOSIGNAL);
@@ -498,10 +419,10 @@ static int step(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
     if (x->hdr_done < 16) iov[n++] = (struct iovec){x->hdr + x->hdr_done, 16 - x->hdr_done};
     if (x->done < x->len) iov[n++] = (struct iovec){(char *)x->buf + x->done, x->len - x->done};
     ssize_t r;
-    if (t->in_ring[x->peer]) {
-      r = (ssize_t)tdist__shm_ring_read(t->in_ring[x->peer], iov, n);
+    if (t->shm.in_ring[x->peer]) {
+      r = (ssize_t)tdist__shm_ring_read(t->shm.in_ring[x->peer], iov, n);
       if (r == 0) return 0;
-      tdist__shm_ring_doorbell(&t->peer_seg[x->peer]); /* its writer may wait for space */
+      tdist__shm_ring_doorbell(&t->shm.peer_seg[x->peer]); /* its writer may wait for space */
     } else {
       r = readv(fd, iov, n);
       if (r == 0) return -TDIST__ECLOSED;
@@ -585,7 +506,7 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
         progressed = 1;
     }
     if (!pending) {
-      if (armed) tdist__shm_sleep_cancel(&t->own);
+      if (armed) tdist__shm_sleep_cancel(&t->shm.own);
       if (t->spin_max_ns > 0) {
         if (slept)
           t->spin_ns = t->spin_ns / 2 < t->spin_max_ns / 16 ? 0 : t->spin_ns / 2;
@@ -601,14 +522,14 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
     if (progressed) {
       if (spin_until) spin_until = tdist__now_ns() + t->spin_ns;
       shm_spin_until = 0;
-      if (armed) tdist__shm_sleep_cancel(&t->own);
+      if (armed) tdist__shm_sleep_cancel(&t->shm.own);
       armed = 0;
       continue;
     }
     int on_shm = 0, on_tcp = 0;
     for (int i = 0; i < n; i++) {
       if (x[i].complete) continue;
-      if (x[i].is_send ? t->out_ring[x[i].peer] : t->in_ring[x[i].peer])
+      if (x[i].is_send ? t->shm.out_ring[x[i].peer] : t->shm.in_ring[x[i].peer])
         on_shm = 1;
       else
         on_tcp = 1;
@@ -636,11 +557,11 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
          * a peer that moves bytes afterwards wakes us. The 1 ms cap bounds any lost wake-up
          * and lets the poll below (timeout 0) notice dead peers and aborts. */
         if (!armed) {
-          doorbell_seen = tdist__shm_sleep_prepare(&t->own);
+          doorbell_seen = tdist__shm_sleep_prepare(&t->shm.own);
           armed = 1;
           continue;
         }
-        tdist__shm_sleep(&t->own, doorbell_seen, 1000);
+        tdist__shm_sleep(&t->shm.own, doorbell_seen, 1000);
         armed = 0;
       }
     } else if (spin_until && now < spin_until) {
@@ -653,7 +574,8 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
     int np = 0;
     for (int i = 0; i < n; i++) {
       if (x[i].complete || blocked(x, i)) continue;
-      int shm = x[i].is_send ? t->out_ring[x[i].peer] != NULL : t->in_ring[x[i].peer] != NULL;
+      int shm =
+          x[i].is_send ? t->shm.out_ring[x[i].peer] != NULL : t->shm.in_ring[x[i].peer] != NULL;
       t->pfds[np] = (struct pollfd){.fd = t->fds[x[i].peer],
                                     .events = shm ? POLLRDHUP : (x[i].is_send ? POLLOUT : POLLIN)};
       t->pidx[np++] = i;
@@ -668,7 +590,8 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
        * ring, so only fail once a full pass over the rings makes no progress. */
       for (int k = 0; k < np; k++) {
         tdist__xfer_t *xk = &x[t->pidx[k]];
-        int shm = xk->is_send ? t->out_ring[xk->peer] != NULL : t->in_ring[xk->peer] != NULL;
+        int shm =
+            xk->is_send ? t->shm.out_ring[xk->peer] != NULL : t->shm.in_ring[xk->peer] != NULL;
         if (shm && (t->pfds[k].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
           if (gone_seen[xk->peer])
             return tdist__pg_fail(pg, TDIST_ERR_REMOTE,

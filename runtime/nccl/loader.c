@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/common/param.h"
+
 #define MAX_CANDIDATES 8
 
 typedef struct {
@@ -23,11 +25,11 @@ static void add(candidates_t *c, const char *name) {
 
 /* The override alone when set; else sonames first (ld.so.cache, LD_LIBRARY_PATH), then the
  * toolkit directories, where images often put them without registering them. */
-static void candidates(candidates_t *c, const char *env, const char *const *sonames,
+static void candidates(candidates_t *c, tdist__param_id_t env, const char *const *sonames,
                        const char *file) {
   memset(c, 0, sizeof *c);
-  const char *over = getenv(env);
-  if (over && *over) {
+  const char *over = tdist__param_str(env);
+  if (over) {
     add(c, over);
     return;
   }
@@ -101,11 +103,11 @@ tdist_status_t tdist__nccl_lib_open(tdist__nccl_lib_t *lib, char *err, size_t ca
   static const char *const nccl_sonames[] = {"libnccl.so.2", "libnccl.so", NULL};
   memset(lib, 0, sizeof *lib);
   candidates_t c;
-  candidates(&c, "TDIST_CUDART_LIBRARY", cudart_sonames, "libcudart.so");
+  candidates(&c, TDIST__P_CUDART_LIBRARY, cudart_sonames, "libcudart.so");
   lib->cudart_handle = open_first(&c, "CUDA runtime (libcudart)", "TDIST_CUDART_LIBRARY",
                                   lib->cudart_path, sizeof lib->cudart_path, err, cap);
   if (!lib->cudart_handle) return TDIST_ERR_NOT_AVAILABLE;
-  candidates(&c, "TDIST_NCCL_LIBRARY", nccl_sonames, "libnccl.so.2");
+  candidates(&c, TDIST__P_NCCL_LIBRARY, nccl_sonames, "libnccl.so.2");
   lib->nccl_handle = open_first(&c, "NCCL library (libnccl)", "TDIST_NCCL_LIBRARY", lib->nccl_path,
                                 sizeof lib->nccl_path, err, cap);
   if (!lib->nccl_handle) {

@@ -34,10 +34,10 @@
 
 #include "runtime/common/clock.h"
 #include "runtime/common/log.h"
+#include "runtime/common/param.h"
 #include "runtime/nccl/nccl_internal.h"
 
 #define WATCHDOG_MS 100
-#define DEFAULT_SPIN_US 10000
 #define SLEEP_NS 50000               /* between event queries once spinning gave up */
 #define ASYNC_CHECK_NS (1000 * 1000) /* how often a waiter asks for the async error */
 #define FINALIZE_MAX_MS 30000
@@ -353,23 +353,9 @@ static void *watchdog_main(void *arg) {
 /* ---------------------------------------------------------------------------------------- */
 /* Connect                                                                                   */
 
-static long env_long(const char *name, long dflt, long lo, long hi) {
-  const char *v = getenv(name);
-  if (!v || !*v) return dflt;
-  char *end;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (errno || *end || x < lo || x > hi) {
-    tdist__log(TDIST__LOG_WARN, "nccl", "%s='%s' is not an integer in %ld..%ld; using %ld", name, v,
-               lo, hi, dflt);
-    return dflt;
-  }
-  return x;
-}
-
-/* Reads a device index from an environment variable: 1 and *dev set, 0 if unset, -1 if bad. */
-static int env_index(const char *name, int *dev) {
-  const char *v = getenv(name);
+/* Reads LOCAL_RANK as a device index: 1 and *dev set, 0 if unset, -1 if bad. */
+static int local_rank_index(int *dev) {
+  const char *v = getenv("LOCAL_RANK");
   if (!v || !*v) return 0;
   char *end;
   errno = 0;
@@ -387,16 +373,13 @@ static tdist_status_t choose_device(tdist_pg_t *pg, int ndev) {
     g->dev_from = "the parent group";
     return TDIST_OK;
   }
-  int d, k = env_index("TDIST_NCCL_DEVICE", &d);
+  /* TDIST_NCCL_DEVICE was validated in nccl_connect. */
+  int d = (int)tdist__param_int(TDIST__P_NCCL_DEVICE),
+      k = tdist__param_is_set(TDIST__P_NCCL_DEVICE);
   const char *from = "TDIST_NCCL_DEVICE";
-  if (k < 0)
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
-                          "TDIST_NCCL_DEVICE='%s' is not a "
-                          "device index",
-                          getenv("TDIST_NCCL_DEVICE"));
   if (k == 0) {
     from = "LOCAL_RANK";
-    if ((k = env_index("LOCAL_RANK", &d)) < 0)
+    if ((k = local_rank_index(&d)) < 0)
       return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
                             "LOCAL_RANK='%s' is not a "
                             "non-negative integer",
@@ -586,6 +569,13 @@ static tdist_status_t nccl_connect(tdist_pg_t *pg, int64_t dl) {
   g->dev = -1;
   pg->be_state = g; /* from here on, nccl_destroy cleans up whatever was made */
   char err[TDIST__ERRMSG_MAX];
+  /* Every variable an nccl group reads, checked before anything is opened. */
+  static const tdist__param_id_t k_params[] = {
+      TDIST__P_LOG_LEVEL,           TDIST__P_NCCL_DEVICE,  TDIST__P_NCCL_COMM_SPLIT,
+      TDIST__P_NCCL_CHECK_POINTERS, TDIST__P_NCCL_SPIN_US, TDIST__P_NCCL_LIBRARY,
+      TDIST__P_CUDART_LIBRARY,      TDIST__P_STATS_FILE};
+  const char *bad = tdist__param_first_error(k_params, sizeof k_params / sizeof k_params[0], 0);
+  if (bad) return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s", bad);
   tdist_status_t st = tdist__nccl_lib_open(&g->lib, err, sizeof err);
   if (st) {
     tdist__nccl_lib_close(&g->lib);
@@ -596,9 +586,9 @@ static tdist_status_t nccl_connect(tdist_pg_t *pg, int64_t dl) {
   if ((st = enter_device(pg, &prev, "backend nccl"))) return st;
   tdist__nccl_t *pgs = pg->parent ? tdist__nccl(pg->parent) : NULL;
   g->use_split =
-      pgs ? pgs->use_split : g->lib.ncclCommSplit && env_long("TDIST_NCCL_COMM_SPLIT", 1, 0, 1);
-  g->check_ptrs = (int)env_long("TDIST_NCCL_CHECK_POINTERS", 1, 0, 1);
-  g->spin_ns = env_long("TDIST_NCCL_SPIN_US", DEFAULT_SPIN_US, 0, 10000000) * 1000;
+      pgs ? pgs->use_split : g->lib.ncclCommSplit && tdist__param_int(TDIST__P_NCCL_COMM_SPLIT);
+  g->check_ptrs = (int)tdist__param_int(TDIST__P_NCCL_CHECK_POINTERS);
+  g->spin_ns = (int64_t)tdist__param_int(TDIST__P_NCCL_SPIN_US) * 1000;
   cudaError_t e;
   /* cudaStreamDefault: ordered after work the caller queued on the legacy default stream. */
   if ((e = g->lib.cudaStreamCreateWithFlags(&g->stream, cudaStreamDefault)) != cudaSuccess)

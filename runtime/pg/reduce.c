@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/common/param.h"
+
 #if defined(__FAST_MATH__)
 #error "reduce.c needs IEEE semantics (NaN propagation, f16 rounding): no -ffast-math"
 #endif
@@ -420,8 +422,8 @@ static const kernel_set_t *kernel_set(void) {
   if (ks) return ks;
   ks = &k_set_gen;
 #if REDUCE_X86
-  const char *env = getenv("TDIST_REDUCE_KERNELS");
-  if (!(env && strcmp(env, "generic") == 0) && cpu_has_avx2_f16c()) ks = &k_set_avx2;
+  /* auto|generic: 0, 1. A bad value reads as auto; gloo group creation reports it. */
+  if (tdist__param_int(TDIST__P_REDUCE_KERNELS) != 1 && cpu_has_avx2_f16c()) ks = &k_set_avx2;
 #endif
   atomic_store_explicit(&chosen, ks, memory_order_release);
   return ks;

@@ -20,6 +20,7 @@
 
 #include "runtime/common/clock.h"
 #include "runtime/common/log.h"
+#include "runtime/common/param.h"
 #include "runtime/pg/pg_internal.h"
 #include "runtime/pg/stats.h"
 
@@ -142,8 +143,8 @@ int tdist__stats_register(int rank, int world_size) {
   pthread_mutex_lock(&g_mu);
   int group = g_groups++;
   if (group == 0) {
-    const char *path = getenv("TDIST_STATS_FILE");
-    if (path && *path) g_file = map_file(path, rank, world_size);
+    const char *path = tdist__param_str(TDIST__P_STATS_FILE);
+    if (path) g_file = map_file(path, rank, world_size);
     if (g_file) {
       refresh_rt_offset();
       pthread_atfork(NULL, NULL, atfork_child);

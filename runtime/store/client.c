@@ -619,9 +619,10 @@ static void tcp_destroy(tdist_store_t *s) {
 }
 
 static const tdist__store_vtable_t k_tcp_vt = {
-    "tcp",         tcp_destroy,    tcp_set,       tcp_get,       tcp_add,    tcp_compare_set,
-    tcp_check,     tcp_wait,       tcp_delete,    tcp_num_keys,  tcp_append, tcp_multi_get,
-    tcp_multi_set, tcp_queue_push, tcp_queue_pop, tcp_queue_len, 0 /* thread_safe */
+    "tcp",           tcp_destroy,         tcp_set,       tcp_get,        tcp_add,
+    tcp_compare_set, tcp_check,           tcp_wait,      tcp_delete,     tcp_num_keys,
+    tcp_append,      tcp_multi_get,       tcp_multi_set, tcp_queue_push, tcp_queue_pop,
+    tcp_queue_len,   0 /* thread_safe */, NULL /* inner */
 };
 
 TDIST_EXTERN tdist_status_t tdist_tcp_store_connect(const tdist_tcp_store_options_t *opts,
@@ -688,23 +689,7 @@ TDIST_EXTERN tdist_store_dialect_t tdist_tcp_store_dialect(const tdist_store_t *
 }
 
 int tdist__store_local_ip(tdist_store_t *s, char *ip, size_t cap) {
-  for (tdist_store_t *in; (in = tdist__prefix_inner(s));) s = in;
+  s = tdist__store_root(s);
   if (!s || s->magic != TDIST__STORE_MAGIC || s->vt != &k_tcp_vt || T(s)->fd < 0) return -1;
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof ss;
-  if (getsockname(T(s)->fd, (struct sockaddr *)&ss, &sl) != 0) return -1;
-  if (ss.ss_family == AF_INET) {
-    inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, ip, (socklen_t)cap);
-    return 0;
-  }
-  struct in6_addr *a6 = &((struct sockaddr_in6 *)&ss)->sin6_addr;
-  if (ss.ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(a6)) {
-    inet_ntop(AF_INET, &a6->s6_addr[12], ip, (socklen_t)cap);
-    return 0;
-  }
-  if (ss.ss_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(a6)) {
-    snprintf(ip, cap, "127.0.0.1");
-    return 0;
-  }
-  return -1; /* IPv6-only path: the TCP transport listens on IPv4 */
+  return tdist__sock_local_ipv4(T(s)->fd, ip, cap);
 }

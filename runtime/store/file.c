@@ -272,9 +272,24 @@ static void fs_destroy(tdist_store_t *s) {
 }
 
 static const tdist__store_vtable_t k_file_vt = {
-    "file",       fs_destroy,    fs_set,       fs_get,       fs_add,    fs_compare_set,
-    fs_check,     fs_wait,       fs_delete,    fs_num_keys,  fs_append, fs_multi_get,
-    fs_multi_set, fs_queue_push, fs_queue_pop, fs_queue_len, 0 /* thread_safe */
+    "file",
+    fs_destroy,
+    fs_set,
+    fs_get,
+    fs_add,
+    fs_compare_set,
+    fs_check,
+    fs_wait,
+    fs_delete,
+    fs_num_keys,
+    fs_append,
+    fs_multi_get,
+    fs_multi_set,
+    fs_queue_push,
+    fs_queue_pop,
+    fs_queue_len,
+    0 /* thread_safe */,
+    NULL /* inner */
 };
 
 TDIST_EXTERN tdist_status_t tdist_file_store_create(const char *path, int64_t timeout_ms,

@@ -236,9 +236,10 @@ static tdist_status_t mem_queue_len(tdist_store_t *s, const char *key, int64_t *
 }
 
 static const tdist__store_vtable_t k_mem_vt = {
-    "memory",      mem_destroy,    mem_set,       mem_get,       mem_add,    mem_compare_set,
-    mem_check,     mem_wait,       mem_delete,    mem_num_keys,  mem_append, mem_multi_get,
-    mem_multi_set, mem_queue_push, mem_queue_pop, mem_queue_len, 1 /* thread_safe */
+    "memory",        mem_destroy,         mem_set,       mem_get,        mem_add,
+    mem_compare_set, mem_check,           mem_wait,      mem_delete,     mem_num_keys,
+    mem_append,      mem_multi_get,       mem_multi_set, mem_queue_push, mem_queue_pop,
+    mem_queue_len,   1 /* thread_safe */, NULL /* inner */
 };
 
 TDIST_EXTERN tdist_status_t tdist_memory_store_create(tdist_store_t **out) {

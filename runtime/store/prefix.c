@@ -115,15 +115,32 @@ MULTI_KEY(px_multi_set(tdist_store_t *s, const char *const *keys, const void *co
                        const size_t *l, size_t n, int64_t to),
           multi_set(p->inner, k, v, l, n, to))
 
+static tdist_store_t *px_inner(tdist_store_t *s) { return P(s)->inner; }
+
 static tdist_status_t px_num_keys(tdist_store_t *s, int64_t *n, int64_t to) {
   prefix_store_t *p = P(s);
   return relay(p, p->inner->vt->num_keys(p->inner, n, to));
 }
 
 static const tdist__store_vtable_t k_prefix_vt = {
-    "prefix",     px_destroy,    px_set,       px_get,       px_add,    px_compare_set,
-    px_check,     px_wait,       px_delete,    px_num_keys,  px_append, px_multi_get,
-    px_multi_set, px_queue_push, px_queue_pop, px_queue_len, 0 /* thread_safe */
+    "prefix",
+    px_destroy,
+    px_set,
+    px_get,
+    px_add,
+    px_compare_set,
+    px_check,
+    px_wait,
+    px_delete,
+    px_num_keys,
+    px_append,
+    px_multi_get,
+    px_multi_set,
+    px_queue_push,
+    px_queue_pop,
+    px_queue_len,
+    0 /* thread_safe */,
+    px_inner,
 };
 
 TDIST_EXTERN tdist_status_t tdist_prefix_store_create(tdist_store_t *inner, const char *prefix,
@@ -149,8 +166,4 @@ TDIST_EXTERN tdist_status_t tdist_prefix_store_create(tdist_store_t *inner, cons
   tdist__store_init(&p->base, &k_prefix_vt, inner->timeout_ms);
   *out = &p->base;
   return TDIST_OK;
-}
-
-tdist_store_t *tdist__prefix_inner(tdist_store_t *s) {
-  return s && s->magic == TDIST__STORE_MAGIC && s->vt == &k_prefix_vt ? P(s)->inner : NULL;
 }

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/common/bytes.h" /* tdist__put_u32 and the other little-endian helpers */
+
 typedef enum {
   TDIST__DIALECT_UNKNOWN = 0, /* not classified yet */
   TDIST__DIALECT_V1_13 = 1,
@@ -109,23 +111,5 @@ tdist__op_t tdist__proto_op_from_wire(tdist__dialect_t dialect, uint8_t wire);
 
 /* Name of a canonical op ("SET"). */
 const char *tdist__proto_op_name(tdist__op_t op);
-
-/* Little-endian helpers for encoders. */
-static inline void tdist__put_u64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint64_t tdist__get_u64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
-static inline void tdist__put_u32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint32_t tdist__get_u32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-  return v;
-}
 
 #endif

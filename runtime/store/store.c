@@ -14,7 +14,10 @@ void tdist__store_init(tdist_store_t *s, const tdist__store_vtable_t *vt, int64_
 }
 
 tdist_store_t *tdist__store_root(tdist_store_t *s) {
-  for (tdist_store_t *in; (in = tdist__prefix_inner(s));) s = in;
+  for (tdist_store_t *in; s && s->magic == TDIST__STORE_MAGIC && s->vt->inner;) {
+    if (!(in = s->vt->inner(s))) break;
+    s = in;
+  }
   return s;
 }
 

@@ -1,7 +1,8 @@
 /* The store handle shared by every store kind: a magic word, a vtable, the default timeout and
  * the handle's error text. store.c validates arguments and dispatches; each kind (client.c,
- * memory.c, prefix.c) implements the vtable. Timeouts reaching the vtable are already resolved
- * (always > 0). */
+ * memory.c, file.c, prefix.c) implements the vtable, and depends on store.c, never the reverse
+ * (a wrapper is unwrapped through its vtable's inner member). Timeouts reaching the vtable are
+ * already resolved (always > 0). */
 #ifndef TDIST_STORE_STORE_INTERNAL_H
 #define TDIST_STORE_STORE_INTERNAL_H
 
@@ -39,6 +40,8 @@ typedef struct tdist__store_vtable {
   /* 1 if one handle may be used by several threads at once (memory store): its error text is
    * then kept per thread (tdist_last_error) instead of in the handle. */
   int thread_safe;
+  /* A wrapper's inner store (the prefix store's); NULL, or a NULL member, for the others. */
+  tdist_store_t *(*inner)(tdist_store_t *s);
 } tdist__store_vtable_t;
 
 struct tdist_store_s {
@@ -59,12 +62,7 @@ tdist_status_t tdist__store_fail(tdist_store_t *s, tdist_status_t st, const char
 /* Joins keys for messages: "/a, /b, ... (N keys)", bounded. */
 void tdist__store_keys_str(const char *const *keys, size_t n, char *buf, size_t cap);
 
-/* The local IPv4 address of a TCP store client's connection (unwrapping prefix stores), for
- * choosing the interface peers can reach us on. 0 on success, -1 for other stores. */
-int tdist__store_local_ip(tdist_store_t *s, char *ip, size_t cap);
-
-/* A prefix store's inner store; NULL for other kinds. */
-tdist_store_t *tdist__prefix_inner(tdist_store_t *s);
+#include "runtime/store/local_ip.h" /* tdist__store_local_ip */
 
 void tdist__store_init(tdist_store_t *s, const tdist__store_vtable_t *vt, int64_t timeout_ms);
 

@@ -23,6 +23,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "runtime/common/param.h"
 #include "tdist/tdist.h"
 
 /* Exit statuses (documented in --help; tests/cli checks them). */
@@ -643,6 +644,10 @@ int main(int argc, char **argv) {
       return EXIT_OK;
     }
   }
+  /* libtdist's TDIST_* parameters this program reads (runtime/common/param.h): a bad one stops it
+   */
+  const char *bad = tdist__param_error(TDIST__P_LOG_LEVEL);
+  if (bad) return usage_error("%s", bad);
   if (strcmp(cmd, "serve") == 0) return cmd_serve(rest_c, rest_v);
   if (strcmp(cmd, "set") == 0) return cmd_client(cmd, OP_SET, rest_c, rest_v);
   if (strcmp(cmd, "get") == 0) return cmd_client(cmd, OP_GET, rest_c, rest_v);

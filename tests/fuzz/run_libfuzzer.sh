@@ -47,10 +47,11 @@ echo "run_libfuzzer.sh: building in $work with $($cc --version | head -1)"
 "$cc" "${flags[@]}" \
   "$root/operator-agent/config/config.c" "$root/operator-agent/config/config_opts.c" \
   "$root/operator-agent/config/config_usage.c" "$root/operator-agent/config/config_yaml.c" \
-  "$root/tests/fuzz/config_fuzz.c" -lyaml -lpthread \
+  "$root/operator-agent/common/utf8.c" "$root/tests/fuzz/config_fuzz.c" -lyaml -lpthread \
   -o "$work/config_fuzz"
 "$cc" "${flags[@]}" \
-  "$root/operator-agent/supervisor/errorfile.c" "$root/tests/fuzz/errorfile_fuzz.c" \
+  "$root/operator-agent/supervisor/errorfile.c" "$root/operator-agent/common/utf8.c" \
+  "$root/tests/fuzz/errorfile_fuzz.c" \
   -o "$work/errorfile_fuzz"
 
 failed=0

@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "runtime/nccl/nccl_internal.h"
@@ -32,7 +34,7 @@ static void env(const char *name, const char *value) {
 
 /* Inits a world-size-1 nccl group; returns its status and copies the error text. On success
  * the group is destroyed again. */
-static tdist_status_t try_init(char *msg, size_t cap) {
+static tdist_status_t try_init_here(char *msg, size_t cap) {
   tdist_store_t *store = NULL;
   CHECK_OK(tdist_memory_store_create(&store));
   tdist_pg_options_t o = TDIST_PG_OPTIONS_INIT;
@@ -53,6 +55,36 @@ static tdist_status_t try_init(char *msg, size_t cap) {
   }
   tdist_store_destroy(store);
   return st;
+}
+
+/* try_init_here in a child process: libtdist reads each TDIST_* variable once per process
+ * (runtime/common/param.h), and every case here sets them anew. */
+static tdist_status_t try_init(char *msg, size_t cap) {
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    char m[1024];
+    int st = (int)try_init_here(m, sizeof m);
+    size_t len = strlen(m);
+    CHECK(write(fds[1], &st, sizeof st) == (ssize_t)sizeof st);
+    CHECK(write(fds[1], m, len) == (ssize_t)len);
+    _exit(0);
+  }
+  close(fds[1]);
+  int st = -1;
+  size_t n = 0;
+  CHECK(read(fds[0], &st, sizeof st) == (ssize_t)sizeof st);
+  for (ssize_t r; n + 1 < cap && (r = read(fds[0], msg + n, cap - 1 - n)) > 0;) n += (size_t)r;
+  msg[n] = '\0';
+  close(fds[0]);
+  int status;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  return (tdist_status_t)st;
 }
 
 #define EXPECT(status, ...)                                                                 \

@@ -1,0 +1,98 @@
+/* Shared-memory links between same-host ranks of a gloo group (shm_link.h): set-up over the
+ * group's store and the TCP transport, and tear-down. The rings themselves are shm.c's. */
+#include "runtime/gloo/shm_link.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/common/log.h"
+
+int tdist__shm_links_alloc(tdist__shm_links_t *l, int size) {
+  l->out_ring = calloc((size_t)size, sizeof *l->out_ring);
+  l->in_ring = calloc((size_t)size, sizeof *l->in_ring);
+  l->peer_seg = calloc((size_t)size, sizeof *l->peer_seg);
+  return l->out_ring && l->in_ring && l->peer_seg ? 0 : -ENOMEM;
+}
+
+void tdist__shm_links_close(tdist__shm_links_t *l, int size) {
+  if (l->peer_seg)
+    for (int i = 0; i < size; i++) tdist__shm_seg_close(&l->peer_seg[i]);
+  tdist__shm_seg_unlink(&l->own);
+  tdist__shm_seg_close(&l->own);
+  free(l->peer_seg);
+  free(l->out_ring);
+  free(l->in_ring);
+  l->peer_seg = NULL;
+  l->out_ring = l->in_ring = NULL;
+}
+
+/* Each side sends the other one flag byte over TCP saying whether it mapped the peer's segment,
+ * which also proves the peer has mapped ours, after which we unlink it. */
+tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, tdist_pg_t *pg, tdist__transport_t *tp,
+                                      const int *same, int64_t deadline) {
+  const int size = pg->size, rank = pg->rank;
+  int nsame = 0;
+  for (int i = 0; i < size; i++) nsame += same[i];
+  if (nsame == 0) return TDIST_OK;
+  int r = tdist__shm_seg_create(&l->own, size);
+  if (r)
+    tdist__log(TDIST__LOG_WARN, "gloo",
+               "rank %d: cannot create shared memory (%s): same-host "
+               "peers use TCP. Is /dev/shm mounted and large enough (%zu bytes needed)?",
+               rank, strerror(-r), TDIST__SHM_RING_BYTES * (size_t)size);
+  char key[64];
+  snprintf(key, sizeof key, "shm/%d", rank);
+  tdist_status_t st =
+      tdist_store_set(pg->store, key, r ? "" : l->own.name, r ? 0 : strlen(l->own.name));
+  if (st)
+    return tdist__pg_fail(pg, st, "publishing shared-memory segment: %s",
+                          tdist_store_last_error(pg->store));
+  uint8_t *flag_out = calloc((size_t)size, 1), *flag_in = calloc((size_t)size, 1);
+  tdist__xfer_t *x = calloc(2 * (size_t)size, sizeof *x);
+  if (!flag_out || !flag_in || !x) {
+    free(flag_out);
+    free(flag_in);
+    free(x);
+    return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
+  }
+  int n = 0;
+  for (int i = 0; i < size; i++) {
+    if (!same[i]) continue;
+    snprintf(key, sizeof key, "shm/%d", i);
+    void *v = NULL;
+    size_t len = 0;
+    st = tdist_store_get(pg->store, key, &v, &len);
+    if (st) {
+      free(flag_out);
+      free(flag_in);
+      free(x);
+      return tdist__pg_fail(pg, st, "reading rank %d's shared-memory segment: %s", i,
+                            tdist_store_last_error(pg->store));
+    }
+    char name[96];
+    snprintf(name, sizeof name, "%.*s", (int)(len < 95 ? len : 95), (char *)v);
+    tdist_free(v);
+    flag_out[i] = !r && name[0] && tdist__shm_seg_open(&l->peer_seg[i], name, size) == 0;
+    x[n++] = (tdist__xfer_t){.peer = i, .is_send = 1, .buf = &flag_out[i], .len = 1, .tag = 1};
+    x[n++] = (tdist__xfer_t){.peer = i, .is_send = 0, .buf = &flag_in[i], .len = 1, .tag = 1};
+  }
+  st = tp->exchange(tp, x, n, deadline, "shared-memory setup");
+  tdist__shm_seg_unlink(&l->own); /* everyone who will map it has */
+  for (int i = 0; !st && i < size; i++) {
+    if (same[i] && flag_out[i] && flag_in[i]) {
+      l->out_ring[i] = tdist__shm_slot(&l->peer_seg[i], rank);
+      l->in_ring[i] = tdist__shm_slot(&l->own, i);
+      l->peers++;
+    } else {
+      tdist__shm_seg_close(&l->peer_seg[i]);
+    }
+  }
+  free(flag_out);
+  free(flag_in);
+  free(x);
+  if (!st && l->peers)
+    tdist__log(TDIST__LOG_DEBUG, "gloo", "rank %d: %d peers over shared memory", rank, l->peers);
+  return st;
+}
