@@ -12,8 +12,12 @@ DRIVER="$(realpath "$1")"
 
 if [ -z "${DNS_TEST_IN_NS:-}" ]; then
   if [ "$(id -u)" != 0 ] || ! unshare -m -n true 2>/dev/null; then
-    echo "dns_test: SKIPPED: needs root and unshare -m -n (private network and mount namespaces)"
-    exit 0
+    LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
+    [ -f "$LIB/skip.sh" ] || LIB="$(dirname "$(realpath "$0")")/../testlib"
+    . "$LIB/skip.sh"
+    test_skip "dns_test: every check: needs root and unshare -m -n (private network and mount" \
+      "namespaces); uid $(id -u)"
+    exit
   fi
   exec unshare -m -n env DNS_TEST_IN_NS=1 "$(realpath "$0")" "$@"
 fi
