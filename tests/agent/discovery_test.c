@@ -637,9 +637,10 @@ static void hide_sa_file(void) {
   if (unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
       mount("tmpfs", dir, "tmpfs", 0, NULL) == 0 && !sa_file_exists())
     return;
-  test_skip("discovery_test: the resolv.conf namespace cases: %s exists and cannot be hidden in "
-            "a private mount namespace (%s)",
-            SA_NAMESPACE_FILE, strerror(errno));
+  test_skip(
+      "discovery_test: the resolv.conf namespace cases: %s exists and cannot be hidden in "
+      "a private mount namespace (%s)",
+      SA_NAMESPACE_FILE, strerror(errno));
 }
 
 int main(void) {
