@@ -113,8 +113,8 @@ static inline void logcap_expect_transport(const char *text, int rank, int world
             "%s\nlogcap: rank %d of %d: expected %s, found %d line(s) '%s' and %d mentioning "
             "shared memory (capture above)\n",
             text, rank, world,
-            shm && world > 1 ? "every peer over shared memory" : "TCP only (no shared memory)",
-            got, want, got_any);
+            shm && world > 1 ? "every peer over shared memory" : "TCP only (no shared memory)", got,
+            want, got_any);
     exit(1);
   }
 }
