@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -21,6 +23,7 @@
 #include "tests/testlib/check.h"
 #include "tests/testlib/clock.h"
 #include "tests/testlib/rng.h"
+#include "tests/testlib/skip.h"
 
 #define SA_NAMESPACE_FILE "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -495,13 +498,11 @@ static void test_resolve(void) {
   for (int i = 0; i < 2; i++) {
     memset(&st, 0, sizeof st);
     cancel_t c = {.start = now_ms(), .stop_after = -1};
-    int64_t t0 = now_ms();
     CHECK_EQ_INT(agent_resolve(names[i], port, 1, now_ms() + 5000, cancel_cb, &c, ip, sizeof ip,
                                &st, err, sizeof err),
                  0);
     CHECK_STR(ip, "127.0.0.1");
-    CHECK_EQ_INT(st.attempts, 1);
-    CHECK(now_ms() - t0 < 1000);
+    CHECK_EQ_INT(st.attempts, 1); /* connected at once: no retry, no sleep */
     CHECK(c.calls >= 1);
   }
   /* The connection really happened: it waits in the backlog. */
@@ -525,9 +526,10 @@ static void test_resolve(void) {
   CHECK_HAS(err, want);
   CHECK_HAS(err, strerror(ECONNREFUSED));
   CHECK_HAS(err, "could not connect to '127.0.0.1' after ");
-  CHECK(took >= 1500 && took < 3000);
-  /* 100 ms doubling with jitter in [d/2, d]: at least 4 sleeps fit before 1.5 s, at most 10. */
-  CHECK(st.attempts >= 5 && st.attempts <= 12);
+  CHECK(took >= 1500); /* it kept retrying until the deadline */
+  /* 100 ms doubling with jitter in [d/2, d]: it retried, and at most 10 sleeps fit in 1.5 s (a
+   * slow machine makes fewer attempts, never more; how long it took is not asserted). */
+  CHECK(st.attempts >= 2 && st.attempts <= 12);
   CHECK_EQ_INT(st.failures, st.attempts);
   /* Stats accumulate across calls. */
   uint64_t before = st.attempts;
@@ -547,9 +549,11 @@ static void test_resolve(void) {
            (long long)took);
   CHECK_EQ_INT(r, -2);
   CHECK_HAS(err, "cancelled");
-  CHECK(took >= 700 && took < 1500);
-  CHECK(c.max_gap <= 200); /* 50 ms slices; 100 ms promised, slack for a loaded machine */
+  CHECK(took >= 700); /* the callback said stop only after 700 ms */
   CHECK(st.attempts >= 2);
+  /* Polled while it sleeps between attempts, not only once per attempt (the gap between polls,
+   * 100 ms promised, is printed above and not asserted: tests assert no timings). */
+  CHECK(c.calls > (int)st.attempts);
   /* Cancelled before the first attempt. */
   c = (cancel_t){.start = now_ms(), .stop_after = 0};
   memset(&st, 0, sizeof st);
@@ -594,8 +598,24 @@ static void test_local_ip(void) {
   CHECK(inet_pton(AF_INET, ip, buf) == 1 || inet_pton(AF_INET6, ip, buf) == 1);
 }
 
+/* Inside a Kubernetes pod the service account's namespace file exists and takes precedence over
+ * resolv.conf, which would leave the resolv.conf namespace cases untested: hide it under a tmpfs
+ * in a private mount namespace (needs root); if that is not possible, that part is a skip. */
+static void hide_sa_file(void) {
+  if (!sa_file_exists()) return;
+  const char *dir = "/var/run/secrets/kubernetes.io/serviceaccount";
+  if (unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+      mount("tmpfs", dir, "tmpfs", 0, NULL) == 0 && !sa_file_exists())
+    return;
+  test_skip(
+      "discovery_test: the resolv.conf namespace cases: %s exists and cannot be hidden in "
+      "a private mount namespace (%s)",
+      SA_NAMESPACE_FILE, strerror(errno));
+}
+
 int main(void) {
   test_rng_init("discovery_test", 0xd15c0e77ULL);
+  hide_sa_file();
   snprintf(g_rc, sizeof g_rc, "%s/discovery_test.resolv.conf.%d", tmpdir(), (int)getpid());
   test_node_rank();
   test_resolv_conf();

@@ -12,8 +12,12 @@ DRIVER="$(realpath "$1")"
 
 if [ -z "${DNS_TEST_IN_NS:-}" ]; then
   if [ "$(id -u)" != 0 ] || ! unshare -m -n true 2>/dev/null; then
-    echo "dns_test: SKIPPED: needs root and unshare -m -n (private network and mount namespaces)"
-    exit 0
+    LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
+    [ -f "$LIB/skip.sh" ] || LIB="$(dirname "$(realpath "$0")")/../testlib"
+    . "$LIB/skip.sh"
+    test_skip "dns_test: every check: needs root and unshare -m -n (private network and mount" \
+      "namespaces); uid $(id -u)"
+    exit
   fi
   exec unshare -m -n env DNS_TEST_IN_NS=1 "$(realpath "$0")" "$@"
 fi
@@ -82,12 +86,13 @@ else
   fail "late record: $out"
 fi
 
-# 3. A name that never appears: fails at the deadline with the name and the resolver's reason.
+# 3. A name that never appears: fails at the deadline (never before it; 30 s only stops a hang)
+#    with the name and the resolver's reason.
 out="$("$DRIVER" --timeout-ms 1500 never.ns1.svc.k8s.test.)"
 e="$(field elapsed_ms "$out")"
 if [[ "$out" == "fail rc=-1 "* ]] &&
-   [[ "$out" == *"could not resolve 'never.ns1.svc.k8s.test.' after "*" attempts in 1."*" s: Name or service not known"* ]] &&
-   [ "${e:-0}" -ge 1500 ] && [ "${e:-0}" -lt 4000 ]; then
+   [[ "$out" == *"could not resolve 'never.ns1.svc.k8s.test.' after "*" attempts in "*" s: Name or service not known"* ]] &&
+   [ "${e:-0}" -ge 1500 ] && [ "${e:-0}" -lt 30000 ]; then
   pass "missing name reported: $out"
 else
   fail "missing name: $out"

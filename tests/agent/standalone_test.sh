@@ -87,11 +87,23 @@ agent --standalone --nproc-per-node 1 -- /nonexistent/program >/dev/null 2>"$T/n
 [ $rc -eq 127 ] && grep -q "cannot execute worker command '/nonexistent/program'" "$T/n.err" &&
   pass "missing worker command named (exit $rc)" || fail "missing command: rc $rc $(tail -2 "$T/n.err")"
 
+# not_running PID...: 0 if no PID is a live process (gone, or a zombie about to be reaped); at
+# least one PID is required, so an empty list fails.
+not_running() {
+  [ $# -gt 0 ] || return 1
+  local p st
+  for p in "$@"; do
+    st="$(ps -o stat= -p "$p" 2>/dev/null | tr -d ' ')"
+    [ -z "$st" ] || [ "${st#Z}" != "$st" ] || return 1
+  done
+}
+
 # 5. SIGTERM: forwarded to the workers' process groups; a worker ignoring it is SIGKILLed after
-#    the grace period; the agent exits 143; no process is left behind.
+#    the grace period; the agent exits 143; no process is left behind, the workers' own
+#    background children (grandchildren of the agent, pids recorded) included.
 cat >"$T/term.sh" <<'SH'
 trap 'echo "$LOCAL_RANK got TERM" >> "$OUT"; [ "$LOCAL_RANK" = 0 ] && exit 0' TERM
-(sleep 300 &) ; echo "$LOCAL_RANK up" >> "$OUT"
+(sleep 300 & echo "$!" >> "$OUT.grandchildren") ; echo "$LOCAL_RANK up" >> "$OUT"
 while :; do sleep 0.05; done
 SH
 export OUT="$T/term.log"
@@ -106,6 +118,57 @@ grep -q '^0 got TERM' "$T/term.log" && grep -q '^1 got TERM' "$T/term.log" &&
 grep -q "sending SIGKILL" "$T/t.err" && pass "worker ignoring SIGTERM got SIGKILL after the grace period" || fail "no SIGKILL escalation"
 sleep 0.3
 if pgrep -f "$T/term.sh" >/dev/null; then fail "workers left running"; else pass "no worker left behind"; fi
+gc=($(cat "$T/term.log.grandchildren" 2>/dev/null))
+[ "${#gc[@]}" = 2 ] && not_running "${gc[@]}" &&
+  pass "the workers' background children (grandchildren ${gc[*]}) stopped too" ||
+  fail "grandchildren: recorded '${gc[*]}' (want 2), $(ps -o pid,stat,args -p "${gc[*]:-1}" | tail -n +2)"
+
+# 5a. SIGHUP and SIGUSR2 are forwarded to every worker and the job goes on (exit 0); SIGINT and
+#     SIGQUIT are forwarded too and stop the job: the agent exits 128+N (130, 131).
+cat >"$T/sig.sh" <<'SH'
+ulimit -c 0
+trap 'echo "$LOCAL_RANK got HUP" >> "$OUT"' HUP
+trap 'echo "$LOCAL_RANK got USR2" >> "$OUT"' USR2
+trap 'echo "$LOCAL_RANK got INT" >> "$OUT"; exit 0' INT
+trap 'echo "$LOCAL_RANK got QUIT" >> "$OUT"; exit 0' QUIT
+echo "$LOCAL_RANK up" >> "$OUT"
+while [ ! -e "$GO" ]; do sleep 0.05; done
+SH
+# wait_lines FILE PATTERN N: until FILE has N lines matching PATTERN (at most 10 s).
+wait_lines() {
+  for _ in $(seq 100); do [ "$(grep -c "$2" "$1" 2>/dev/null)" -ge "$3" ] && return 0; sleep 0.1; done
+  return 1
+}
+export OUT="$T/hup.log" GO="$T/hup.go"
+"$AGENT" --http-port -1 --standalone --nproc-per-node 2 --monitor-interval 0.05 -- bash "$T/sig.sh" \
+  >/dev/null 2>"$T/hup.err" &
+apid=$!
+wait_lines "$OUT" up 2
+kill -HUP $apid; wait_lines "$OUT" 'got HUP' 2
+kill -USR2 $apid; wait_lines "$OUT" 'got USR2' 2
+touch "$GO"; wait $apid; rc=$?
+for sig in HUP USR2; do
+  [ "$(grep -c "^0 got $sig$" "$OUT")" = 1 ] && [ "$(grep -c "^1 got $sig$" "$OUT")" = 1 ] &&
+    pass "SIG$sig forwarded to both workers once" || fail "SIG$sig forwarding: $(tr '\n' ' ' <"$OUT")"
+done
+[ $rc -eq 0 ] && grep -q "forwarding Hangup to the workers" "$T/hup.err" &&
+  grep -q "forwarding User defined signal 2 to the workers" "$T/hup.err" &&
+  pass "after SIGHUP and SIGUSR2 the job went on and completed (exit 0)" ||
+  fail "SIGHUP/SIGUSR2: exit $rc, $(grep -E 'forwarding| E ' "$T/hup.err" | head -3)"
+for sig in INT QUIT; do
+  n=$(kill -l "$sig"); export OUT="$T/$sig.log" GO="$T/$sig.go"
+  "$AGENT" --http-port -1 --standalone --nproc-per-node 2 --monitor-interval 0.05 \
+    --stop-grace-period 3 -- bash "$T/sig.sh" >/dev/null 2>"$T/$sig.err" &
+  apid=$!
+  wait_lines "$OUT" up 2
+  kill -"$sig" $apid; wait $apid; rc=$?
+  [ $rc -eq $((128 + n)) ] && [ "$(grep -c "^[01] got $sig$" "$OUT")" = 2 ] &&
+    grep -q "^0 got $sig$" "$OUT" && grep -q "exiting with $((128 + n))" "$T/$sig.err" &&
+    ! grep -q "sending SIGKILL" "$T/$sig.err" &&
+    pass "SIG$sig forwarded to both workers, which exited; agent exits $((128 + n))" ||
+    fail "SIG$sig: exit $rc (want $((128 + n))), $(tr '\n' ' ' <"$OUT"); $(grep -E 'received|E ' "$T/$sig.err" | head -2)"
+  touch "$GO"
+done
 
 # 5b. SIGUSR1: a flight-recorder dump, and forwarded only to a worker that handles it. Local
 #     rank 0 traps USR1; rank 1 does not, so USR1 would kill it (exit 138 fails the job).
@@ -130,16 +193,51 @@ kill -KILL $apid 2>/dev/null; wait $apid; rc=$?
   pass "SIGUSR1: dump written, forwarded to the worker with a handler only, job completed" ||
   fail "SIGUSR1: exit $rc, $(cat "$T/usr1.log" | tr '\n' ' '); $(grep -E 'USR1|E ' "$T/u.err" | head -3)"
 
-# 6. As PID 1 (pid namespace): orphans reaped (no zombies), signal forwarding, exit code.
-cat >"$T/orphans.sh" <<'SH'
-for i in 1 2 3 4 5; do (sleep 0.1 &) ; done   # grandchildren re-parented to PID 1
-sleep 1; exit 5
+# 6. As PID 1: the agent itself is PID 1 of a new pid namespace (unshare --fork execs it), so it
+#    runs its PID 1 path (no subreaper: orphans are its children by the kernel's rule).
+#    a) the worker's own background children, orphaned when their subshells exit, are re-parented
+#       to PID 1 and reaped by it (gone, not zombies); the worker's exit code (5) passes through;
+#    b) signals reach it although PID 1 gets no default action (a plain program there ignores
+#       SIGTERM): SIGHUP forwarded and the job goes on, then SIGTERM forwarded, the agent exits 143.
+cat >"$T/pid1.sh" <<'SH'
+echo "pid1 $(cat /proc/1/comm)" >> "$OUT"
+for i in 1 2 3 4 5; do (sleep 0.3 & echo "orphan $!" >> "$OUT"); done
+for p in $(sed -n 's/^orphan //p' "$OUT"); do echo "ppid $p $(ps -o ppid= -p "$p" | tr -d ' ')" >> "$OUT"; done
+sleep 1.5
+for p in $(sed -n 's/^orphan //p' "$OUT"); do
+  if [ -e "/proc/$p" ]; then echo "left $p $(cut -d' ' -f3 "/proc/$p/stat")" >> "$OUT"; else echo "reaped $p" >> "$OUT"; fi
+done
+[ "$MODE" = exit ] && exit 5
+trap 'echo "got HUP" >> "$OUT"' HUP
+trap 'echo "got TERM" >> "$OUT"; exit 0' TERM
+echo up >> "$OUT"
+while :; do sleep 0.05; done
 SH
-unshare --pid --fork --mount-proc sh -c "
-  \"$AGENT\" --http-port -1 --standalone --nproc-per-node 1 -- bash \"$T/orphans.sh\" 2>\"$T/p1.err\" &
-  sleep 0.8; ps -eo pid,stat,comm > \"$T/ps.txt\"; wait \$!" ; rc=$?
+export OUT="$T/pid1.log" MODE=exit
+bounded 60 unshare --pid --fork --mount-proc "$AGENT" --http-port -1 --monitor-interval 0.05 \
+  --standalone --nproc-per-node 1 -- bash "$T/pid1.sh" >/dev/null 2>"$T/p1.err"; rc=$?
+[ "$(sed -n 's/^pid1 //p' "$OUT")" = tdist-agent ] && pass "the agent is PID 1 in its pid namespace" ||
+  fail "PID 1 is '$(sed -n 's/^pid1 //p' "$OUT")', want tdist-agent"
 [ $rc -eq 5 ] && pass "as PID 1: worker exit code 5 passed through" || fail "PID 1 exit $rc ($(tail -3 "$T/p1.err"))"
-if awk '$2 ~ /^Z/' "$T/ps.txt" | grep -q .; then fail "zombies under PID 1: $(cat "$T/ps.txt")"; else pass "orphans reaped (no zombies)"; fi
+[ "$(grep -c '^ppid [0-9]* 1$' "$OUT")" = 5 ] && [ "$(grep -c '^reaped ' "$OUT")" = 5 ] &&
+  ! grep -q '^left ' "$OUT" &&
+  pass "as PID 1: 5 orphaned grandchildren re-parented to the agent and reaped (no zombies)" ||
+  fail "as PID 1, orphans: $(tr '\n' ' ' <"$OUT")"
+export OUT="$T/pid1b.log" MODE=signals
+unshare --pid --fork --mount-proc "$AGENT" --http-port -1 --monitor-interval 0.05 \
+  --stop-grace-period 3 --standalone --nproc-per-node 1 -- bash "$T/pid1.sh" >/dev/null 2>"$T/p1b.err" &
+upid=$!
+wait_lines "$OUT" '^up$' 1
+a1="$(pgrep -P $upid)"
+[ -n "$a1" ] && [ "$(awk '/^NSpid:/ {print $NF}' "/proc/$a1/status")" = 1 ] ||
+  fail "as PID 1: no agent with pid 1 in its namespace under unshare ($a1)"
+kill -HUP "$a1"; wait_lines "$OUT" '^got HUP$' 1
+kill -TERM "$a1"; wait $upid; rc=$?
+grep -q '^got HUP$' "$OUT" && grep -q "forwarding Hangup to the workers" "$T/p1b.err" &&
+  pass "as PID 1: SIGHUP received and forwarded, the job went on" ||
+  fail "as PID 1, SIGHUP: $(tr '\n' ' ' <"$OUT") $(grep -E 'forwarding|received' "$T/p1b.err")"
+[ $rc -eq 143 ] && grep -q '^got TERM$' "$OUT" && pass "as PID 1: SIGTERM forwarded, agent exits 143" ||
+  fail "as PID 1, SIGTERM: exit $rc, $(tr '\n' ' ' <"$OUT")"
 
 # 7. HTTP while a job runs (its workers wait before init, so none has reached its store yet):
 #    /healthz /readyz /metrics (promtool) /status, 404/405.

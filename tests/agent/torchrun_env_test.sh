@@ -2,10 +2,15 @@
 # The worker environment under tdist-agent against the real torchrun of the PyTorch in
 # $TDIST_TORCH (1.13 or 2.6, tests/testlib/torch.sh; static rendezvous; --redirects 1 --tee 1 as
 # Debian's 1.13 build needs): the same unmodified DDP script runs under both with the same flags
-# and dumps its environment. Every variable torchrun adds must be there under the agent with the
-# same value, except those that are per-run by nature (error-file path, run-dir, and MASTER_PORT:
-# the agent gives each attempt's workers a fresh store, as PyTorch >= 2.5's torchelastic does for
-# retries). The agent may add TDIST_BACKEND, TDIST_STATS_FILE, TDIST_PYTHON and the other
+# and dumps its environment, in four shapes: 1 node x 1 and x 3 workers; 1 node x 2 workers where
+# rank 1 fails on attempt 0, so the environment compared is that of the restarted attempt 1; and
+# 2 nodes x 2 workers (two torchruns, two agents, static rendezvous on one host). Both directions,
+# rank by rank: every variable torchrun adds must be there under the agent with the same value,
+# and every variable the agent adds must be one torchrun adds (same value, by the first rule) or
+# one of the few named below. Exceptions are per-run by nature (MASTER_PORT: the agent gives each
+# attempt's workers a fresh store, as PyTorch >= 2.5's torchelastic does for retries; the
+# error-file path, whose attempt_N/RANK tail is checked). The agent may add TDIST_BACKEND,
+# TDIST_STATS_FILE, TDIST_PYTHON and the other
 # version's spelling of the NCCL async-error variable (it sets NCCL_ASYNC_ERROR_HANDLING, which
 # 1.13 reads, and TORCH_NCCL_ASYNC_ERROR_HANDLING, which 2.x reads: it cannot know which PyTorch
 # a worker runs).
@@ -15,45 +20,94 @@ AGENT="$(realpath "$1")"; DDP="$(realpath "$2")"
 LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
 [ -f "$LIB/torch.sh" ] || LIB="$(dirname "$(realpath "$0")")/../testlib"
 . "$LIB/torch.sh"
-T="${TEST_TMPDIR:-$(mktemp -d)}/trenv.$$"; mkdir -p "$T/torchrun" "$T/agent"
+T="${TEST_TMPDIR:-$(mktemp -d)}/trenv.$$"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
   /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-for nproc in 1 3; do
-  rm -f "$T"/torchrun/* "$T"/agent/*
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
+trap cleanup EXIT
+
+# run_case NAME NNODES NPROC ATTEMPT [DDP ARGS...]: runs the job under torchrun and under the
+# agent (one launcher per node, in parallel), then compares each rank's environment of attempt
+# ATTEMPT (the last attempt: its dump overwrote the earlier ones).
+run_case() {
+  local name="$1" nnodes="$2" nproc="$3" attempt="$4" node rc
+  shift 4
+  local d="$T/$name"
+  mkdir -p "$d/torchrun" "$d/agent"
+  local P1 P2
   P1=$(free_port); P2=$(free_port)
-  (cd "$T" && timeout 180 $PY -m torch.distributed.run --nnodes 1 --nproc_per_node $nproc --max_restarts 2 \
-     --master_addr 127.0.0.1 --master_port "$P1" --redirects 1 --tee 1 \
-     "$DDP" --steps 5 --env-dump "$T/torchrun") >"$T/torchrun.log" 2>&1 ||
-    { echo "FAIL: torchrun itself failed:"; tail -20 "$T/torchrun.log"; exit 1; }
-  (cd "$T" && timeout 180 "$AGENT" --http-port -1 --nnodes 1 --node-rank 0 --nproc_per_node $nproc --max_restarts 2 \
-     --master_addr 127.0.0.1 --master_port "$P2" -- "$DDP" --steps 5 --env-dump "$T/agent") \
-     >"$T/agent.log" 2>&1 || { echo "FAIL: agent run failed:"; tail -20 "$T/agent.log"; exit 1; }
-  $PY - "$T" "$nproc" "$P1" "$P2" <<'PYEOF' || exit 1
+  pids=()
+  for node in $(seq 0 $((nnodes - 1))); do
+    (cd "$d" && exec timeout 180 $PY -m torch.distributed.run --nnodes "$nnodes" --node_rank "$node" \
+       --nproc_per_node "$nproc" --max_restarts 2 --master_addr 127.0.0.1 --master_port "$P1" \
+       --redirects 1 --tee 1 "$DDP" --steps 5 --env-dump "$d/torchrun" "$@") \
+      >"$d/torchrun.$node.log" 2>&1 &
+    pids+=($!)
+  done
+  for node in "${!pids[@]}"; do
+    wait "${pids[$node]}" ||
+      { echo "FAIL: $name: torchrun (node $node) failed:"; tail -20 "$d/torchrun.$node.log"; exit 1; }
+  done
+  pids=()
+  for node in $(seq 0 $((nnodes - 1))); do
+    (cd "$d" && exec timeout 180 "$AGENT" --http-port -1 --nnodes "$nnodes" --node-rank "$node" \
+       --nproc_per_node "$nproc" --max_restarts 2 --master_addr 127.0.0.1 --master_port "$P2" \
+       -- "$DDP" --steps 5 --env-dump "$d/agent" "$@") >"$d/agent.$node.log" 2>&1 &
+    pids+=($!)
+  done
+  for node in "${!pids[@]}"; do
+    wait "${pids[$node]}" ||
+      { echo "FAIL: $name: agent (node $node) failed:"; tail -20 "$d/agent.$node.log"; exit 1; }
+  done
+  pids=()
+  $PY - "$d" "$name" "$nnodes" "$nproc" "$attempt" "$P1" "$P2" <<'PYEOF' || exit 1
 import json, os, sys
-t, n, p1, p2 = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+d, name = sys.argv[1], sys.argv[2]
+nnodes, nproc, attempt = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+p1, p2 = sys.argv[6], sys.argv[7]
 base = dict(os.environ)
 per_run = {"TORCHELASTIC_ERROR_FILE", "MASTER_PORT", "_"}
 extra_ok = {"TDIST_BACKEND", "TDIST_PYTHON", "TDIST_STATS_FILE", "NCCL_ASYNC_ERROR_HANDLING",
             "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
-for r in range(n):
-    tr = json.load(open(f"{t}/torchrun/env.{r}.json"))
-    ag = json.load(open(f"{t}/agent/env.{r}.json"))
+world = nnodes * nproc
+files = sorted(os.listdir(f"{d}/torchrun")), sorted(os.listdir(f"{d}/agent"))
+want = sorted(f"env.{r}.json" for r in range(world))
+assert files[0] == want and files[1] == want, f"{name}: env dumps {files}, want {want}"
+for r in range(world):
+    tr = json.load(open(f"{d}/torchrun/env.{r}.json"))
+    ag = json.load(open(f"{d}/agent/env.{r}.json"))
     added_tr = {k: v for k, v in tr.items() if base.get(k) != v}
     added_ag = {k: v for k, v in ag.items() if base.get(k) != v}
+    assert len(added_tr) >= 15, f"{name} rank {r}: torchrun added only {sorted(added_tr)}"
+    # torchrun -> agent: every variable, the same value
     for k, v in added_tr.items():
         if k in per_run: continue
-        assert k in ag, f"rank {r}: torchrun sets {k}={v!r}, the agent does not"
-        assert ag[k] == v, f"rank {r}: {k}: torchrun {v!r}, agent {ag[k]!r}"
-    for k in added_ag:
-        assert k in added_tr or k in extra_ok or k in per_run, f"rank {r}: agent adds unexpected {k}"
+        assert k in ag, f"{name} rank {r}: torchrun sets {k}={v!r}, the agent does not"
+        assert ag[k] == v, f"{name} rank {r}: {k}: torchrun {v!r}, agent {ag[k]!r}"
+    # agent -> torchrun: nothing torchrun does not set, but the named extras
+    for k, v in added_ag.items():
+        if k in extra_ok or k in per_run: continue
+        assert k in added_tr, f"{name} rank {r}: the agent sets {k}={v!r}, torchrun does not"
+    # what the comparison stands on: this rank of this attempt, under both
+    for e, who in ((tr, "torchrun"), (ag, "agent")):
+        assert e["RANK"] == str(r) and e["WORLD_SIZE"] == str(world), (name, who, r)
+        assert e["GROUP_RANK"] == str(r // nproc) and e["LOCAL_RANK"] == str(r % nproc), (name, who, r)
+        assert e["TORCHELASTIC_RESTART_COUNT"] == str(attempt), (name, who, r, e["TORCHELASTIC_RESTART_COUNT"])
+        assert e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_{attempt}/{r % nproc}/error.json"), \
+            (name, who, e["TORCHELASTIC_ERROR_FILE"])
     assert tr["MASTER_PORT"] == p1, (tr["MASTER_PORT"], p1)
     # The agent's workers reach their attempt's own store, not the agents' store on --master_port.
     assert ag["MASTER_PORT"] != p2 and 0 < int(ag["MASTER_PORT"]) < 65536, (ag["MASTER_PORT"], p2)
     for k in ("NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"):
         assert ag[k] == tr.get(k, "1"), (k, ag[k], tr.get(k))
-    for e in (tr, ag):
-        assert e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{r}/error.json"), e["TORCHELASTIC_ERROR_FILE"]
-    print(f"nproc {n} rank {r}: {len(added_tr)} torchrun variables matched")
+    print(f"{name} rank {r}: {len(added_tr)} torchrun variables and {len(added_ag)} of the agent's matched")
 PYEOF
-done
-echo "PASS: worker environment identical to torchrun's (PyTorch $TORCH_VERSION)"
+  echo "PASS: $name: worker environment identical to torchrun's (PyTorch $TORCH_VERSION)"
+}
+
+run_case nproc1 1 1 0
+run_case nproc3 1 3 0
+run_case restarted 1 2 1 --fail-rank 1 --fail-attempt 0
+run_case nodes2 2 2 0
+echo "PASS: worker environment identical to torchrun's in every shape (PyTorch $TORCH_VERSION)"

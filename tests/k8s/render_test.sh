@@ -12,7 +12,8 @@
 #      compared with the agent's effective configuration from 2; validate.js --self-test shows
 #      that each rule catches its violation, on every kustomization.
 # Overlays whose name contains "gpu" must be GPU deployments, the others CPU ones.
-# Needs root for step 2 (a private mount namespace per pod); without root, steps 2-3 are skipped.
+# Needs root for step 2 (a private mount namespace per pod); without root, steps 2-3 are a skip,
+# which fails the test unless TDIST_TEST_ALLOW_SKIP=1 (tests/testlib/skip.sh).
 #   args: AGENT TRAIN PODSPEC_PY VALIDATE_JS NPM_DEPS_SH K8S_BASE_KUSTOMIZATION
 set -uo pipefail
 AGENT="$(realpath "$1")"; TRAIN="$(realpath "$2")"; PODSPEC="$(realpath "$3")"
@@ -78,7 +79,11 @@ for kz in "${kustomizations[@]}"; do
 done
 
 if [ "$(id -u)" -ne 0 ]; then
-  echo "SKIPPED: --check-config in the pod's environment and the schema/rule checks need root"
+  LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
+  [ -f "$LIB/skip.sh" ] || LIB="$(dirname "$(realpath "$0")")/../testlib"
+  . "$LIB/skip.sh"
+  test_skip "render_test: steps 2-3 (--check-config in each pod's environment, the schema and" \
+    "rule checks): need root; uid $(id -u)" || fails=$((fails + 1))
   finish
 fi
 

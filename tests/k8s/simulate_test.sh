@@ -71,6 +71,11 @@ job='' svc='' namespace='' completions=0 probes='' scrape=''
 summary="$("$PY" "$PODSPEC" summary "$T/rendered.yaml")" || { fail "podspec summary"; finish; }
 echo "$summary"
 eval "$summary"
+# Nothing to check is a failure, not a pass: the Job must have pods, HTTP probes and a scrape
+# endpoint (prometheus.io annotations) for the checks below to mean anything.
+[ "$completions" -gt 0 ] 2>/dev/null || { fail "$OVERLAY: the rendered Job has no completions"; finish; }
+[ -n "$probes" ] || { fail "$OVERLAY: the rendered container has no HTTP probe to check"; finish; }
+[ -n "$scrape" ] || { fail "$OVERLAY: the rendered manifests have no scrape endpoint to check"; finish; }
 # kubectl applies unnamespaced objects to the context's namespace: any name will do, so not "default".
 # shellcheck disable=SC2018 # a DNS label: ASCII a-z on purpose
 ns="${namespace:-ns-$(LC_ALL=C tr -dc a-z </dev/urandom | head -c 5)}"
@@ -96,6 +101,7 @@ probe_pod() {
     urls+=("http://$ip:$port$path")
     args+=(-o /dev/null "http://$ip:$port$path")
   done <<<"$(printf '%s\n%s\n' "$probes" "$scrape" | sort -u)"
+  [ "${#urls[@]}" -gt 0 ] || { fail "$name: no probe or scrape URL to check"; return; }
   for ((i = 0; i < 300; i++)); do
     codes="$(PODS_FG_TIMEOUT=5 pods_exec_fg "$prober" -- curl -s --max-time 2 -w '%{http_code} ' "${args[@]}" 2>/dev/null)"
     ok=1

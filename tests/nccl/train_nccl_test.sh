@@ -42,6 +42,7 @@ done
 run gloo "$tmp/gloo.out" || { cat "$tmp/gloo.out"; fail "the gloo run exited $?"; }
 grep -q '^train: 2 ranks (gloo backend)' "$tmp/gloo.out" || fail "the gloo run's header"
 losses() { grep -E '^(step|train: OK)' "$1"; }
+[ "$(grep -c '^step' "$tmp/nccl.out")" -gt 0 ] || fail "the nccl run printed no loss line to compare"
 diff <(losses "$tmp/gloo.out") <(losses "$tmp/nccl.out") ||
   fail "the nccl run's losses differ from the gloo run's"
 echo "ok: nccl and gloo runs agree ($(grep -c '^step' "$tmp/nccl.out") loss lines)"

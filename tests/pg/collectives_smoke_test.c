@@ -1,33 +1,40 @@
 /* Smoke test of every collective on real processes, over shared memory and over TCP: world
  * sizes 1..5, int64 data (exact reference), each result checked against a reference computed
- * independently from the same deterministic inputs. The full dtype/op/algorithm sweep lives in
- * collectives_sweep_test. */
+ * independently from the same deterministic inputs. all_reduce runs both algorithms by size
+ * (recursive doubling up to 64 KiB, the ring above), and every rank checks in its own debug log
+ * (tests/testlib/logcap.h) that the transport it meant (shared memory or TCP only) and each
+ * algorithm really ran. The full dtype/op/algorithm sweep lives in collectives_sweep_test. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "logcap.h"
 #include "ranks.h"
 
-#define N 1003 /* odd, larger than any world size */
+#define N 1003     /* odd, larger than any world size; 8024 bytes: recursive doubling */
+#define NRING 9001 /* 72008 bytes, past the 64 KiB recursive-doubling limit: the ring */
+#define NBUF (NRING > N * 5 ? NRING : N * 5)
 
 static int64_t val(int rank, size_t i) {
   return (int64_t)(tdist_test_rand(7, (uint64_t)rank, i) % 1000) - 500;
 }
 
 static int body(int rank, int world, int port, void *arg) {
-  (void)arg;
+  int shm = *(const int *)arg;
+  logcap_begin("smoke");
   tdist_store_t *store;
   tdist_pg_t *pg = tdist_test_init_pg(rank, world, port, 20000, &store);
   CHECK_EQ_INT(tdist_pg_rank(pg), rank);
   CHECK_EQ_INT(tdist_pg_size(pg), world);
-  int64_t *buf = malloc(sizeof(int64_t) * N * (size_t)world);
-  int64_t *out = malloc(sizeof(int64_t) * N * (size_t)world);
-  int64_t *in = malloc(sizeof(int64_t) * N * (size_t)world);
+  int64_t *buf = malloc(sizeof(int64_t) * NBUF);
+  int64_t *out = malloc(sizeof(int64_t) * NBUF);
+  int64_t *in = malloc(sizeof(int64_t) * NBUF);
 
-  /* all_reduce sum, both algorithms by size (small count and N) */
-  size_t counts[] = {0, 1, 7, N};
+  /* all_reduce sum, both algorithms by size: recursive doubling for 1, 7 and N, the ring for
+   * NRING (0 moves nothing) */
+  size_t counts[] = {0, 1, 7, N, NRING};
   for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
     size_t n = counts[c];
     for (size_t i = 0; i < n; i++) buf[i] = val(rank, i);
@@ -135,6 +142,12 @@ static int body(int rank, int world, int port, void *arg) {
   free(buf);
   free(out);
   free(in);
+  /* What ran: all_reduce of 1, 7, N, N (max) and 3 x N (async) by recursive doubling, NRING by
+   * the ring (a world of 1 moves nothing); shared memory between every pair, or none. */
+  char *log = logcap_end();
+  logcap_expect_transport(log, rank, world, shm, 1);
+  logcap_expect_algos(log, rank, world > 1 ? 1 : 0, world > 1 ? 7 : 0);
+  free(log);
   return 0;
 }
 
@@ -190,6 +203,7 @@ static int ifname_body(int rank, int world, int port, void *arg) {
 }
 
 int main(void) {
+  logcap_enable_debug();
   TEST_LOG("socket_ifname lo / missing interface, world 2");
   CHECK(tdist_test_run_ranks(2, 60000, ifname_body, "lo") == 0);
   CHECK(tdist_test_run_ranks(2, 60000, ifname_body, "tdist-no-such0") == 0);
@@ -206,9 +220,10 @@ int main(void) {
   const char *modes[] = {"1", "0"};
   for (int m = 0; m < 2; m++) {
     setenv("TDIST_SHM", modes[m], 1);
+    int shm = m == 0;
     for (size_t k = 0; k < sizeof worlds / sizeof worlds[0]; k++) {
       TEST_LOG("world %d, TDIST_SHM=%s", worlds[k], modes[m]);
-      CHECK(tdist_test_run_ranks(worlds[k], 60000, body, NULL) == 0);
+      CHECK(tdist_test_run_ranks(worlds[k], 60000, body, &shm) == 0);
     }
   }
   TEST_LOG("ok");

@@ -41,8 +41,12 @@
  *             plus the rounding of the division).
  *     u is the unit roundoff: 2^-11 float16, 2^-8 bfloat16, 2^-24 float32, 2^-53 float64.
  *
- * Transports: every job runs twice, with the default transports (same-host peers may use shared
+ * Transports: every job runs twice, with the default transports (same-host peers use shared
  * memory) and with TDIST_SHM=0 (TCP only).
+ * What ran: every rank reads its own debug log (tests/testlib/logcap.h) and checks that it linked
+ * every peer over shared memory (or, TCP only, none), and that each all_reduce that moved data
+ * ran the forced algorithm (a forced ring with fewer elements than ranks runs recursive
+ * doubling, as documented in runtime/gloo/gloo.c).
  * Sharding: the (world, phase, transport) jobs are spread over Bazel's shards (shard_count). */
 #define _GNU_SOURCE
 #include <inttypes.h>
@@ -58,6 +62,7 @@
 #include "check.h"
 #include "clock.h"
 #include "shard.h"
+#include "logcap.h"
 #include "ranks.h"
 
 #define LARGE 100003   /* > 64 KiB for every dtype: the ring runs */
@@ -81,6 +86,7 @@ typedef struct {
   int full;         /* full dtype x op matrix */
   /* shared (MAP_SHARED) across the forked ranks: barrier arrival counters */
   _Atomic int *arrivals;
+  int shm; /* same-host peers must be linked over shared memory (else TCP only) */
 } cfg_t;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -385,10 +391,11 @@ static void check_identical(tdist_pg_t *pg, const char *what, const void *buf, s
 static int all_reduce_body(int rank, int world, int port, void *arg) {
   const cfg_t *cfg = arg;
   setenv("TDIST_ALGO_ALLREDUCE", cfg->algo, 1);
+  logcap_begin("sweep");
   tdist_store_t *store;
   tdist_pg_t *pg = tdist_test_init_pg(rank, world, port, TIMEOUT_MS, &store);
   uint8_t *buf = xmalloc(LARGE * 8 + GUARD);
-  int case_no = 0;
+  int case_no = 0, want_ring = 0, want_rd = 0;
   for (size_t d = 0; d < NDT; d++) {
     tdist_dtype_t dt = k_dtypes[d];
     size_t es = tdist_dtype_size(dt);
@@ -407,6 +414,12 @@ static int all_reduce_body(int rank, int world, int port, void *arg) {
                   tdist_pg_last_error(pg));
           return 1;
         }
+        if (n && world > 1) {
+          if (!strcmp(cfg->algo, "ring") && n >= (size_t)world)
+            want_ring++;
+          else
+            want_rd++;
+        }
         check_guard("all_reduce", buf, n * es);
         if (case_no++ % world == rank)
           check_reduction("all_reduce", cfg, world, buf, n, dt, (tdist_reduce_op_t)op, seed, 0);
@@ -417,6 +430,10 @@ static int all_reduce_body(int rank, int world, int port, void *arg) {
   tdist_pg_destroy(pg);
   tdist_store_destroy(store);
   free(buf);
+  char *log = logcap_end();
+  logcap_expect_transport(log, rank, world, cfg->shm, 1);
+  logcap_expect_algos(log, rank, want_ring, want_rd);
+  free(log);
   return 0;
 }
 
@@ -726,6 +743,7 @@ static void run_send_recv(tdist_pg_t *pg, uint8_t *sbuf, uint8_t *rbuf) {
 
 static int other_body(int rank, int world, int port, void *arg) {
   const cfg_t *cfg = arg;
+  logcap_begin("sweep");
   tdist_store_t *store;
   tdist_pg_t *pg = tdist_test_init_pg(rank, world, port, TIMEOUT_MS, &store);
   size_t cap = (size_t)world * 8 * LARGE + 4096; /* the largest buffer any case below needs */
@@ -746,12 +764,16 @@ static int other_body(int rank, int world, int port, void *arg) {
   tdist_store_destroy(store);
   free(in);
   free(out);
+  char *log = logcap_end();
+  logcap_expect_transport(log, rank, world, cfg->shm, 1);
+  free(log);
   return 0;
 }
 
 /* ---------------------------------------------------------------------------------------- */
 
 int main(void) {
+  logcap_enable_debug();
   /* Jobs in an order that spreads the heavy (large world) ones over the shards. */
   static const struct {
     int world;
@@ -765,7 +787,7 @@ int main(void) {
   _Atomic int *arrivals =
       mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   CHECK(arrivals != MAP_FAILED);
-  /* Every job twice: with the default transports (same-host peers may use shared memory) and
+  /* Every job twice: with the default transports (same-host peers use shared memory) and
    * with TDIST_SHM=0 (TCP only); the children inherit the variable. */
   int failed = 0;
   for (int j = 0; j < 2 * njobs; j++) {
@@ -775,7 +797,8 @@ int main(void) {
                          : ph == 1 ? "rd"
                                    : NULL,
                  .full = w == 2 || w == 3 || w == 5,
-                 .arrivals = arrivals};
+                 .arrivals = arrivals,
+                 .shm = !tcp};
     if (tcp)
       setenv("TDIST_SHM", "0", 1);
     else

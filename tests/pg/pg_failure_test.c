@@ -1,10 +1,12 @@
 /* Failure semantics of process groups, on real processes over real sockets:
  *   (a) a rank SIGKILLs itself in the middle of a stream of large all_reduces: every survivor's
  *       call fails (TDIST_ERR_REMOTE or TDIST_ERR_TIMEOUT) within the group timeout, the error
- *       names the dead rank (every survivor that saw the connection drop, and at least one in
- *       all), and every later call fails fast with the same status (sticky);
+ *       names the dead rank and its address (every survivor that saw the connection drop, and at
+ *       least one in all; the address checked against the kernel's view of the survivor's own
+ *       sockets) and the link it lost (shared memory or TCP), and every later call fails at its
+ *       entry check with the same status (sticky);
  *   (b) a rank that stalls: the others get TDIST_ERR_TIMEOUT no earlier than the timeout and
- *       within timeout + slack, naming the stalled rank;
+ *       within timeout + slack, naming the stalled rank and its address;
  *   (c) tdist_pg_abort from another thread unblocks a blocked all_reduce / recv / async op with
  *       TDIST_ERR_ABORTED promptly; tdist_pg_destroy with queued work whose peer is gone returns;
  *   (d) monitored_barrier with absent ranks: rank 0 names exactly those ranks;
@@ -17,9 +19,12 @@
  * Survivors keep their group open until every survivor has seen its error (a shared-memory
  * counter), so one survivor closing its sockets cannot change what another one observes.
  * Scenarios that involve the data path run once with the default transports and once with
- * TDIST_SHM=0 (TCP only). Timing slack is generous (SLACK_MS) for loaded 2-core CI with ASan. */
+ * TDIST_SHM=0 (TCP only). Timing slack is generous (SLACK_MS) for loaded 2-core CI with ASan:
+ * the upper bounds only stop a hang past the timeout; no sub-second bound is asserted. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <ctype.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -27,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,7 +45,6 @@
 
 #define TMO 3000      /* group timeout of the failure scenarios */
 #define SLACK_MS 2500 /* scheduling slack on a loaded 2-core machine under sanitizers */
-#define FAST_MS 500   /* "fails fast": a sticky error must come back within this */
 #define RUN_MS 60000  /* harness timeout of one scenario */
 #define MAX_WORLD 8
 #define BIG (256 * 1024) /* floats: 1 MiB, well into the ring algorithm */
@@ -85,6 +90,56 @@ static int names_rank(const char *msg, int n) {
   return 0;
 }
 
+/* The kernel's view: the "ip:port" peer address of every TCP socket of this process (at most
+ * max). Taken right after the group connected, it is the independent reference for the
+ * addresses failure messages name: a rank's listening address is the peer address of the
+ * connections higher ranks made to it. */
+typedef struct {
+  char a[2 * MAX_WORLD + 8][64];
+  int n;
+} peers_t;
+
+static void kernel_peers(peers_t *p) {
+  p->n = 0;
+  for (int fd = 0; fd < 1024 && p->n < (int)(sizeof p->a / sizeof p->a[0]); fd++) {
+    int type = 0;
+    socklen_t tl = sizeof type;
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof sa;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM) continue;
+    if (getpeername(fd, (struct sockaddr *)&sa, &sl) != 0 || sa.sin_family != AF_INET) continue;
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof ip);
+    snprintf(p->a[p->n++], sizeof p->a[0], "%s:%d", ip, ntohs(sa.sin_port));
+  }
+}
+
+/* msg names rank `peer` as "rank PEER (IP:PORT" (a failure message of the transport): the
+ * address must be a real one, on an IP this rank is connected to, and, when this rank is
+ * higher than the peer (it connected to the peer's listening socket), exactly the address the
+ * kernel has for that connection. */
+static void check_peer_addr(const char *msg, int rank, int peer, const peers_t *kp) {
+  char pat[32], addr[64] = "";
+  snprintf(pat, sizeof pat, "rank %d (", peer);
+  const char *p = strstr(msg, pat);
+  if (p) sscanf(p + strlen(pat), "%63[0-9.:]", addr);
+  char *colon = strrchr(addr, ':');
+  int port = colon ? atoi(colon + 1) : 0;
+  int same_ip = 0, same = 0;
+  for (int i = 0; colon && i < kp->n; i++) {
+    same += !strcmp(kp->a[i], addr);
+    same_ip += !strncmp(kp->a[i], addr, (size_t)(colon - addr + 1));
+  }
+  if (!p || port <= 0 || port > 65535 || !same_ip || (rank > peer && !same)) {
+    fprintf(stderr, "rank %d: the error should name rank %d by its address '%s' (%s): %s\n", rank,
+            peer, addr,
+            rank > peer ? "the peer address of our connection to it" : "an IP we are connected to",
+            msg);
+    for (int i = 0; i < kp->n; i++) fprintf(stderr, "  kernel: connected to %s\n", kp->a[i]);
+    exit(1);
+  }
+}
+
 static void setup_env(const scen_t *s) {
   if (s->tcp_only) setenv("TDIST_SHM", "0", 1);
 }
@@ -116,14 +171,18 @@ static void check_sum_f32(const float *b, size_t n, int world, int it) {
   }
 }
 
-/* After the first failure `st0`, every later call must fail at once with the same status. */
+/* After the first failure `st0`, every later call must fail with the same status at its entry
+ * check, without touching the network (the error says so: a call that tried the dead link again
+ * would report a new timeout or a closed connection instead). */
 static void check_sticky(tdist_pg_t *pg, tdist_status_t st0, float *buf) {
-  int64_t t = now_ms();
+  static const char sticky[] = "process group is aborted after an earlier failure";
   tdist_status_t st = tdist_all_reduce(pg, buf, BIG, TDIST_FLOAT32, TDIST_SUM);
   CHECK_EQ_INT(st, st0);
+  CHECK(strstr(tdist_last_error(), sticky) != NULL);
   CHECK_EQ_INT(tdist_barrier(pg), st0);
+  CHECK(strstr(tdist_last_error(), sticky) != NULL);
   CHECK_EQ_INT(tdist_broadcast(pg, buf, 16, TDIST_FLOAT32, 0), st0);
-  CHECK(strlen(tdist_last_error()) > 0);
+  CHECK(strstr(tdist_last_error(), sticky) != NULL);
   tdist_work_t *w = NULL;
   st = tdist_all_reduce_async(pg, buf, 16, TDIST_FLOAT32, TDIST_SUM, &w);
   if (st == TDIST_OK) {
@@ -131,11 +190,6 @@ static void check_sticky(tdist_pg_t *pg, tdist_status_t st0, float *buf) {
     tdist_work_destroy(w);
   }
   CHECK_EQ_INT(st, st0);
-  int64_t dt = now_ms() - t;
-  if (dt > FAST_MS) {
-    fprintf(stderr, "sticky error: later calls took %lld ms (should fail fast)\n", (long long)dt);
-    exit(1);
-  }
 }
 
 /* Records a survivor's failure; `named` is whether it named the culprit. */
@@ -181,6 +235,8 @@ static int kill_body(int rank, int world, int port, void *arg) {
   }
   tdist_store_t *store;
   tdist_pg_t *pg = init(rank, world, port, s, TMO, &store);
+  peers_t kp;
+  kernel_peers(&kp);
   tdist_status_t st = TDIST_OK;
   int64_t t0 = 0;
   int it;
@@ -206,6 +262,13 @@ static int kill_body(int rank, int world, int port, void *arg) {
     CHECK(strstr(msg, "rank ") != NULL);
   int named = names_rank(msg, s->culprit);
   if (s->strict) CHECK(named);
+  if (named) check_peer_addr(msg, rank, s->culprit, &kp);
+  /* The link that broke is the one the transport was meant to use with a same-host peer. */
+  if (st == TDIST_ERR_REMOTE && named && (strstr(msg, "same host") != NULL) != !s->tcp_only) {
+    fprintf(stderr, "rank %d: expected the %s link to rank %d to fail: %s\n", rank,
+            s->tcp_only ? "TCP" : "shared-memory", s->culprit, msg);
+    exit(1);
+  }
   char saved[600];
   snprintf(saved, sizeof saved, "%s", msg);
   report(s, rank, saved, named);
@@ -226,6 +289,8 @@ static int stall_body(int rank, int world, int port, void *arg) {
   const scen_t *s = arg;
   tdist_store_t *store;
   tdist_pg_t *pg = init(rank, world, port, s, TMO, &store);
+  peers_t kp;
+  kernel_peers(&kp);
   float *buf = malloc(sizeof(float) * BIG);
   CHECK(buf != NULL);
   for (int it = 0; it < 3; it++) {
@@ -253,6 +318,7 @@ static int stall_body(int rank, int world, int port, void *arg) {
     CHECK(took <= TMO + SLACK_MS);
     int named = names_rank(msg, s->culprit);
     if (s->strict) CHECK(named);
+    if (named) check_peer_addr(msg, rank, s->culprit, &kp);
     char saved[600];
     snprintf(saved, sizeof saved, "%s", msg);
     report(s, rank, saved, named);
@@ -348,7 +414,7 @@ static int abort_body(int rank, int world, int port, void *arg) {
         pg = NULL;
         int64_t took = now_ms() - t0;
         TEST_LOG("abort: destroy with blocked async work took %lld ms", (long long)took);
-        CHECK(took <= SLACK_MS);
+        CHECK(took < 15000); /* did not wait for the 30 s group timeout (only that is asserted) */
       }
       atomic_store(&s->sh->done, 1);
     }
@@ -452,8 +518,8 @@ static int mismatch_body(int rank, int world, int port, void *arg) {
     CHECK(st != TDIST_OK); /* nobody may return success from a mismatched collective */
     CHECK(took <= TMO + SLACK_MS);
     if (detail) {
+      /* found by the fingerprint exchange (a timeout would be TDIST_ERR_TIMEOUT) */
       CHECK_EQ_INT(st, TDIST_ERR_INVALID_USAGE);
-      CHECK(took <= SLACK_MS); /* found by the fingerprint exchange, not by a timeout */
       static const char *const want[][2] = {
           {"10", "12"}, {"SUM", "MAX"}, {"float32", "int32"}, {"all_reduce", "broadcast"}};
       const char *a = want[s->variant][0], *b = want[s->variant][1];
@@ -566,9 +632,8 @@ static int async_body(int rank, int world, int port, void *arg) {
         usleep(500);
       }
     }
-    int64_t t0 = now_ms();
-    CHECK_OK_MSG(tdist_work_wait(w[k], -1), tdist_pg_last_error(pg));
-    CHECK(now_ms() - t0 < 100); /* finished: returns at once */
+    /* finished: returns at once, so a zero timeout is enough */
+    CHECK_OK_MSG(tdist_work_wait(w[k], 0), tdist_pg_last_error(pg));
     tdist_work_destroy(w[k]);
   }
   for (int k = 0; k < NAR; k++) {

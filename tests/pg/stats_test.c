@@ -753,13 +753,14 @@ static void frozen_writer(void) {
   h->cur_peer = -1;
   h->cur_start_ns = 0;
   write_file(path, h, sizeof *h);
+  /* The reader gives up on a block after a bounded number of tries (not a time): it returns, and
+   * a hang would be the test's timeout. How long it takes is not asserted. */
   int64_t t0 = now_ms();
   CHECK_OK(tdist_stats_read(path, f));
   int64_t took = now_ms() - t0;
   TEST_LOG("frozen writer: read in %lld ms: cur_seq %llu cur_op %d, slot 11 seq %llu op %d",
            (long long)took, (unsigned long long)f->cur_seq, f->cur_op,
            (unsigned long long)f->flight[11].seq, f->flight[11].op);
-  CHECK(took < 1000);
   CHECK(f->cur_seq == 0 || (f->cur_op >= 0 && f->cur_op < TDIST_STATS_OPS && f->cur_start_ns > 0));
   CHECK(f->flight[11].seq == 0 || (f->flight[11].op >= 0 && f->flight[11].op < TDIST_STATS_OPS));
   CHECK_EQ_INT(f->last_seq, 11);

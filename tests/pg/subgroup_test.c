@@ -4,12 +4,15 @@
  * alternately with the parent group, a subgroup of a subgroup, invalid rank lists (every rank
  * gets the same error and the group numbering stays in step), and the single-rank subgroup.
  * Worlds 5 and 4, each with the default transports and with TDIST_SHM=0 (TCP only); int64 data
- * (exact) and float32 max. */
+ * (exact) and float32 max. Every rank checks in its own debug log (tests/testlib/logcap.h) that
+ * each group of more than one rank it joined linked all its peers over shared memory (one line
+ * per group) or, TCP only, that no group used shared memory. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "logcap.h"
 #include "ranks.h"
 
 #define N 1031
@@ -29,6 +32,17 @@ static int index_of(const int *ranks, int n, int rank) {
   return -1;
 }
 
+/* The groups of more than one rank this process joined: its rank and size in each. */
+static struct { int rank, size; } g_joined[64];
+static int g_njoined;
+
+static void joined(int rank, int size) {
+  if (size < 2) return;
+  CHECK(g_njoined < (int)(sizeof g_joined / sizeof g_joined[0]));
+  g_joined[g_njoined].rank = rank;
+  g_joined[g_njoined++].size = size;
+}
+
 /* Creates a subgroup and checks membership, rank and size. */
 static tdist_pg_t *make_group(tdist_pg_t *parent, const int *ranks, int n, int parent_rank) {
   tdist_pg_t *g = (tdist_pg_t *)(uintptr_t)1;
@@ -41,6 +55,7 @@ static tdist_pg_t *make_group(tdist_pg_t *parent, const int *ranks, int n, int p
   CHECK(g != NULL);
   CHECK_EQ_INT(tdist_pg_rank(g), me);
   CHECK_EQ_INT(tdist_pg_size(g), n);
+  joined(me, n);
   return g;
 }
 
@@ -103,9 +118,11 @@ static void check_more(tdist_pg_t *g, const int *ranks, int n, int parent_rank, 
 }
 
 static int body(int rank, int world, int port, void *arg) {
-  (void)arg;
+  int shm = *(const int *)arg;
+  logcap_begin("subgroup");
   tdist_store_t *store;
   tdist_pg_t *pg = tdist_test_init_pg(rank, world, port, 20000, &store);
+  joined(rank, world);
   int all[MAX_WORLD];
   for (int r = 0; r < world; r++) all[r] = r;
 
@@ -194,18 +211,33 @@ static int body(int rank, int world, int port, void *arg) {
   check_all_reduce(pg, all, world, rank, 41, N); /* the parent outlives its subgroups */
   tdist_pg_destroy(pg);
   tdist_store_destroy(store);
+  char *log = logcap_end();
+  int lines = logcap_count(log, "peers over shared memory");
+  CHECK_EQ_INT(lines, shm ? g_njoined : 0);
+  for (int i = 0; shm && i < g_njoined; i++) {
+    char want[96];
+    snprintf(want, sizeof want, "gloo: rank %d: %d peers over shared memory", g_joined[i].rank,
+             g_joined[i].size - 1);
+    if (!logcap_count(log, want)) {
+      fprintf(stderr, "%s\nrank %d: no line '%s' (capture above)\n", log, rank, want);
+      exit(1);
+    }
+  }
+  free(log);
   return 0;
 }
 
 int main(void) {
+  logcap_enable_debug();
   int worlds[] = {5, 4}, failed = 0;
   for (int tcp = 0; tcp < 2; tcp++) { /* default transports, then TCP only (inherited) */
     if (tcp)
       setenv("TDIST_SHM", "0", 1);
     else
       unsetenv("TDIST_SHM");
+    int shm = !tcp;
     for (size_t k = 0; k < sizeof worlds / sizeof worlds[0]; k++) {
-      int rc = tdist_test_run_ranks(worlds[k], 60000, body, NULL);
+      int rc = tdist_test_run_ranks(worlds[k], 60000, body, &shm);
       TEST_LOG("world %d%s: %s", worlds[k], tcp ? " (TCP only)" : "", rc ? "FAILED" : "ok");
       failed |= rc;
     }
