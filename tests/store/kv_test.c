@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "rng.h"
 #include "runtime/store/kv.h"
 
 #define NKEYS 12
@@ -35,14 +36,6 @@ static const char *k_keys[NKEYS] = {
     "\xff\x01", "queue", "long/key/with/slashes", "c",     "d"};
 static const size_t k_klen[NKEYS] = {1, 1, 19, 5, 3, 0, 3, 2, 5, 21, 1, 1};
 static model_t g_m[NKEYS];
-
-static uint64_t g_rng;
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return g_rng;
-}
 
 /* The reference parse: strtoll on a NUL-terminated copy (stoll = strtoll + "no digits" and range
  * errors). A value with a NUL byte ends there, as the C++ string's c_str() would. */
@@ -104,7 +97,7 @@ static size_t rand_value(uint8_t *p, size_t cap) {
 }
 
 static void random_ops(uint64_t seed, int steps) {
-  g_rng = seed * 0x9E3779B97F4A7C15ull + 1;
+  test_rng_seed(&test_rng, seed * 0x9E3779B97F4A7C15ull + 1);
   memset(g_m, 0, sizeof g_m);
   tdist__kv_t *kv = tdist__kv_create();
   CHECK(kv != NULL);
@@ -301,8 +294,7 @@ static void fixed_cases(void) {
 }
 
 int main(void) {
-  const char *s = getenv("TDIST_TEST_SEED");
-  uint64_t seed = s ? strtoull(s, NULL, 0) : 1;
+  uint64_t seed = test_seed("kv_test", 1);
   fixed_cases();
   for (uint64_t k = 0; k < 20; k++) random_ops(seed + k, 2000);
   TEST_LOG("kv_test: fixed cases and 20 x 2000 random operations (seed %" PRIu64 ") ok", seed);
