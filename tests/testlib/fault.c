@@ -31,7 +31,9 @@ static atomic_long g_target;    /* fail call number g_target (1-based); 0 = coun
 static atomic_int g_sticky;
 static atomic_long g_calls, g_failed;
 static const char *_Atomic g_last_name = "";
-static _Thread_local int t_exempt;
+static _Thread_local int t_exempt, t_only_next;
+static _Thread_local char t_token;         /* its address names the thread */
+static const char *_Atomic g_owner = NULL; /* only this thread's calls count, when set */
 
 #define SITE_SLOTS 4096
 static _Atomic uintptr_t g_sites[FAULT_NCLASSES][SITE_SLOTS];
@@ -57,6 +59,8 @@ static void note_site(int cls, uintptr_t ra) {
 /* 1 if this call must fail. */
 static int should_fail(int cls, const char *name, void *ra) {
   if (atomic_load_explicit(&g_armed, memory_order_relaxed) != cls || t_exempt) return 0;
+  const char *owner = atomic_load(&g_owner);
+  if (owner && owner != &t_token) return 0;
   note_site(cls, (uintptr_t)ra);
   long k = atomic_fetch_add(&g_calls, 1) + 1;
   long n = atomic_load(&g_target);
@@ -73,6 +77,8 @@ void fault_arm(fault_class_t cls, long n, fault_mode_t mode) {
   atomic_store(&g_last_name, "");
   atomic_store(&g_target, n);
   atomic_store(&g_sticky, mode == FAULT_STICKY);
+  atomic_store(&g_owner, t_only_next ? &t_token : NULL);
+  t_only_next = 0;
   atomic_store(&g_armed, (int)cls);
 }
 
@@ -82,6 +88,7 @@ long fault_failed(void) { return atomic_load(&g_failed); }
 long fault_sites(fault_class_t cls) { return atomic_load(&g_nsites[cls]); }
 const char *fault_last_failed_name(void) { return atomic_load(&g_last_name); }
 void fault_exempt_thread(int on) { t_exempt = on; }
+void fault_only_this_thread_next(int on) { t_only_next = on; }
 
 void fault_reset_sites(void) {
   for (int c = 0; c < FAULT_NCLASSES; c++) {

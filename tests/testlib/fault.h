@@ -27,6 +27,10 @@ typedef enum {
  * threads that called fault_exempt_thread(1). */
 void fault_arm(fault_class_t cls, long n, fault_mode_t mode);
 
+/* on = 1: the next fault_arm from this thread counts this thread's calls only (a sticky failure
+ * that would otherwise starve a server thread in the same process). Reset by each fault_arm. */
+void fault_only_this_thread_next(int on);
+
 /* Stops failing and counting (the counters keep their values until the next arm). */
 void fault_disarm(void);
 
