@@ -677,8 +677,12 @@ static void *server_main(void *arg) {
       int64_t left = s->accept_paused_until - tdist__now_ms();
       if (left <= 0) {
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = s};
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev);
-        s->accept_paused_until = 0;
+        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) == 0) {
+          s->accept_paused_until = 0;
+        } else { /* not listening again yet: try later, or we never accept again */
+          s->accept_paused_until = tdist__now_ms() + 100;
+          timeout = 100;
+        }
       } else {
         timeout = (int)left;
       }

@@ -159,7 +159,51 @@ static void serve_after(void *arg, long n, int rc) {
   session_must_pass(tdist_store_server_port(c->srv), p);
 }
 
+/* ---- accept paused (out of descriptors), then re-adding the listener fails too ---- */
+
+typedef struct {
+  int port;
+  tdist_status_t st;
+  char err[512];
+} client_t;
+
+static void *client_main(void *arg) {
+  client_t *cl = arg;
+  fault_exempt_thread(1);
+  tdist_store_t *s = NULL;
+  cl->st = session_connect(cl->port, &s);
+  if (cl->st == TDIST_OK) cl->st = session_run(s, "paused");
+  snprintf(cl->err, sizeof cl->err, "%s", s ? tdist_store_last_error(s) : tdist_last_error());
+  tdist_store_destroy(s);
+  return NULL;
+}
+
+static void accept_pause_case(void) {
+  tdist_store_server_options_t o = server_opts();
+  tdist_store_server_t *srv = NULL;
+  CHECK_OK(tdist_store_server_create(&o, &srv));
+  /* Of the server thread's accept4 and epoll_ctl calls: the first accept4 fails (EMFILE: accepts
+   * pause for 100 ms), the listener's EPOLL_CTL_DEL passes, and its EPOLL_CTL_ADD when the pause
+   * ends fails. The server must try again later rather than stop accepting for good. */
+  static const char *const names[] = {"accept4", "epoll_ctl", NULL};
+  static const long fail[] = {1, 3, 0};
+  fault_arm_list(FAULT_SOCK, names, fail);
+  client_t cl = {.port = tdist_store_server_port(srv)};
+  client_main(&cl);
+  long failed = fault_failed();
+  const char *last = fault_last_failed_name();
+  fault_disarm();
+  fault_exempt_thread(0);
+  printf("accept pause case: %ld calls failed (last %s), then the client got %s\n", failed, last,
+         tdist_status_name(cl.st));
+  CHECK_EQ_INT(failed, 2);
+  CHECK(strcmp(last, "epoll_ctl") == 0);
+  CHECK_OK_MSG(cl.st, cl.err);
+  tdist_store_server_destroy(srv);
+}
+
 int main(void) {
+  accept_pause_case();
   for (int cls = 0; cls < FAULT_NCLASSES; cls++) {
     for (int mode = 0; mode < 2; mode++) {
       ctx_t c = {.cls = (fault_class_t)cls, .mode = (fault_mode_t)mode};

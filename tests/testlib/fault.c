@@ -34,6 +34,8 @@ static const char *_Atomic g_last_name = "";
 static _Thread_local int t_exempt, t_only_next;
 static _Thread_local char t_token;         /* its address names the thread */
 static const char *_Atomic g_owner = NULL; /* only this thread's calls count, when set */
+static const char *const *_Atomic g_names; /* only calls to these count, when set */
+static const long *_Atomic g_list;         /* fail exactly these call numbers, when set */
 
 #define SITE_SLOTS 4096
 static _Atomic uintptr_t g_sites[FAULT_NCLASSES][SITE_SLOTS];
@@ -61,17 +63,31 @@ static int should_fail(int cls, const char *name, void *ra) {
   if (atomic_load_explicit(&g_armed, memory_order_relaxed) != cls || t_exempt) return 0;
   const char *owner = atomic_load(&g_owner);
   if (owner && owner != &t_token) return 0;
+  const char *const *names = atomic_load(&g_names);
+  if (names) {
+    while (*names && strcmp(*names, name) != 0) names++;
+    if (!*names) return 0;
+  }
   note_site(cls, (uintptr_t)ra);
   long k = atomic_fetch_add(&g_calls, 1) + 1;
   long n = atomic_load(&g_target);
-  if (n == 0 || k < n || (k > n && !atomic_load(&g_sticky))) return 0;
+  const long *list = atomic_load(&g_list);
+  if (list) {
+    while (*list && *list < k) list++;
+    if (*list != k) return 0;
+  } else if (n == 0 || k < n || (k > n && !atomic_load(&g_sticky))) {
+    return 0;
+  }
   atomic_fetch_add(&g_failed, 1);
   atomic_store(&g_last_name, name);
   return 1;
 }
 
-void fault_arm(fault_class_t cls, long n, fault_mode_t mode) {
+static void arm(fault_class_t cls, const char *const *names, const long *list, long n,
+                fault_mode_t mode) {
   atomic_store(&g_armed, -1);
+  atomic_store(&g_names, names);
+  atomic_store(&g_list, list);
   atomic_store(&g_calls, 0);
   atomic_store(&g_failed, 0);
   atomic_store(&g_last_name, "");
@@ -80,6 +96,12 @@ void fault_arm(fault_class_t cls, long n, fault_mode_t mode) {
   atomic_store(&g_owner, t_only_next ? &t_token : NULL);
   t_only_next = 0;
   atomic_store(&g_armed, (int)cls);
+}
+
+void fault_arm(fault_class_t cls, long n, fault_mode_t mode) { arm(cls, NULL, NULL, n, mode); }
+
+void fault_arm_list(fault_class_t cls, const char *const *names, const long *fail) {
+  arm(cls, names, fail, 0, FAULT_ONCE);
 }
 
 void fault_disarm(void) { atomic_store(&g_armed, -1); }

@@ -31,6 +31,12 @@ void fault_arm(fault_class_t cls, long n, fault_mode_t mode);
  * that would otherwise starve a server thread in the same process). Reset by each fault_arm. */
 void fault_only_this_thread_next(int on);
 
+/* Like fault_arm, but only calls to the functions in `names` (NULL-terminated, e.g.
+ * {"accept4", "epoll_ctl", NULL}; NULL = all of the class) count, and exactly the calls numbered
+ * in `fail` (increasing, 0-terminated) fail: to reach a failure that follows another one. Both
+ * arrays are kept by the caller until the next arm. */
+void fault_arm_list(fault_class_t cls, const char *const *names, const long *fail);
+
 /* Stops failing and counting (the counters keep their values until the next arm). */
 void fault_disarm(void);
 
