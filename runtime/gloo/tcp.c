@@ -282,14 +282,14 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   struct sockaddr_in sa = {.sin_family = AF_INET};
   inet_pton(AF_INET, ip, &sa.sin_addr);
   listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  socklen_t sl = sizeof sa;
   if (listen_fd < 0 || bind(listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-      listen(listen_fd, t->size + 16) != 0) {
+      listen(listen_fd, t->size + 16) != 0 ||
+      getsockname(listen_fd, (struct sockaddr *)&sa, &sl) != 0) { /* else we publish port 0 */
     st = tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "tcp transport: cannot listen on %s: %s", ip,
                         strerror(errno));
     goto done;
   }
-  socklen_t sl = sizeof sa;
-  getsockname(listen_fd, (struct sockaddr *)&sa, &sl);
   char host[128], boot[64], entry[400], key[64];
   if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
   host[sizeof host - 1] = '\0';
@@ -400,9 +400,15 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
       for (int p = t->rank + 1; p < t->size && ml + 8 < sizeof missing; p++)
         if (t->fds[p] < 0)
           ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%d", ml ? "," : "", p);
-      st = tdist__pg_fail(pg, r == -ECANCELED ? TDIST_ERR_ABORTED : TDIST_ERR_TIMEOUT,
+      st = tdist__pg_fail(pg,
+                          r == -ECANCELED   ? TDIST_ERR_ABORTED
+                          : r == -ETIMEDOUT ? TDIST_ERR_TIMEOUT
+                                            : TDIST_ERR_SYSTEM, /* poll failed */
                           "tcp transport: rank %d waited for connections from ranks %s: %s",
-                          t->rank, missing, r == -ECANCELED ? "aborted" : "timed out");
+                          t->rank, missing,
+                          r == -ECANCELED   ? "aborted"
+                          : r == -ETIMEDOUT ? "timed out"
+                                            : strerror(-r));
       goto done;
     }
     int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
