@@ -418,6 +418,14 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
     }
     uint8_t hello[16];
     r = tdist__sock_recv_all(fd, hello, sizeof hello, deadline);
+    if (r && r != -TDIST__ECLOSED && r != -ECONNRESET) {
+      /* Our own failure (poll, the deadline), not a stray peer's: waiting on would only hide it. */
+      close(fd);
+      st = tdist__pg_fail(pg, r == -ETIMEDOUT ? TDIST_ERR_TIMEOUT : TDIST_ERR_SYSTEM,
+                          "tcp transport: rank %d reading a peer's hello: %s", t->rank,
+                          tdist__sock_strerror(r));
+      goto done;
+    }
     uint32_t peer = tdist__get_u32(hello + 4);
     if (r || tdist__get_u32(hello) != HELLO_MAGIC || tdist__get_u64(hello + 8) != ghash ||
         peer <= (uint32_t)t->rank || peer >= (uint32_t)t->size || t->fds[peer] >= 0) {
