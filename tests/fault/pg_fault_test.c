@@ -26,7 +26,7 @@
 #include "tests/testlib/check.h"
 #include "tests/testlib/fault.h"
 
-#define TIMEOUT_MS 20000
+#define TIMEOUT_MS 10000
 
 typedef struct {
   fault_class_t cls;
