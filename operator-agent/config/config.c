@@ -91,13 +91,6 @@ const char *agent_scheme_name(agent_scheme_t scheme) {
 
 /* --- defaults and free --- */
 
-/* The defaults cannot fail politely (void API): out of memory at start-up aborts. */
-static char *must_dup(const char *s) {
-  char *p = strdup(s);
-  if (p == NULL) abort();
-  return p;
-}
-
 static int path_ok(const char *s) {
   size_t n = strlen(s);
   if (n == 0 || n > 4095 || !agent_utf8_valid(s, n)) return 0;
@@ -106,32 +99,40 @@ static int path_ok(const char *s) {
   return 1;
 }
 
-static void defaults_with_tmpdir(agent_cfg_t *cfg, const char *tmpdir) {
+/* 0, or -1 when out of memory (agent_cfg_free releases what was set). */
+static int defaults_with_tmpdir(agent_cfg_t *cfg, const char *tmpdir) {
   memset(cfg, 0, sizeof *cfg);
   cfg->nnodes_min = cfg->nnodes_max = 1;
   cfg->nproc_per_node = 1;
   cfg->node_rank = -1;
   cfg->master_port = 29500;
-  cfg->run_id = must_dup("none");
+  cfg->run_id = strdup("none");
   cfg->max_restarts = 0;
   cfg->monitor_interval_s = 0.1;
-  cfg->role = must_dup("default");
-  cfg->backend = must_dup("gloo");
+  cfg->role = strdup("default");
+  cfg->backend = strdup("gloo");
   cfg->rdzv_timeout_s = 900;
   cfg->last_call_s = 30;
   cfg->heartbeat_interval_s = 5;
   cfg->heartbeat_timeout_s = 15;
   cfg->stop_grace_s = 30;
   cfg->scheme = AGENT_SCHEME_INDEXED_JOB;
-  cfg->replicated_job = must_dup("node");
-  cfg->task = must_dup("worker");
-  cfg->http_host = must_dup("");
+  cfg->replicated_job = strdup("node");
+  cfg->task = strdup("worker");
+  cfg->http_host = strdup("");
   cfg->http_port = 29600;
-  cfg->log_dir = must_dup(tmpdir && path_ok(tmpdir) ? tmpdir : "/tmp");
+  cfg->log_dir = strdup(tmpdir && path_ok(tmpdir) ? tmpdir : "/tmp");
   cfg->log_format = AGENT_LOG_FORMAT_TEXT;
+  return cfg->run_id && cfg->role && cfg->backend && cfg->replicated_job && cfg->task &&
+                 cfg->http_host && cfg->log_dir
+             ? 0
+             : -1;
 }
 
-void agent_cfg_defaults(agent_cfg_t *cfg) { defaults_with_tmpdir(cfg, getenv("TMPDIR")); }
+/* The defaults cannot fail politely (void API): out of memory at start-up aborts. */
+void agent_cfg_defaults(agent_cfg_t *cfg) {
+  if (defaults_with_tmpdir(cfg, getenv("TMPDIR"))) abort();
+}
 
 void agent_cfg_free(agent_cfg_t *cfg) {
   if (cfg == NULL) return;
@@ -831,8 +832,12 @@ agent_cfg_result_t agent_cfg_load(agent_cfg_t *cfg, int argc, char **argv, char 
   scan_t sc = {0};
   agent_cfg_result_t res = AGENT_CFG_ERROR;
   const char *tmpdir = env_get(envp, "TMPDIR");
-  defaults_with_tmpdir(cfg, tmpdir && *tmpdir ? tmpdir : NULL);
+  int oom = defaults_with_tmpdir(cfg, tmpdir && *tmpdir ? tmpdir : NULL);
   agent_cfg__ctx_init(&ctx, cfg, err, cap);
+  if (oom) {
+    agent_cfg__fail(&ctx, "out of memory");
+    goto out;
+  }
   if (argc < 0 || (argc > 0 && argv == NULL)) argc = 0;
 
   if (scan_argv(&ctx, argc, argv, &sc)) goto out;

@@ -203,14 +203,14 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   struct sockaddr_in sa = {.sin_family = AF_INET};
   inet_pton(AF_INET, ip, &sa.sin_addr);
   listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  socklen_t sl = sizeof sa;
   if (listen_fd < 0 || bind(listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-      listen(listen_fd, t->size + 16) != 0) {
+      listen(listen_fd, t->size + 16) != 0 ||
+      getsockname(listen_fd, (struct sockaddr *)&sa, &sl) != 0) { /* else we publish port 0 */
     st = tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "tcp transport: cannot listen on %s: %s", ip,
                         strerror(errno));
     goto done;
   }
-  socklen_t sl = sizeof sa;
-  getsockname(listen_fd, (struct sockaddr *)&sa, &sl);
   char host[128], boot[64], entry[400], key[64];
   if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
   host[sizeof host - 1] = '\0';
@@ -321,9 +321,15 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
       for (int p = t->rank + 1; p < t->size && ml + 8 < sizeof missing; p++)
         if (t->fds[p] < 0)
           ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%d", ml ? "," : "", p);
-      st = tdist__pg_fail(pg, r == -ECANCELED ? TDIST_ERR_ABORTED : TDIST_ERR_TIMEOUT,
+      st = tdist__pg_fail(pg,
+                          r == -ECANCELED   ? TDIST_ERR_ABORTED
+                          : r == -ETIMEDOUT ? TDIST_ERR_TIMEOUT
+                                            : TDIST_ERR_SYSTEM, /* poll failed */
                           "tcp transport: rank %d waited for connections from ranks %s: %s",
-                          t->rank, missing, r == -ECANCELED ? "aborted" : "timed out");
+                          t->rank, missing,
+                          r == -ECANCELED   ? "aborted"
+                          : r == -ETIMEDOUT ? "timed out"
+                                            : strerror(-r));
       goto done;
     }
     int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -333,6 +339,14 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
     }
     uint8_t hello[16];
     r = tdist__sock_recv_all(fd, hello, sizeof hello, deadline);
+    if (r && r != -TDIST__ECLOSED && r != -ECONNRESET) {
+      /* Our own failure (poll, the deadline), not a stray peer's: waiting on would only hide it. */
+      close(fd);
+      st = tdist__pg_fail(pg, r == -ETIMEDOUT ? TDIST_ERR_TIMEOUT : TDIST_ERR_SYSTEM,
+                          "tcp transport: rank %d reading a peer's hello: %s", t->rank,
+                          tdist__sock_strerror(r));
+      goto done;
+    }
     uint32_t peer = tdist__get_u32(hello + 4);
     if (r || tdist__get_u32(hello) != HELLO_MAGIC || tdist__get_u64(hello + 8) != ghash ||
         peer <= (uint32_t)t->rank || peer >= (uint32_t)t->size || t->fds[peer] >= 0) {

@@ -198,9 +198,11 @@ tdist_status_t tdist__pg_open_stores(tdist_pg_t *pg, const tdist__rdzv_t *r, int
     so.port = r->port;
     so.quiet = !tdist__log_enabled(TDIST__LOG_INFO);
     tdist_status_t st = tdist_store_server_create(&so, &pg->owned_server);
-    if (st)
-      return tdist__fail(st, "rank 0 could not host the store on MASTER_PORT %d: %s", r->port,
-                         tdist_last_error());
+    if (st) {
+      char why[TDIST__ERRMSG_MAX]; /* tdist__fail writes the buffer tdist_last_error() reads */
+      snprintf(why, sizeof why, "%s", tdist_last_error());
+      return tdist__fail(st, "rank 0 could not host the store on MASTER_PORT %d: %s", r->port, why);
+    }
   }
   tdist_tcp_store_options_t co = TDIST_TCP_STORE_OPTIONS_INIT;
   co.host = r->host;

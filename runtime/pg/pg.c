@@ -5,6 +5,7 @@
  * itself, never frees a group its worker may still use (stop the worker first), and never reads
  * an options field beyond the caller's opts->size (runtime/common/options.h). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,13 +42,20 @@ static tdist_pg_t *pg_alloc(void) {
   pg->stats_group = -1;
   pg->abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (pg->abort_fd < 0) {
+    int e = errno;
     free(pg);
+    errno = e; /* pg_alloc_fail tells ENOMEM from an eventfd failure */
     return NULL;
   }
   pthread_mutex_init(&pg->err_mu, NULL);
   pthread_mutex_init(&pg->mu, NULL);
   pthread_cond_init(&pg->cv, NULL);
   return pg;
+}
+
+static tdist_status_t pg_alloc_fail(const char *fn) {
+  if (errno == ENOMEM) return tdist__fail(TDIST_ERR_NO_MEMORY, "%s: out of memory", fn);
+  return tdist__fail(TDIST_ERR_SYSTEM, "%s: eventfd: %s", fn, strerror(errno));
 }
 
 static void pg_free(tdist_pg_t *pg) {
@@ -132,7 +140,7 @@ TDIST_EXTERN tdist_status_t tdist_init_process_group(const tdist_pg_options_t *o
                        "rank %d is out of range for world_size %d (ranks are 0..%d)", r.rank,
                        r.world, r.world - 1);
   tdist_pg_t *pg = pg_alloc();
-  if (!pg) return tdist__fail(TDIST_ERR_NO_MEMORY, "tdist_init_process_group: out of memory");
+  if (!pg) return pg_alloc_fail("tdist_init_process_group");
   pg->rank = r.rank;
   pg->size = r.world;
   pg->timeout_ms = timeout;
@@ -189,7 +197,7 @@ TDIST_EXTERN tdist_status_t tdist_new_group(tdist_pg_t *parent, const int *ranks
   if (atomic_load(&parent->aborted))
     return tdist__fail(parent->sticky, "tdist_new_group: parent group is aborted: %s", parent->err);
   tdist_pg_t *pg = pg_alloc();
-  if (!pg) return tdist__fail(TDIST_ERR_NO_MEMORY, "tdist_new_group: out of memory");
+  if (!pg) return pg_alloc_fail("tdist_new_group");
   pg->rank = me;
   pg->size = nranks;
   pg->timeout_ms = parent->timeout_ms;

@@ -142,6 +142,7 @@ static uint8_t *out_reserve(tdist_store_server_t *s, conn_t *c, size_t n) {
       uint8_t *p = realloc(c->out, cap);
       if (!p) {
         c->out_failed = 1;
+        mark_flush(s, c); /* flush_conn closes it; unmarked, the client would wait forever */
         return NULL;
       }
       c->out = p;
@@ -677,8 +678,12 @@ static void *server_main(void *arg) {
       int64_t left = s->accept_paused_until - tdist__now_ms();
       if (left <= 0) {
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = s};
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev);
-        s->accept_paused_until = 0;
+        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) == 0) {
+          s->accept_paused_until = 0;
+        } else { /* not listening again yet: try later, or we never accept again */
+          s->accept_paused_until = tdist__now_ms() + 100;
+          timeout = 100;
+        }
       } else {
         timeout = (int)left;
       }
@@ -828,7 +833,10 @@ TDIST_EXTERN tdist_status_t tdist_store_server_create(const tdist_store_server_o
   }
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
-  getsockname(s->listen_fd, (struct sockaddr *)&ss, &sl);
+  if (getsockname(s->listen_fd, (struct sockaddr *)&ss, &sl) != 0) {
+    st = tdist__fail(TDIST_ERR_SYSTEM, "store server: getsockname: %s", strerror(errno));
+    goto fail;
+  }
   s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                            : ((struct sockaddr_in *)&ss)->sin_port);
   tdist__sockaddr_str((struct sockaddr *)&ss, sl, s->bind_str, sizeof s->bind_str);
