@@ -9,9 +9,10 @@ checks that the loss went down and that every rank holds identical parameters (a
 
 Options (for tests):
   --steps N               training steps (default 60)
-  --fail-rank R           this global rank raises an exception ...
+  --fail-rank R           this global rank (all: every rank) raises an exception ...
   --fail-attempt A        ... only while TORCHELASTIC_RESTART_COUNT == A (default 0)
   --fail-code C           exit with code C instead of raising
+  --fail-before-init      fail before init_process_group instead of after it
   --env-dump DIR          write the worker's environment to DIR/env.<rank>.json
   --wait-file PATH        block before training until PATH exists (lets a test inspect the agent)
   --step-sleep S          sleep S seconds after each step (a longer job to disturb)
@@ -75,13 +76,22 @@ def crash(attempt, rank, step, events=""):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def fail_if_chosen(args, rank, attempt):
+    chosen = args.fail_rank == "all" or int(args.fail_rank) == rank
+    if chosen and attempt == args.fail_attempt:
+        if args.fail_code:
+            sys.exit(args.fail_code)
+        raise ValueError(f"deliberate failure of rank {rank} on attempt {attempt}")
+
+
 @record
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--fail-rank", type=int, default=-1)
+    p.add_argument("--fail-rank", default="-1")
     p.add_argument("--fail-attempt", type=int, default=0)
     p.add_argument("--fail-code", type=int, default=0)
+    p.add_argument("--fail-before-init", action="store_true")
     p.add_argument("--env-dump", default="")
     p.add_argument("--wait-file", default="")
     p.add_argument("--step-sleep", type=float, default=0.0)
@@ -102,6 +112,8 @@ def main():
 
     if args.check_fresh_store:
         check_fresh_store(rank)
+    if args.fail_before_init:
+        fail_if_chosen(args, rank, attempt)
     dist.init_process_group("gloo")
     world = dist.get_world_size()
     assert dist.get_rank() == rank
@@ -116,10 +128,7 @@ def main():
             crash_step = rng.randrange(1, max(2, args.steps))
             print(f"rank {rank}: attempt {attempt} will crash at step {crash_step}", flush=True)
 
-    if rank == args.fail_rank and attempt == args.fail_attempt:
-        if args.fail_code:
-            sys.exit(args.fail_code)
-        raise ValueError(f"deliberate failure of rank {rank} on attempt {attempt}")
+    fail_if_chosen(args, rank, attempt)
 
     torch.manual_seed(1234)  # same model on every rank; DDP also broadcasts rank 0's
     true_w = torch.randn(16, 1)

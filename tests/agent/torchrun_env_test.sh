@@ -3,7 +3,8 @@
 # $TDIST_TORCH (1.13 or 2.6, tests/testlib/torch.sh; static rendezvous; --redirects 1 --tee 1 as
 # Debian's 1.13 build needs): the same unmodified DDP script runs under both with the same flags
 # and dumps its environment, in four shapes: 1 node x 1 and x 3 workers; 1 node x 2 workers where
-# rank 1 fails on attempt 0, so the environment compared is that of the restarted attempt 1; and
+# both ranks fail on attempt 0 (before init_process_group), so the environment compared is that
+# of the restarted attempt 1; and
 # 2 nodes x 2 workers (two torchruns, two agents, static rendezvous on one host). Both directions,
 # rank by rank: every variable torchrun adds must be there under the agent with the same value,
 # and every variable the agent adds must be one torchrun adds (same value, by the first rule) or
@@ -19,10 +20,8 @@ set -uo pipefail
 AGENT="$(realpath "$1")"; DDP="$(realpath "$2")"
 LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
 [ -f "$LIB/torch.sh" ] || LIB="$(dirname "$(realpath "$0")")/../testlib"
-. "$LIB/torch.sh"
+. "$LIB/torch.sh"   # PY, TORCH_VERSION, free_port
 T="${TEST_TMPDIR:-$(mktemp -d)}/trenv.$$"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
-  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
 trap cleanup EXIT
@@ -108,6 +107,10 @@ PYEOF
 
 run_case nproc1 1 1 0
 run_case nproc3 1 3 0
-run_case restarted 1 2 1 --fail-rank 1 --fail-attempt 0
+# Every rank of attempt 0 fails before init_process_group: torchrun 2.6 itself cannot be relied
+# on to restart a job where any rank of attempt 0 reached gloo's set-up (issue 12: 3 of 10
+# restarts; attempt 1 reads attempt 0's gloo addresses from torchrun's store and fails or hangs).
+# What is compared is the environment of attempt 1, which does not depend on how attempt 0 died.
+run_case restarted 1 2 1 --fail-rank all --fail-attempt 0 --fail-before-init
 run_case nodes2 2 2 0
 echo "PASS: worker environment identical to torchrun's in every shape (PyTorch $TORCH_VERSION)"
