@@ -11,7 +11,7 @@
 # lines are prefixed with the rank. If a rank fails, the others are stopped at once; if the run
 # takes longer than TRAIN_TIMEOUT_S seconds (default 300) all are stopped. The exit status is the
 # first failing rank's (0 when every rank succeeded). A port taken between choosing it and rank 0
-# binding it is retried once with another port.
+# binding it is retried with another port, up to 4 times.
 #
 # TRAIN_BIN: the train binary to run; unset, it is built with `bazel build //examples/train:train`.
 # Nothing is left running when this script returns.
@@ -42,20 +42,25 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# A port nobody listens on now: let the kernel pick one (bind to 0), else a random one that
-# `ss` does not list.
+# A port nobody listens on now, below the kernel's ephemeral range (a port there, such as one
+# from bind(0), can be taken by any outgoing connection before rank 0 binds it): a random one
+# that `ss` does not list; without `ss`, one the kernel picks.
 free_port() {
+  local lo p
+  lo="$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)"
+  [[ "$lo" =~ ^[0-9]+$ ]] && ((lo > 10100)) || lo=32768
+  if command -v ss >/dev/null 2>&1; then
+    for _ in $(seq 50); do
+      p=$((10000 + (RANDOM * 32768 + RANDOM) % (lo - 10000)))
+      if ! ss -Htan 2>/dev/null | awk '{print $4}' | grep -q ":$p\$"; then echo "$p"; return 0; fi
+    done
+  fi
   local py
   for py in python3 /usr/bin/python3; do
     if command -v "$py" >/dev/null 2>&1; then
       "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
         && return 0
     fi
-  done
-  local p
-  for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 40000))
-    if ! ss -Htln 2>/dev/null | awk '{print $4}' | grep -q ":$p\$"; then echo "$p"; return 0; fi
   done
   echo 29500
 }
@@ -127,9 +132,10 @@ fi
 port="$(free_port)"
 echo "run_local.sh: $nranks ranks, MASTER_ADDR=$master_addr MASTER_PORT=$port" >&2
 run_once "$port" "$@"
-if ((status != 0)) && grep -q "could not host the store" "$tmp/out"; then
+for _ in 1 2 3 4; do
+  ((status != 0)) && grep -q "could not host the store" "$tmp/out" || break
   port="$(free_port)"
   echo "run_local.sh: port taken; retrying with MASTER_PORT=$port" >&2
   run_once "$port" "$@"
-fi
+done
 exit "$status"

@@ -32,7 +32,9 @@ trap cleanup EXIT
 for tool in "$PY" "$PROM" promtool curl; do
   command -v "$tool" >/dev/null || { echo "FAIL: $tool not found (Debian packages python3, prometheus, curl)"; exit 1; }
 done
-free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
+[ -f "$LIB/ports.sh" ] || LIB="$(dirname "$(realpath "$0")")/../testlib"
+. "$LIB/ports.sh"   # free_port
 t_start=$(date +%s)
 elapsed() { echo $(($(date +%s) - t_start)); }
 
