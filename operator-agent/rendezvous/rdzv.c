@@ -101,6 +101,8 @@ static int token(const char **s, char *tok, size_t cap) {
 int agent_rdzv_parse_record(const char *s, int nnodes_max, agent_rdzv_member_t *m) {
   char t[7][64];
   const char *p = s;
+  size_t len = strlen(s);
+  if (!len || s[len - 1] == ' ') return -1;
   for (int i = 0; i < 7; i++)
     if (token(&p, t[i], sizeof t[i])) return -1;
   if (*p) return -1;

@@ -86,6 +86,10 @@ if [ -n "$RUN" ]; then
   pkill -KILL -P "$APID" sleep
   wait_log "holds '9223372036854775807'" 10 && pass "INT64_MAX round: rejected, value named" ||
     fail "INT64_MAX round: no clear error ($(tail -3 "$LOG"))"
+  # A worker of a round INT64_MAX (if the agent started one) fails too: round + 1 must not wrap.
+  sleep 1
+  pkill -KILL -P "$APID" sleep
+  sleep 2
   grep -q -- "-9223372036854775808" "$LOG" && fail "INT64_MAX round: wrapped" ||
     pass "INT64_MAX round: no wrap"
   stop_agent && pass "INT64_MAX round: SIGTERM honoured" || fail "INT64_MAX round: SIGTERM"
@@ -103,6 +107,7 @@ if [ -n "$RUN" ]; then
   sleep 0.5
   st set round 2
   for _ in $(seq 200); do kill -0 "$APID" 2>/dev/null || break; sleep 0.05; done
+  kill -0 "$APID" 2>/dev/null && kill -KILL "$APID" # still restarting: fails below
   wait "$APID"; rc=$?
   [ $rc -eq 70 ] && pass "bumped round twice: gave up after --max-restarts 1 (exit 70)" ||
     fail "bumped round twice: exit $rc ($(tail -3 "$LOG"))"
