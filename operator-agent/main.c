@@ -689,6 +689,9 @@ static int run(agent_t *a) {
                ro == RDZV_STORE_LOST ? "lost the store" : "bad rendezvous state", a->rd.err);
       rdzv_error_log(a, msg);
       set_error(a, a->rd.err);
+      /* A bad record in round r spoils that round for everybody: retry in a fresh one (the
+       * bound keeps round + 1 in range; join refuses a round past it). */
+      if (ro == RDZV_BAD_RECORD && a->rd.round >= a->next_round) a->next_round = a->rd.round + 1;
       if (ro == RDZV_STORE_LOST) {
         drop_store(a);
         agent_state_lock(&a->st);

@@ -364,8 +364,17 @@ static agent_rdzv_result_t find_store_host(agent_rdzv_t *r) {
   return res < 0 ? res : AGENT_RDZV_ROUND_MOVED;
 }
 
+static void free_members(agent_rdzv_t *r) {
+  free(r->members);
+  free(r->peer_hb);
+  free(r->peer_hb_change_ns);
+  r->members = NULL;
+  r->peer_hb = r->peer_hb_change_ns = NULL;
+}
+
 static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns) {
   int64_t n = r->nmembers;
+  free_members(r); /* an earlier poll that failed (a bad record) may have left them */
   r->members = calloc((size_t)n, sizeof *r->members);
   r->peer_hb = calloc((size_t)n, sizeof *r->peer_hb);
   r->peer_hb_change_ns = calloc((size_t)n, sizeof *r->peer_hb_change_ns);
@@ -377,11 +386,7 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns) {
   agent_rdzv_result_t res = read_records(r, 1, n, r->members, &missing);
   if (res >= 0 && missing) {
     /* A member's record is not there yet (or <r>/closed counts fake joiners): poll again. */
-    free(r->members);
-    free(r->peer_hb);
-    free(r->peer_hb_change_ns);
-    r->members = NULL;
-    r->peer_hb = r->peer_hb_change_ns = NULL;
+    free_members(r);
     r->nmembers = 0;
     return AGENT_RDZV_PENDING;
   }
