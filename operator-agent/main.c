@@ -69,6 +69,10 @@ typedef struct {
   int64_t next_round;
   int attempt, failures;
   char last_error[512];
+  int backoff_ms;          /* the last wait after a failed rendezvous (0: none since success) */
+  char err_last[700];      /* rdzv_error_log: the last text logged, */
+  int64_t err_repeats;     /* how often it came again since, */
+  int64_t err_next_log_ns; /* and when it may be logged again */
 } agent_t;
 
 static int64_t now_ns(void) {
@@ -222,7 +226,8 @@ static int connect_store(agent_t *a, int64_t deadline_ns) {
       set_error(a, err);
       return -1;
     }
-    if (cancel_cb(a)) return -2;
+    wait_events(a, 100); /* a refused connect returns at once: do not spin */
+    if (a->stop_sig) return -2;
   }
   char prefix[300];
   snprintf(prefix, sizeof prefix, "tdist/%s", a->cfg.run_id);
@@ -300,7 +305,7 @@ static int join_round(agent_t *a) {
     if (res < 0) {
       tdist_store_server_destroy(fresh); /* the old one stays: nobody was told of the new one */
       a->rd.worker_port = old ? tdist_store_server_port(old) : 0;
-      return -1;
+      return res == AGENT_RDZV_STORE_ERROR ? -1 : -3;
     }
     agent_state_lock(&a->st);
     a->st.worker_store_server = fresh;
@@ -309,17 +314,30 @@ static int join_round(agent_t *a) {
     tdist_store_server_destroy(old);
     AGENT_DEBUG("workers' store of round %" PRId64 " on port %d", a->rd.round, a->rd.worker_port);
   }
-  return res < 0 ? -1 : 0;
+  return res < 0 ? (res == AGENT_RDZV_STORE_ERROR ? -1 : -3) : 0;
 }
 
-typedef enum { RDZV_OK, RDZV_STORE_LOST, RDZV_TIMEOUT, RDZV_STOPPED, RDZV_FATAL } rdzv_outcome_t;
+/* RDZV_STORE_LOST: the store failed (reconnect); RDZV_BAD_RECORD: a record no agent writes, or
+ * out of memory (a->rd.err says which; the connection is fine). */
+typedef enum {
+  RDZV_OK,
+  RDZV_STORE_LOST,
+  RDZV_TIMEOUT,
+  RDZV_STOPPED,
+  RDZV_FATAL,
+  RDZV_BAD_RECORD
+} rdzv_outcome_t;
+
+static rdzv_outcome_t join_outcome(int jr) {
+  return jr == -2 ? RDZV_FATAL : jr == -3 ? RDZV_BAD_RECORD : RDZV_STORE_LOST;
+}
 
 /* Joins rounds until this agent is a member of one. */
 static rdzv_outcome_t rendezvous(agent_t *a, int64_t deadline_ns) {
   set_state(a, AGENT_STATE_RENDEZVOUS);
   int64_t t0 = now_ns();
   int jr = join_round(a);
-  if (jr) return jr == -2 ? RDZV_FATAL : RDZV_STORE_LOST;
+  if (jr) return join_outcome(jr);
   agent_rdzv_result_t res;
   char nn[32];
   AGENT_INFO("joined rendezvous round %" PRId64 " (run id '%s'), waiting for %s node(s)",
@@ -327,13 +345,12 @@ static rdzv_outcome_t rendezvous(agent_t *a, int64_t deadline_ns) {
   int waiter_logged = 0;
   for (;;) {
     res = agent_rdzv_join_poll(&a->rd, now_ns());
-    if (res < 0) return RDZV_STORE_LOST;
+    if (res < 0) return res == AGENT_RDZV_STORE_ERROR ? RDZV_STORE_LOST : RDZV_BAD_RECORD;
     if (res == AGENT_RDZV_MEMBER) break;
     if (res == AGENT_RDZV_ROUND_MOVED) {
       a->next_round = a->rd.round + 1;
       jr = join_round(a);
-      if (jr) return jr == -2 ? RDZV_FATAL : RDZV_STORE_LOST;
-      continue;
+      if (jr) return join_outcome(jr);
     }
     if (res == AGENT_RDZV_WAITER && !waiter_logged) {
       AGENT_INFO("round %" PRId64 " closed without this node; waiting for the next round",
@@ -529,6 +546,8 @@ typedef enum {
   ROUND_STOPPED     /* a terminating signal */
 } round_outcome_t;
 
+static void rdzv_error_log(agent_t *a, const char *msg);
+
 /* Runs the workers of one round until it ends. */
 static round_outcome_t run_round(agent_t *a, int *local_failed) {
   *local_failed = 0;
@@ -578,6 +597,20 @@ static round_outcome_t run_round(agent_t *a, int *local_failed) {
       publish_progress(a);
       res = agent_rdzv_monitor(&a->rd, now_ns());
     }
+    if (res == AGENT_RDZV_NO_MEMORY) {
+      rdzv_error_log(a, a->rd.err); /* transient: the next turn tries again */
+      continue;
+    }
+    if (res == AGENT_RDZV_PROTOCOL_ERROR) {
+      /* A record no agent of this job writes: fail this round once, with the record named. */
+      char text[600];
+      snprintf(text, sizeof text, "%s", a->rd.err);
+      AGENT_ERROR("%s: ending round %" PRId64 " and restarting the workers", text, a->rd.round);
+      set_error(a, text);
+      if (agent_rdzv_end(&a->rd, AGENT_RESTART_PROTOCOL, text) == AGENT_RDZV_STORE_ERROR)
+        return ROUND_STORE_LOST;
+      return ROUND_RESTART;
+    }
     if (res < 0) {
       AGENT_WARN("lost the store: %s", a->rd.err);
       set_error(a, a->rd.err);
@@ -606,6 +639,37 @@ static int exit_code_of_local_failure(const agent_t *a) {
   return c < 0 ? 128 - c : (c > 0 && c < 256 ? c : 1);
 }
 
+/* Logs a rendezvous error at most once per RDZV_LOG_PERIOD_NS for the same text, with the number
+ * of repeats in between: a hostile record must not flood the log. */
+#define RDZV_LOG_PERIOD_NS 5000000000LL
+static void rdzv_error_log(agent_t *a, const char *msg) {
+  int64_t now = now_ns();
+  if (!strcmp(msg, a->err_last) && now < a->err_next_log_ns) {
+    a->err_repeats++;
+    return;
+  }
+  if (a->err_repeats)
+    AGENT_WARN("%s (%" PRId64 " more time(s) in the last %.0f s)", msg, a->err_repeats,
+               RDZV_LOG_PERIOD_NS / 1e9);
+  else
+    AGENT_WARN("%s", msg);
+  copy_str(a->err_last, sizeof a->err_last, msg);
+  a->err_repeats = 0;
+  a->err_next_log_ns = now + RDZV_LOG_PERIOD_NS;
+}
+
+/* Waits before the next try after a failed rendezvous: 100 ms doubling to RDZV_BACKOFF_MAX_MS,
+ * never past the deadline, the signalfd watched all along. 1 if a terminating signal came. */
+#define RDZV_BACKOFF_MAX_MS 5000
+static int backoff(agent_t *a, int64_t deadline_ns) {
+  a->backoff_ms = a->backoff_ms ? a->backoff_ms * 2 : 100;
+  if (a->backoff_ms > RDZV_BACKOFF_MAX_MS) a->backoff_ms = RDZV_BACKOFF_MAX_MS;
+  int64_t until = now_ns() + (int64_t)a->backoff_ms * 1000000;
+  if (until > deadline_ns) until = deadline_ns;
+  while (!a->stop_sig && now_ns() < until) wait_events(a, 100);
+  return a->stop_sig != 0;
+}
+
 static int run(agent_t *a) {
   int64_t deadline = now_ns() + (int64_t)(a->cfg.rdzv_timeout_s * 1e9);
   for (;;) {
@@ -619,14 +683,30 @@ static int run(agent_t *a) {
     if (ro == RDZV_STOPPED) return 128 + a->stop_sig;
     if (ro == RDZV_TIMEOUT) return EXIT_UNAVAILABLE;
     if (ro == RDZV_FATAL) return EXIT_INTERNAL;
-    if (ro == RDZV_STORE_LOST) {
-      AGENT_WARN("lost the store during rendezvous: %s; reconnecting", a->rd.err);
-      drop_store(a);
-      agent_state_lock(&a->st);
-      a->st.store_reconnects_total++;
-      agent_state_unlock(&a->st);
+    if (ro == RDZV_STORE_LOST || ro == RDZV_BAD_RECORD) {
+      char msg[700];
+      snprintf(msg, sizeof msg, "%s during rendezvous: %s; retrying until --rdzv-timeout",
+               ro == RDZV_STORE_LOST ? "lost the store" : "bad rendezvous state", a->rd.err);
+      rdzv_error_log(a, msg);
+      set_error(a, a->rd.err);
+      /* A bad record in round r spoils that round for everybody: retry in a fresh one (the
+       * bound keeps round + 1 in range; join refuses a round past it). */
+      if (ro == RDZV_BAD_RECORD && a->rd.round >= a->next_round) a->next_round = a->rd.round + 1;
+      if (ro == RDZV_STORE_LOST) {
+        drop_store(a);
+        agent_state_lock(&a->st);
+        a->st.store_reconnects_total++;
+        agent_state_unlock(&a->st);
+      }
+      if (backoff(a, deadline)) return 128 + a->stop_sig;
+      if (now_ns() >= deadline) {
+        AGENT_ERROR("giving up after --rdzv-timeout %.0f s: %s", a->cfg.rdzv_timeout_s, a->rd.err);
+        set_state(a, AGENT_STATE_FAILED);
+        return EXIT_UNAVAILABLE;
+      }
       continue;
     }
+    a->backoff_ms = 0;
     a->attempt = a->rd.attempt;
     a->failures = a->rd.failures;
     a->exec_failed = 0;
@@ -649,7 +729,9 @@ static int run(agent_t *a) {
     agent_restart_reason_t reason;
     if (out == ROUND_STORE_LOST) {
       reason = AGENT_RESTART_STORE_LOST;
-      snprintf(a->rd.end_text, sizeof a->rd.end_text, "the store host went away");
+      char text[sizeof a->rd.end_text];
+      copy_str(text, sizeof text, a->rd.err);
+      copy_str(a->rd.end_text, sizeof a->rd.end_text, text);
     } else {
       reason = a->rd.end_reason;
     }

@@ -26,6 +26,13 @@
  * Every function does a bounded number of store calls and never waits for peers by itself: the
  * caller polls, so signals and child exits stay responsive. Any store failure returns
  * AGENT_RDZV_STORE_ERROR with the store's message in r->err: the caller treats it as a lost store.
+ *
+ * Every value read back is validated (agent_rdzv_parse_*): decimal numbers in full, rounds in
+ * 0..AGENT_RDZV_MAX_ROUND, node ranks in 0..nnodes_max-1, counts and attempts in
+ * 0..AGENT_RDZV_MAX_COUNT, an /end naming a known reason. A value this code would never have
+ * written returns AGENT_RDZV_PROTOCOL_ERROR with r->err naming the key and the value; running out
+ * of memory returns AGENT_RDZV_NO_MEMORY. The bounds keep round + 1 and attempt + 1 from ever
+ * overflowing.
  */
 #ifndef TDIST_AGENT_RDZV_H
 #define TDIST_AGENT_RDZV_H
@@ -37,14 +44,20 @@
 #include "operator-agent/state/state.h"
 
 typedef enum {
-  AGENT_RDZV_PENDING = 0,     /* keep polling */
-  AGENT_RDZV_MEMBER = 1,      /* join: this agent is a member of the closed round */
-  AGENT_RDZV_WAITER = 2,      /* join: the round closed without us; keep polling (round moves) */
-  AGENT_RDZV_ROUND_MOVED = 3, /* the round counter moved past ours: join again */
-  AGENT_RDZV_ENDED = 4,       /* monitor: round ended (reason/text in r->end_*) */
-  AGENT_RDZV_ALL_DONE = 5,    /* exit barrier: every member finished */
-  AGENT_RDZV_STORE_ERROR = -1
+  AGENT_RDZV_PENDING = 0,      /* keep polling */
+  AGENT_RDZV_MEMBER = 1,       /* join: this agent is a member of the closed round */
+  AGENT_RDZV_WAITER = 2,       /* join: the round closed without us; keep polling (round moves) */
+  AGENT_RDZV_ROUND_MOVED = 3,  /* the round counter moved past ours: join again */
+  AGENT_RDZV_ENDED = 4,        /* monitor: round ended (reason/text in r->end_*) */
+  AGENT_RDZV_ALL_DONE = 5,     /* exit barrier: every member finished */
+  AGENT_RDZV_STORE_ERROR = -1, /* the store failed (connection, timeout): r->err */
+  AGENT_RDZV_PROTOCOL_ERROR = -2, /* a record this agent would never write: r->err names it */
+  AGENT_RDZV_NO_MEMORY = -3
 } agent_rdzv_result_t;
+
+#define AGENT_RDZV_MAX_ROUND 1000000000LL /* rounds 0..this; round + 1 never overflows */
+#define AGENT_RDZV_MAX_COUNT 1000000000LL /* attempts, failures, arrivals, done/exited counts */
+#define AGENT_RDZV_MAX_WAITERS 64         /* waiter records read per poll */
 
 typedef struct {
   int node_rank, nproc, attempt, failures, idx, worker_port;
@@ -115,5 +128,14 @@ agent_rdzv_result_t agent_rdzv_done_poll(agent_rdzv_t *r, int64_t now_ns, int *m
 /* Counts this agent as gone (ADD <r>/exited) and returns the count so far in *exited. */
 agent_rdzv_result_t agent_rdzv_mark_exited(agent_rdzv_t *r, int64_t *exited);
 agent_rdzv_result_t agent_rdzv_exited_count(agent_rdzv_t *r, int64_t *exited);
+
+/* Validators of the values read back (also unit-tested). Each returns 0 and fills its output,
+ * or -1 for a value that is not what an agent writes (see the top of this file). */
+int agent_rdzv_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
+int agent_rdzv_parse_record(const char *s, int nnodes_max, agent_rdzv_member_t *m);
+int agent_rdzv_parse_end(const char *s, agent_restart_reason_t *reason, const char **text);
+
+/* "malformed record", "fake joiner", ...: the name of a negative result, for log lines. */
+const char *agent_rdzv_result_name(agent_rdzv_result_t res);
 
 #endif

@@ -31,7 +31,8 @@ const char *agent_run_state_name(agent_run_state_t s) {
 }
 
 const char *agent_restart_reason_name(agent_restart_reason_t r) {
-  static const char *const n[] = {"worker_failed", "peer_lost", "store_lost", "membership"};
+  static const char *const n[] = {"worker_failed", "peer_lost", "store_lost", "membership",
+                                  "protocol_error"};
   return (unsigned)r < AGENT_RESTART_NREASONS ? n[r] : "unknown";
 }
 

@@ -26,7 +26,8 @@ typedef enum {
   AGENT_RESTART_PEER_LOST = 1,     /* "peer_lost": a peer agent stopped heartbeating or left */
   AGENT_RESTART_STORE_LOST = 2,    /* "store_lost": the store host went away */
   AGENT_RESTART_MEMBERSHIP = 3,    /* "membership": a node joined (scale up) or replaced another */
-  AGENT_RESTART_NREASONS = 4
+  AGENT_RESTART_PROTOCOL = 4,      /* "protocol_error": a store record no agent would write */
+  AGENT_RESTART_NREASONS = 5
 } agent_restart_reason_t;
 
 typedef enum {

@@ -282,6 +282,125 @@ static void test_store_lost(void) {
   sim_close(&a);
 }
 
+/* The validators, against hand-written cases: what agents write passes, anything else fails. */
+static void test_validators(void) {
+  static const struct {
+    const char *s;
+    int64_t lo, hi;
+    int ok;
+    int64_t v;
+  } ints[] = {
+      {"0", 0, 10, 1, 0},
+      {"10", 0, 10, 1, 10},
+      {"11", 0, 10, 0, 0},
+      {"-1", 0, 10, 0, 0},
+      {"-1", -5, 10, 1, -1},
+      {"", 0, 10, 0, 0},
+      {"-", -5, 10, 0, 0},
+      {"01", 0, 10, 0, 0},
+      {" 1", 0, 10, 0, 0},
+      {"1 ", 0, 10, 0, 0},
+      {"+1", 0, 10, 0, 0},
+      {"1x", 0, 10, 0, 0},
+      {"garbage", 0, 10, 0, 0},
+      {"9223372036854775807", 0, INT64_MAX, 1, INT64_MAX},
+      {"9223372036854775808", 0, INT64_MAX, 0, 0},
+      {"99999999999999999999", 0, INT64_MAX, 0, 0},
+      {"9223372036854775807", 0, AGENT_RDZV_MAX_ROUND, 0, 0},
+      {"1000000000", 0, AGENT_RDZV_MAX_ROUND, 1, AGENT_RDZV_MAX_ROUND},
+      {"1000000001", 0, AGENT_RDZV_MAX_ROUND, 0, 0},
+  };
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+    int64_t v = -42;
+    int rc = agent_rdzv_parse_int(ints[i].s, ints[i].lo, ints[i].hi, &v);
+    CHECK_EQ_INT(rc == 0, ints[i].ok);
+    if (ints[i].ok) CHECK_EQ_INT(v, ints[i].v);
+  }
+  agent_rdzv_member_t m;
+  CHECK_EQ_INT(agent_rdzv_parse_record("2 4 7 1 10.0.0.3 job-2 0", 3, &m), 0);
+  CHECK(m.node_rank == 2 && m.nproc == 4 && m.attempt == 7 && m.failures == 1);
+  CHECK(m.worker_port == 0 && !strcmp(m.addr, "10.0.0.3") && !strcmp(m.host, "job-2"));
+  CHECK_EQ_INT(agent_rdzv_parse_record("0 1 0 0 - - 65535", 1, &m), 0);
+  CHECK_EQ_INT(m.worker_port, 65535);
+  static const char *const bad_recs[] = {
+      "3 4 7 1 10.0.0.3 job-2 0",  /* node rank == nnodes_max */
+      "-1 4 7 1 10.0.0.3 job-2 0", /* negative node rank */
+      "0 0 0 0 a h 0",             /* nproc 0 */
+      "0 1 -1 0 a h 0",            /* negative attempt */
+      "0 1 1000000001 0 a h 0",    /* attempt past AGENT_RDZV_MAX_COUNT */
+      "0 1 0 2147483648 a h 0",    /* failures past int */
+      "0 1 0 0 a h 65536",         /* port */
+      "0 1 0 0 a h",               /* 6 fields */
+      "0 1 0 0 a h 0 extra",       /* 8 fields */
+      "0  1 0 0 a h 0",            /* empty field */
+      "0 1 0 0 a h 0 ",            /* trailing space */
+      "junk",                      /* */
+      "",                          /* */
+      "0 1 0 0 aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa h 0", /* 64 */
+  };
+  for (size_t i = 0; i < sizeof bad_recs / sizeof bad_recs[0]; i++)
+    CHECK_EQ_INT(agent_rdzv_parse_record(bad_recs[i], 3, &m), -1);
+  agent_restart_reason_t why;
+  const char *text;
+  CHECK_EQ_INT(agent_rdzv_parse_end("worker_failed rank 1 exited with code 3", &why, &text), 0);
+  CHECK(why == AGENT_RESTART_WORKER_FAILED && !strcmp(text, "rank 1 exited with code 3"));
+  CHECK_EQ_INT(agent_rdzv_parse_end("protocol_error x", &why, &text), 0);
+  CHECK(why == AGENT_RESTART_PROTOCOL);
+  CHECK_EQ_INT(agent_rdzv_parse_end("membership", &why, &text), -1);  /* no text */
+  CHECK_EQ_INT(agent_rdzv_parse_end("membership ", &why, &text), -1); /* empty text */
+  CHECK_EQ_INT(agent_rdzv_parse_end("memberships x", &why, &text), -1);
+  CHECK_EQ_INT(agent_rdzv_parse_end("garbage", &why, &text), -1);
+  CHECK_EQ_INT(agent_rdzv_parse_end("", &why, &text), -1);
+}
+
+/* Records written by something else: a protocol error naming the key and the value, never a
+ * store error, and the round can never be pushed past AGENT_RDZV_MAX_ROUND (no overflow). */
+static void test_hostile_records(void) {
+  sim_t a;
+  sim_open(&a, "hostile", 0, 1, 1, 1);
+  CHECK(tdist_store_set(a.store, "round", "garbage", 7) == TDIST_OK);
+  CHECK(agent_rdzv_join(&a.r, 0, 0, 0) == AGENT_RDZV_PROTOCOL_ERROR);
+  CHECK_HAS(a.r.err, "key round holds 'garbage'");
+  CHECK(tdist_store_set(a.store, "round", "9223372036854775807", 19) == TDIST_OK);
+  CHECK(agent_rdzv_join(&a.r, 0, 0, 0) == AGENT_RDZV_PROTOCOL_ERROR);
+  CHECK_HAS(a.r.err, "key round holds '9223372036854775807'");
+  /* The last round: ending it is fine, the next join is refused, nothing wraps. */
+  CHECK(tdist_store_set(a.store, "round", "1000000000", 10) == TDIST_OK);
+  CHECK(agent_rdzv_join(&a.r, 0, 0, 0) == 0);
+  CHECK_EQ_INT(a.r.round, AGENT_RDZV_MAX_ROUND);
+  CHECK(agent_rdzv_join_poll(&a.r, 0) == AGENT_RDZV_MEMBER);
+  CHECK(agent_rdzv_end(&a.r, AGENT_RESTART_WORKER_FAILED, "x") == AGENT_RDZV_ENDED);
+  CHECK(agent_rdzv_join(&a.r, a.r.round + 1, 0, 0) == AGENT_RDZV_PROTOCOL_ERROR);
+  CHECK_HAS(a.r.err, "past the last round");
+  /* A bad member record, a bad /closed, a bad heartbeat, a bad /end. */
+  CHECK(tdist_store_set(a.store, "round", "7", 1) == TDIST_OK);
+  CHECK(agent_rdzv_join(&a.r, 0, 0, 0) == 0);
+  CHECK(tdist_store_set(a.store, "7/closed", "0x1", 3) == TDIST_OK);
+  CHECK(agent_rdzv_join_poll(&a.r, 0) == AGENT_RDZV_PROTOCOL_ERROR);
+  CHECK_HAS(a.r.err, "key 7/closed holds '0x1'");
+  CHECK(tdist_store_set(a.store, "7/closed", "1", 1) == TDIST_OK);
+  CHECK(tdist_store_set(a.store, "7/node/1", "5 1 0 0 a h 0", 13) == TDIST_OK);
+  CHECK(agent_rdzv_join_poll(&a.r, 0) == AGENT_RDZV_PROTOCOL_ERROR);
+  CHECK_HAS(a.r.err, "key 7/node/1 holds '5 1 0 0 a h 0'");
+  CHECK(tdist_store_set(a.store, "7/node/1", "0 1 0 0 a h 1", 13) == TDIST_OK);
+  CHECK(agent_rdzv_join_poll(&a.r, 0) == AGENT_RDZV_MEMBER);
+  /* Fake joiners (no records): nothing happens, no error. */
+  int64_t j;
+  CHECK(tdist_store_add(a.store, "7/joined", 1000, &j) == TDIST_OK);
+  CHECK(agent_rdzv_monitor(&a.r, 0) == AGENT_RDZV_PENDING);
+  CHECK(agent_rdzv_monitor(&a.r, S) == AGENT_RDZV_PENDING);
+  CHECK(tdist_store_set(a.store, "7/joined", "x", 1) == TDIST_OK);
+  CHECK(agent_rdzv_monitor(&a.r, 2 * S) == AGENT_RDZV_PROTOCOL_ERROR);
+  CHECK_HAS(a.r.err, "key 7/joined holds 'x'");
+  /* A bad /end read when the round moves: the round fails as a protocol error, value named. */
+  CHECK(tdist_store_set(a.store, "7/end", "reboot now", 10) == TDIST_OK);
+  CHECK(tdist_store_set(a.store, "round", "8", 1) == TDIST_OK);
+  CHECK(agent_rdzv_monitor(&a.r, 3 * S) == AGENT_RDZV_ENDED);
+  CHECK(a.r.end_reason == AGENT_RESTART_PROTOCOL);
+  CHECK_HAS(a.r.end_text, "key 7/end holds 'reboot now'");
+  sim_close(&a);
+}
+
 int main(void) {
   tdist_store_server_options_t so = TDIST_STORE_SERVER_OPTIONS_INIT;
   so.host = "127.0.0.1";
@@ -295,6 +414,8 @@ int main(void) {
   test_replaced_and_agreement();
   test_heartbeat();
   test_end_done_fresh();
+  test_validators();
+  test_hostile_records();
   test_store_lost();
   printf("rdzv_test: ok (seed %u)\n", seed);
   return 0;
