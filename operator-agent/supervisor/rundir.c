@@ -40,8 +40,8 @@ int agent_run_dir_create(const char *base, const char *run_id, char *out, size_t
     return -1;
   }
   if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 07777) != 0700) {
-    snprintf(err, err_cap, "%s: not a directory of uid %d with mode 0700 (uid %d, mode %04o)",
-             out, (int)geteuid(), (int)st.st_uid, (unsigned)(st.st_mode & 07777));
+    snprintf(err, err_cap, "%s: not a directory of uid %d with mode 0700 (uid %d, mode %04o)", out,
+             (int)geteuid(), (int)st.st_uid, (unsigned)(st.st_mode & 07777));
     return -1;
   }
   return 0;
