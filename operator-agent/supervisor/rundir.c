@@ -13,9 +13,32 @@
 
 #define MAX_DEPTH 64 /* deeper trees are left behind (and reported) */
 
+/* mkdir -p base (0755, as --log-dir always was); returns 0 or -1 with errno. */
+static int mkdirs(const char *base) {
+  char p[4096];
+  size_t n = strlen(base);
+  if (n >= sizeof p) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  memcpy(p, base, n + 1);
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = 0;
+    if (mkdir(p, 0755) && errno != EEXIST) return -1;
+    *s = '/';
+  }
+  if (mkdir(p, 0755) && errno != EEXIST) return -1;
+  return 0;
+}
+
 int agent_run_dir_create(const char *base, const char *run_id, char *out, size_t cap, char *err,
                          size_t err_cap) {
   struct stat st;
+  if (mkdirs(base)) {
+    snprintf(err, err_cap, "cannot create %s: %s", base, strerror(errno));
+    return -1;
+  }
   if (stat(base, &st)) {
     snprintf(err, err_cap, "%s: %s", base, strerror(errno));
     return -1;

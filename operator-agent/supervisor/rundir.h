@@ -10,8 +10,8 @@
 
 #include <stddef.h>
 
-/* Creates the run directory under base into out (cap bytes). Returns 0, or -1 with err (one
- * line naming the path and errno text). */
+/* Creates base if missing (mkdir -p, 0755), then the run directory in it into out (cap bytes).
+ * Returns 0, or -1 with err (one line naming the path and errno text). */
 int agent_run_dir_create(const char *base, const char *run_id, char *out, size_t cap, char *err,
                          size_t err_cap);
 

@@ -6,7 +6,7 @@
 #   c. the run directory is mode 0700 and removed at exit: on success, on a worker failure, on
 #      SIGTERM, with a symlink to an outside file left inside by a worker (the file survives);
 #   d. --keep-run-dir keeps it;
-#   e. an unusable --log-dir / TMPDIR exits 64 naming the path and errno; a bad --http-host exits
+#   e. a missing --log-dir is created; an unusable --log-dir / TMPDIR exits 64 naming the path and errno; a bad --http-host exits
 #      64 naming --http-host; --check-config rejects --master-template '{nope}' (64).
 #   args: AGENT
 set -uo pipefail
@@ -97,9 +97,13 @@ expect() { # NAME WANT_RC PATTERN ERRFILE RC
   if [ "$5" = "$2" ] && grep -q -- "$3" "$4"; then pass "e. $1: exit $5, '$3'"
   else fail "e. $1: exit $5 (want $2), stderr: $(grep -v ' I ' "$4" | tail -2)"; fi
 }
-run_agent "$T/missing" "$T/e1.err" -- true
-expect "missing --log-dir" 64 "$T/missing: No such file or directory" "$T/e1.err" $?
 echo x >"$T/file"
+run_agent "$T/file/sub" "$T/e1.err" -- true
+expect "--log-dir under a file" 64 "$T/file/sub: Not a directory" "$T/e1.err" $?
+run_agent "$T/new/er" "$T/e0.err" -- true
+rc=$?
+[ "$rc" = 0 ] && [ -d "$T/new/er" ] && [ "$(leftovers "$T/new/er")" = 0 ] &&
+  pass "a missing --log-dir is created (mkdir -p)" || fail "missing --log-dir: rc $rc"
 (unset PET_LOG_DIR; TMPDIR="$T/file" TDIST_LOG_LEVEL=info bounded 60 "$AGENT" --http-port -1 \
   --standalone -- true 2>"$T/e2.err")
 expect "TMPDIR a file" 64 "$T/file: Not a directory" "$T/e2.err" $?
