@@ -9,6 +9,7 @@
  * round r+1, or give up with the exit code --help documents. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <netdb.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
@@ -33,6 +34,7 @@
 #include "operator-agent/state/state.h"
 #include "operator-agent/supervisor/errorfile.h"
 #include "operator-agent/supervisor/progress.h"
+#include "operator-agent/supervisor/rundir.h"
 #include "operator-agent/supervisor/workers.h"
 #include "runtime/common/param.h"
 
@@ -60,7 +62,8 @@ typedef struct {
   char master_name[256]; /* what we resolve (DNS name or address); node 0: unused */
   char master_ip[64];    /* the store host as workers reach it */
   int master_port;
-  char run_dir[400];
+  char run_dir[400];           /* "" until created */
+  int run_dir_has_dump;        /* a flight-recorder dump was written there: keep it */
   int stop_sig;                /* a terminating signal arrived */
   int exec_failed;             /* the worker command could not be started (exit 127 if final) */
   int dump_requested;          /* SIGUSR1: dump the flight recorders */
@@ -461,8 +464,10 @@ static void dump_flight(agent_t *a, const char *why) {
   if (agent_flight_dump(&a->ws, a->node_rank, a->rd.round, a->run_dir, why, path, sizeof path, err,
                         sizeof err))
     AGENT_WARN("flight recorder dump failed: %s", err);
-  else
+  else {
+    a->run_dir_has_dump = 1;
     AGENT_INFO("flight recorders of this node's ranks (%s) written to %s", why, path);
+  }
 }
 
 /* Every second: publish where this node's ranks are; node 0 (group rank 0) summarises the job.
@@ -769,7 +774,35 @@ static int run(agent_t *a) {
   }
 }
 
-static int setup(agent_t *a) {
+/* --http-host must be a numeric address (http.c binds without DNS): checked before anything
+ * starts, and by --check-config. */
+static int check_http_host(const agent_cfg_t *c) {
+  const char *host = c->http_host;
+  if (c->http_port < 0 || !host || !host[0]) return 0;
+  char h[256];
+  size_t n = strlen(host);
+  if (n >= sizeof h) n = sizeof h - 1;
+  memcpy(h, host, n);
+  h[n] = 0;
+  if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+    memmove(h, h + 1, n - 2);
+    h[n - 2] = 0;
+  }
+  struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_PASSIVE, .ai_socktype = SOCK_STREAM};
+  struct addrinfo *ai = NULL;
+  int rc = getaddrinfo(h, NULL, &hints, &ai);
+  if (ai) freeaddrinfo(ai);
+  if (rc == 0) return 0;
+  AGENT_ERROR(
+      "--http-host '%s' is not an IP address (%s): give one such as 0.0.0.0, :: or the "
+      "pod IP, or \"\" for all addresses",
+      host, gai_strerror(rc));
+  return EXIT_USAGE;
+}
+
+/* The checks of a real start that need no network and start nothing: node rank, the store
+ * host's name (the --master-template), --http-host. Shared by setup() and --check-config. */
+static int check_start(agent_t *a) {
   char err[512];
   agent_cfg_t *c = &a->cfg;
   if (c->standalone) {
@@ -796,7 +829,21 @@ static int setup(agent_t *a) {
       AGENT_ERROR("cannot name the store host: %s (or pass --master-addr)", err);
       return EXIT_USAGE;
     }
+  } else if (!c->standalone && !c->master_addr && c->check_config &&
+             agent_master_name(c, environ, NULL, NULL, a->master_name, sizeof a->master_name, err,
+                               sizeof err)) {
+    /* Node 0 does not need the name, the other nodes do: the same configuration fails there. */
+    AGENT_ERROR("cannot name the store host: %s (or pass --master-addr)", err);
+    return EXIT_USAGE;
   }
+  return check_http_host(c);
+}
+
+static int setup(agent_t *a) {
+  char err[512];
+  agent_cfg_t *c = &a->cfg;
+  int crc = check_start(a);
+  if (crc) return crc;
 
   agent_state_t *st = &a->st;
   st->start_time_unix = (double)time(NULL);
@@ -815,7 +862,8 @@ static int setup(agent_t *a) {
     a->http =
         agent_http_start(st, c->http_host, c->http_port, c->monitor_interval_s, err, sizeof err);
     if (!a->http) {
-      AGENT_ERROR("cannot serve HTTP: %s (choose another --http-port, or -1 to disable)", err);
+      AGENT_ERROR("cannot serve HTTP: %s%s", err,
+                  strstr(err, "--http-") ? "" : " (--http-port -1 disables HTTP)");
       return EXIT_UNAVAILABLE;
     }
     int port = agent_http_port(a->http);
@@ -850,7 +898,14 @@ static int setup(agent_t *a) {
 
   const char *tmp = getenv("TMPDIR");
   const char *base = c->log_dir ? c->log_dir : (tmp && *tmp ? tmp : "/tmp");
-  snprintf(a->run_dir, sizeof a->run_dir, "%s/tdist-%s_%d", base, c->run_id, (int)getpid());
+  if (agent_run_dir_create(base, c->run_id, a->run_dir, sizeof a->run_dir, err, sizeof err)) {
+    a->run_dir[0] = 0;
+    AGENT_ERROR("cannot create the run directory: %s (check --log-dir, default $TMPDIR or /tmp)",
+                err);
+    return EXIT_USAGE;
+  }
+  AGENT_INFO("run directory %s (%s at exit)", a->run_dir,
+             c->keep_run_dir ? "kept: --keep-run-dir" : "removed");
   a->rd.nnodes_min = c->nnodes_min;
   a->rd.nnodes_max = c->nnodes_max;
   a->rd.last_call_s = c->nnodes_min == c->nnodes_max ? 0 : c->last_call_s;
@@ -894,6 +949,11 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if (a->cfg.check_config) {
+    int crc = check_start(a);
+    if (crc) {
+      agent_cfg_free(&a->cfg);
+      return crc;
+    }
     agent_cfg_dump_yaml(&a->cfg, stdout);
     agent_cfg_free(&a->cfg);
     return 0;
@@ -930,6 +990,12 @@ int main(int argc, char **argv) {
   else
     set_state(a, AGENT_STATE_FAILED);
   stop_workers(a, SIGKILL, 0);
+  if (a->run_dir[0] && !a->cfg.keep_run_dir) {
+    if (a->run_dir_has_dump)
+      AGENT_INFO("keeping the run directory %s: it holds a flight-recorder dump", a->run_dir);
+    else if (agent_run_dir_remove(a->run_dir, err, sizeof err))
+      AGENT_WARN("cannot remove the run directory: %s", err);
+  }
   AGENT_INFO("exiting with code %d", rc);
   drop_store(a);
   agent_http_stop(a->http);

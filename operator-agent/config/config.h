@@ -70,7 +70,8 @@ typedef struct {
   char *http_port_file; /* --http-port-file: write the bound port here (tests, scripts) */
 
   /* --- workers --- */
-  char *log_dir;         /* --log-dir: error files live under it; default $TMPDIR or /tmp */
+  char *log_dir;         /* --log-dir: the run directory is made in it; default $TMPDIR or /tmp */
+  int keep_run_dir;      /* --keep-run-dir: leave the run directory behind at exit */
   int omp_num_threads;   /* --omp-num-threads; 0 = torchrun's rule (1 when nproc > 1 and the
                           * agent's env has none) */
   agent_env_pair_t *env; /* YAML `env:` map added to every worker's environment */

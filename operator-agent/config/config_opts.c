@@ -144,7 +144,14 @@ const cfg_opt_t agent_cfg__opts[CFG_NOPTS] = {
     [CFG_LOG_DIR] = {.flag = "log-dir", .yaml = "log_dir", .pet = "PET_LOG_DIR",
                      .type = CFG_T_STR, .sclass = CFG_S_PATH, .off = OFF(log_dir),
                      .group = "Workers", .metavar = "DIR", .def = "$TMPDIR, else /tmp",
-                     .help = "Directory under which the workers' error files are kept."},
+                     .help = "Directory in which the run directory tdist-<run id>_<random> "
+                             "(mode 0700: the workers' error and stats files, flight-recorder "
+                             "dumps) is created. The agent removes it at exit unless "
+                             "--keep-run-dir is given or it holds a flight-recorder dump."},
+    [CFG_KEEP_RUN_DIR] = {.flag = "keep-run-dir", .yaml = "keep_run_dir", .type = CFG_T_BOOL,
+                          .off = OFF(keep_run_dir), .def = "off",
+                          .help = "Leave the run directory behind at exit (its path is "
+                                  "logged at start)."},
     [CFG_OMP] = {.flag = "omp-num-threads", .yaml = "omp_num_threads", .type = CFG_T_INT,
                  .min = 0, .max = 65536, .off = OFF(omp_num_threads), .metavar = "N",
                  .def = "0",

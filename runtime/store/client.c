@@ -223,6 +223,7 @@ static void sleep_ms(int64_t ms) {
 static tdist_status_t do_connect(tcp_store_t *t, int64_t deadline, const char *why) {
   int64_t delay = 50;
   int attempts = 0, last = 0, gai = 0, try_v113 = t->want == TDIST_STORE_DIALECT_V1_13;
+  int accepted = 0; /* the last attempt connected, then the handshake failed */
   int64_t start = tdist__now_ms();
   for (;;) {
     attempts++;
@@ -239,6 +240,7 @@ static tdist_status_t do_connect(tcp_store_t *t, int64_t deadline, const char *w
       close(fd);
       last = r;
       gai = 0;
+      accepted = 1;
       if (!try_v113 && t->want == TDIST_STORE_DIALECT_AUTO &&
           (r == -TDIST__ECLOSED || r == -ECONNRESET)) {
         /* The server hung up on VALIDATE: a PyTorch 1.13 server. Try its dialect at once. */
@@ -248,6 +250,7 @@ static tdist_status_t do_connect(tcp_store_t *t, int64_t deadline, const char *w
       if (try_v113 && t->want == TDIST_STORE_DIALECT_AUTO) try_v113 = 0;
     } else {
       last = fd;
+      accepted = 0;
     }
     int64_t now = tdist__now_ms();
     if (now >= deadline) break;
@@ -263,6 +266,11 @@ static tdist_status_t do_connect(tcp_store_t *t, int64_t deadline, const char *w
     snprintf(detail, sizeof detail, "cannot resolve '%s': %s", t->host, gai_strerror(gai));
   else
     snprintf(detail, sizeof detail, "%s", tdist__sock_strerror(last));
+  if (accepted && last == -ETIMEDOUT)
+    return tdist__store_fail(&t->base, TDIST_ERR_TIMEOUT,
+                             "store %s: %s accepted the connection but never replied to the "
+                             "handshake within %lld ms (%d attempts): is it a tdist/PyTorch store?",
+                             why, t->where, (long long)(tdist__now_ms() - start), attempts);
   return tdist__store_fail(&t->base, TDIST_ERR_TIMEOUT,
                            "store %s: could not connect to %s within %lld ms (%d attempts): %s%s",
                            why, t->where, (long long)(tdist__now_ms() - start), attempts, detail,

@@ -54,6 +54,7 @@ static inline int cfg_equal(const agent_cfg_t *a, const agent_cfg_t *b, char *wh
   CFG_EQ_NUM_(http_port)
   CFG_EQ_STR_(http_port_file)
   CFG_EQ_STR_(log_dir)
+  CFG_EQ_NUM_(keep_run_dir)
   CFG_EQ_NUM_(omp_num_threads)
   CFG_EQ_NUM_(log_format)
   CFG_EQ_NUM_(nenv)
