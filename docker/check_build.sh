@@ -18,8 +18,8 @@
 #     image (libc6, libgcc-s1, libstdc++6: in debian:bookworm-slim since apt needs them), that no
 #     package is installed for nothing, and that no RPATH points into Bazel's tree; checks USER,
 #     EXPOSE (= the ports in k8s/base/job.yaml), STOPSIGNAL, ENTRYPOINT and the labels;
-#  5. runs the image's files at their image paths in a private mount/PID/network namespace (R/opt
-#     bind-mounted read-only over /opt, every other mount read-only, fresh tmpfs on /tmp and
+#  5. runs the image's files at their image paths in a private mount/PID/network/UTS namespace
+#     (hostname tdist-train-0, as pod 0 of the Indexed Job; R/opt bind-mounted read-only over /opt, every other mount read-only, fresh tmpfs on /tmp and
 #     /dev/shm like the pod's emptyDirs, loopback only): the stage's own RUN smoke test as root,
 #     then as UID 65532 with no capabilities and no_new_privs: --version, --check-config of
 #     k8s/base/agent.yaml, a 2-worker job of the config's command (/opt/tdist/bin/train) with the
@@ -338,8 +338,8 @@ stage_env cpu | grep -vE "^($(rec arg cpu | cut -f1 | paste -sd'|'))=" | sed 's#
 # view USER ENVFILE CMD...: sets VIEW (the argv; run it, or start it in the background).
 view() {
   VIEW=(env VIEW_ROOT="$R" VIEW_PUT="$work/put" VIEW_NEWTMP="$work/newtmp" VIEW_USER="$1" VIEW_ENV="$2"
-        unshare --mount --propagation private --pid --fork --kill-child --mount-proc --net
-        /bin/bash -c "$(cat "$work/view.sh")" view)
+        unshare --mount --propagation private --pid --fork --kill-child --mount-proc --net --uts
+        /bin/bash -c "hostname tdist-train-0; $(cat "$work/view.sh")" view)
   shift 2
   VIEW+=("$@")
 }

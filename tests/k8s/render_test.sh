@@ -106,7 +106,11 @@ for kz in "${kustomizations[@]}"; do
   ok=1
   for ((i = 0; i < completions; i++)); do
     script="$(pod_script "$name" "${rendered[$name]}" "$i")" || { fail "$kz: pod $i: podspec"; ok=0; continue; }
-    unshare --mount --propagation private bash "$script" --check-config >"$T/$name.effective.$i.yaml" 2>"$T/$name.check.$i.err"
+    # The pod's hostname as an Indexed Job's pod has it (JOB-INDEX): --check-config checks that
+    # the store host can be named from it, as a real start does.
+    unshare --mount --uts --propagation private \
+      sh -c 'hostname "$1" && shift && exec bash "$@"' pod "$job-$i" "$script" --check-config \
+      >"$T/$name.effective.$i.yaml" 2>"$T/$name.check.$i.err"
     rc=$?
     if [ "$rc" -ne 0 ]; then
       fail "$kz: pod $job-$i: tdist-agent --check-config exited $rc: $(cat "$T/$name.check.$i.err")"
