@@ -38,27 +38,6 @@ typedef struct {
   char err[512];
 } ctx_t;
 
-/* A port rank 0 can host the store on ("::", dual stack, like the server). Below the ephemeral
- * range (32768+), so no client socket of another test on this machine takes it meanwhile. */
-static int free_port(void) {
-  static unsigned next;
-  if (!next) next = (unsigned)getpid() * 7919u;
-  for (int tries = 0; tries < 1000; tries++) {
-    int port = 20000 + (int)(next++ % 12000u);
-    int fd = socket(AF_INET6, SOCK_STREAM, 0);
-    CHECK(fd >= 0);
-    int zero = 0;
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-    struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = in6addr_any};
-    sa.sin6_port = htons((uint16_t)port);
-    int ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-    close(fd);
-    if (ok) return port;
-  }
-  CHECK(!"no free port in 20000..31999");
-  return -1;
-}
-
 /* One rank's whole life: init, all_reduce (checked), barrier, destroy. */
 static tdist_status_t rank_run(int rank, int world, int port, char *err, size_t cap) {
   char im[128];
@@ -101,7 +80,7 @@ static pid_t fork_peer(int rank, int port) {
 
 static int attempt(void *arg, long n) {
   ctx_t *c = arg;
-  c->port = free_port();
+  c->port = test_free_port();
   c->peer = c->world == 2 ? fork_peer(1 - c->me, c->port) : 0;
   c->err[0] = '\0';
   /* Where this process hosts the store: sticky in world 1, or with a peer, fail only this
@@ -149,7 +128,7 @@ static void after(void *arg, long n, int rc) {
     }
   }
   /* A fresh group works. */
-  c->port = free_port();
+  c->port = test_free_port();
   c->peer = c->world == 2 ? fork_peer(1 - c->me, c->port) : 0;
   char err[512] = "";
   tdist_status_t st = rank_run(c->me, c->world, c->port, err, sizeof err);

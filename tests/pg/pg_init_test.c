@@ -82,18 +82,6 @@ static void expect_fail(int line, const tdist_pg_options_t *o, tdist_status_t wa
 }
 #define EXPECT_FAIL(o, want, how, msg) expect_fail(__LINE__, o, want, how, msg)
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  CHECK(fd >= 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  CHECK(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
-  socklen_t sl = sizeof sa;
-  CHECK(getsockname(fd, (struct sockaddr *)&sa, &sl) == 0);
-  close(fd);
-  return ntohs(sa.sin_port);
-}
-
 /* ---------------------------------------------------------------------------------------- */
 /* error paths (in this process; nothing listens or connects)                                */
 
@@ -442,7 +430,7 @@ static void test_rendezvous(int mode, const char *name) {
   if (mode == 3)
     agent = start_agent(&z.port, &agent_stop); /* the workers only connect */
   else
-    z.port = free_port();
+    z.port = test_free_port();
   double t0 = now_s();
   int rc = tdist_test_run_ranks(3, 60000, rdzv_body, &z);
   TEST_LOG("%s: %s in %.1f s", name, rc ? "FAILED" : "ok", now_s() - t0);
