@@ -28,8 +28,12 @@
  * string is ignored. Every answer carries "Cache-Control: no-store".
  * Reads agent_state_t under its lock only.
  *
- * Connections: at most 512 at once (fewer when RLIMIT_NOFILE is low), each closed after 10 s
- * without traffic, so idle or slow clients cannot starve the probes. */
+ * Connections: at most 8192 at once (half of RLIMIT_NOFILE when that is lower; start-up raises
+ * the soft limit to the hard one), at most 1024 from one IP address; each closed after 10 s
+ * without traffic, or 10 s after connecting (or after its previous request) without complete
+ * request headers. A new connection from a client at its limit, or while the table is full,
+ * evicts the oldest connection still waiting for its headers, so slow clients cannot starve the
+ * probes (see http.c). */
 #ifndef TDIST_AGENT_HTTP_H
 #define TDIST_AGENT_HTTP_H
 
