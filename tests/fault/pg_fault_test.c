@@ -25,6 +25,7 @@
 #include "tdist/tdist.h"
 #include "tests/testlib/check.h"
 #include "tests/testlib/fault.h"
+#include "tests/testlib/ports.h"
 
 #define TIMEOUT_MS 10000
 

@@ -31,6 +31,7 @@
 
 #include "check.h"
 #include "clock.h"
+#include "ports.h"
 #include "proc.h"
 #include "ranks.h"
 
