@@ -29,6 +29,7 @@
 #include "runtime/common/status_internal.h"
 #include "runtime/store/kv.h"
 #include "runtime/store/proto.h"
+#include "runtime/store/server_listen.h"
 #include "tdist/store.h"
 
 #define SERVER_MAGIC 0x7d57a5e1u
@@ -115,22 +116,6 @@ struct tdist_store_server_s {
 
 /* ---------------------------------------------------------------------------------------- */
 /* Logging helpers                                                                           */
-
-/* Printable, bounded rendering of a key for log lines. */
-static void key_str(const uint8_t *k, size_t n, char *buf, size_t cap) {
-  size_t j = 0;
-  for (size_t i = 0; i < n && j + 5 < cap; i++) {
-    if (i >= 64) {
-      j += (size_t)snprintf(buf + j, cap - j, "...");
-      break;
-    }
-    if (k[i] >= 0x20 && k[i] < 0x7f && k[i] != '\\')
-      buf[j++] = (char)k[i];
-    else
-      j += (size_t)snprintf(buf + j, cap - j, "\\x%02x", k[i]);
-  }
-  buf[j] = '\0';
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Output                                                                                    */
@@ -677,7 +662,7 @@ static void process_input(tdist_store_server_t *s, conn_t *c) {
     if (fail) {
       char msg[200];
       char k[100];
-      key_str(req.key.ptr, req.key.len, k, sizeof k);
+      tdist__store_key_str(req.key.ptr, req.key.len, k, sizeof k);
       snprintf(msg, sizeof msg, "%s (%s '%s')", fail, tdist__proto_op_name(req.op), k);
       close_later(s, c, msg);
       break;
@@ -862,58 +847,6 @@ static void *server_main(void *arg) {
 /* ---------------------------------------------------------------------------------------- */
 /* Public API                                                                                */
 
-static int read_somaxconn(void) {
-  FILE *f = fopen("/proc/sys/net/core/somaxconn", "r");
-  int v = 4096;
-  if (f) {
-    if (fscanf(f, "%d", &v) != 1) v = 4096;
-    fclose(f);
-  }
-  return v > 0 ? v : 4096;
-}
-
-/* Binds and listens. Returns the fd or -errno; *where gets the address tried. */
-static int open_listener(const char *host, int port, int backlog, char *where, size_t wcap) {
-  char portstr[16];
-  snprintf(portstr, sizeof portstr, "%d", port);
-  int dual = !host || !*host;
-  struct addrinfo hints, *res = NULL;
-  memset(&hints, 0, sizeof hints);
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  hints.ai_family = dual ? AF_INET6 : AF_UNSPEC;
-  int g = getaddrinfo(dual ? "::" : host, portstr, &hints, &res);
-  if (g != 0 && dual) {
-    hints.ai_family = AF_INET; /* no IPv6 on this host */
-    g = getaddrinfo("0.0.0.0", portstr, &hints, &res);
-  }
-  if (g != 0) {
-    snprintf(where, wcap, "%s:%d (%s)", host ? host : "::", port, gai_strerror(g));
-    return -EADDRNOTAVAIL;
-  }
-  int err = -EADDRNOTAVAIL;
-  for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-    tdist__sockaddr_str(ai->ai_addr, ai->ai_addrlen, where, wcap);
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      err = -errno;
-      continue;
-    }
-    int one = 1, zero = 0;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (ai->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, backlog) != 0) {
-      err = -errno;
-      close(fd);
-      continue;
-    }
-    freeaddrinfo(res);
-    return fd;
-  }
-  freeaddrinfo(res);
-  return err;
-}
-
 TDIST_EXTERN tdist_status_t tdist_store_server_create(const tdist_store_server_options_t *opts,
                                                       tdist_store_server_t **out) {
   tdist_store_server_options_t o = TDIST_STORE_SERVER_OPTIONS_INIT;
@@ -981,8 +914,8 @@ TDIST_EXTERN tdist_status_t tdist_store_server_create(const tdist_store_server_o
     st = tdist__fail(TDIST_ERR_NO_MEMORY, "tdist_store_server_create: out of memory");
     goto fail;
   }
-  int backlog = o.backlog ? o.backlog : read_somaxconn();
-  s->listen_fd = open_listener(o.host, o.port, backlog, s->bind_str, sizeof s->bind_str);
+  int backlog = o.backlog ? o.backlog : tdist__store_somaxconn();
+  s->listen_fd = tdist__store_listen(o.host, o.port, backlog, s->bind_str, sizeof s->bind_str);
   if (s->listen_fd < 0) {
     int e = -s->listen_fd;
     st = tdist__fail(e == EADDRINUSE || e == EACCES ? TDIST_ERR_INVALID_USAGE : TDIST_ERR_SYSTEM,
