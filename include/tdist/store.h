@@ -28,7 +28,7 @@ typedef struct tdist_store_server_s tdist_store_server_t;
 
 typedef struct {
   size_t size;            /* sizeof(tdist_store_server_options_t) */
-  int version;            /* 1 */
+  int version;            /* 2 (1 = without the memory budgets) */
   const char *host;       /* address to bind; NULL or "" = "::" dual stack (IPv4 too) */
   int port;               /* 0 = ephemeral; read it back with tdist_store_server_port() */
   int backlog;            /* 0 = /proc/sys/net/core/somaxconn */
@@ -39,10 +39,22 @@ typedef struct {
   size_t max_multi_keys;  /* default 131072 keys per CHECK/WAIT/MULTI_GET/MULTI_SET */
   size_t max_connections; /* default 65536; connections past it are accepted and closed at once */
   int quiet;              /* 1 = no log lines on stderr (tests that provoke errors on purpose) */
+  /* Version 2. Memory budgets; 0 = the default. A connection's bytes are its input buffer, its
+   * queued replies and its pending WAITs; a connection whose bytes would pass
+   * max_connection_bytes, or whose growth would take the sum over all connections past
+   * max_server_bytes, is closed with a log line (the server and the other connections go on).
+   * A reply (MULTI_GET) is sized before it is built: one larger than the budget closes the
+   * connection. The key/value map itself is not counted. */
+  size_t max_connection_bytes; /* default 2 * max_value_bytes + 128 MiB: any legal request plus
+                                * 64 MiB of replies and WAITs */
+  size_t max_server_bytes;     /* default 1 GiB, at least max_connection_bytes */
 } tdist_store_server_options_t;
 
-#define TDIST_STORE_SERVER_OPTIONS_INIT \
-  { sizeof(tdist_store_server_options_t), 1, NULL, 0, 0, 8192, (size_t)64 << 20, 131072, 65536, 0 }
+#define TDIST_STORE_SERVER_OPTIONS_INIT                                                            \
+  {                                                                                                \
+    sizeof(tdist_store_server_options_t), 2, NULL, 0, 0, 8192, (size_t)64 << 20, 131072, 65536, 0, \
+        0, 0                                                                                       \
+  }
 
 /* Counters a server exposes (for /metrics). Read with tdist_store_server_stats(). */
 typedef struct {

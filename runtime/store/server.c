@@ -29,6 +29,7 @@
 #include "runtime/common/status_internal.h"
 #include "runtime/store/kv.h"
 #include "runtime/store/proto.h"
+#include "runtime/store/server_listen.h"
 #include "tdist/store.h"
 
 #define SERVER_MAGIC 0x7d57a5e1u
@@ -37,6 +38,13 @@
 /* Stop reading a connection whose replies pile up past this. */
 #define OUT_HIGH (16 * 1024 * 1024)
 #define MAX_EVENTS 256
+/* Fairness: per loop turn a connection gets one recv of at most IN_CHUNK bytes and at most
+ * TURN_REQUESTS requests executed; what is left waits for the next turn (the ready list). */
+#define TURN_REQUESTS 64
+/* What a pending WAIT costs per missing key beyond its link: the waiter queue and, for a key not
+ * in the map yet, the entry the WAIT creates (bookkeeping overhead plus the key bytes); measured at
+ * about 221 bytes per short key in all (issue 14). */
+#define WAIT_KEY_OVERHEAD 200
 
 typedef struct conn conn_t;
 typedef struct wait wait_t;
@@ -53,6 +61,7 @@ struct wait {
   uint64_t remaining; /* keys still missing */
   waitlink_t *links;  /* array, one per missing key at registration */
   size_t nlinks;
+  size_t bytes;        /* charged to the connection's budget */
   wait_t *prev, *next; /* in the connection's list */
 };
 
@@ -70,6 +79,10 @@ struct conn {
   size_t out_off, out_len, out_cap;
   int out_failed; /* allocation of reply space failed: close */
   wait_t *waits;
+  size_t wait_bytes; /* sum of the pending WAITs' bytes */
+  size_t charged;    /* in_cap + out_cap + wait_bytes as last charged to the server total */
+  int in_ready;      /* on the ready list: whole requests left buffered by the turn quota */
+  conn_t *ready_next;
   conn_t *prev, *next; /* all connections */
   conn_t *flush_next;  /* flush list */
   conn_t *close_next;  /* close list */
@@ -91,6 +104,10 @@ struct tdist_store_server_s {
   conn_t *conns;
   conn_t *flush_list;
   conn_t *close_list;
+  conn_t *ready_list;
+  size_t conn_budget, server_budget;
+  size_t out_high;             /* OUT_HIGH, or a quarter of the connection budget if less */
+  size_t mem_total;            /* sum of every connection's charged bytes */
   int64_t accept_paused_until; /* EMFILE back-off, ms; 0 = listening */
   int64_t last_limit_log_ms;
   char bind_str[80];
@@ -99,22 +116,6 @@ struct tdist_store_server_s {
 
 /* ---------------------------------------------------------------------------------------- */
 /* Logging helpers                                                                           */
-
-/* Printable, bounded rendering of a key for log lines. */
-static void key_str(const uint8_t *k, size_t n, char *buf, size_t cap) {
-  size_t j = 0;
-  for (size_t i = 0; i < n && j + 5 < cap; i++) {
-    if (i >= 64) {
-      j += (size_t)snprintf(buf + j, cap - j, "...");
-      break;
-    }
-    if (k[i] >= 0x20 && k[i] < 0x7f && k[i] != '\\')
-      buf[j++] = (char)k[i];
-    else
-      j += (size_t)snprintf(buf + j, cap - j, "\\x%02x", k[i]);
-  }
-  buf[j] = '\0';
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Output                                                                                    */
@@ -127,8 +128,41 @@ static void mark_flush(tdist_store_server_t *s, conn_t *c) {
   }
 }
 
+static void close_later(tdist_store_server_t *s, conn_t *c, const char *why);
+
+static size_t conn_bytes(const conn_t *c) { return c->in_cap + c->out_cap + c->wait_bytes; }
+
+/* Would the connection, grown by `more` bytes, stay within both budgets? If not, queues it for
+ * close with a log line naming the budget and what exceeded it, and returns 0. */
+static int budget_ok(tdist_store_server_t *s, conn_t *c, size_t more, const char *what) {
+  size_t mine = conn_bytes(c);
+  char why[200];
+  if (more > s->conn_budget || mine > s->conn_budget - more) {
+    snprintf(why, sizeof why,
+             "%s of %zu bytes would take the connection to %zu bytes, past its budget of %zu "
+             "(max_connection_bytes)",
+             what, more, mine + (more > SIZE_MAX - mine ? 0 : more), s->conn_budget);
+  } else if (s->mem_total + more > s->server_budget) {
+    snprintf(why, sizeof why,
+             "%s of %zu bytes would take all connections to %zu bytes, past the server budget of "
+             "%zu (max_server_bytes); this connection holds %zu",
+             what, more, s->mem_total + more, s->server_budget, mine);
+  } else {
+    return 1;
+  }
+  close_later(s, c, why);
+  return 0;
+}
+
+/* Charges the connection's current size to the server total. */
+static void charge(tdist_store_server_t *s, conn_t *c) {
+  size_t now = conn_bytes(c);
+  s->mem_total = s->mem_total - c->charged + now;
+  c->charged = now;
+}
+
 static uint8_t *out_reserve(tdist_store_server_t *s, conn_t *c, size_t n) {
-  if (c->out_failed) return NULL;
+  if (c->out_failed || c->closing) return NULL;
   if (c->out_off && c->out_off == c->out_len) c->out_off = c->out_len = 0;
   if (c->out_len + n > c->out_cap) {
     if (c->out_off) {
@@ -139,6 +173,8 @@ static uint8_t *out_reserve(tdist_store_server_t *s, conn_t *c, size_t n) {
     if (c->out_len + n > c->out_cap) {
       size_t cap = c->out_cap ? c->out_cap : 256;
       while (cap < c->out_len + n) cap *= 2;
+      if (cap - c->out_cap > s->conn_budget - c->out_cap) cap = c->out_len + n; /* no doubling */
+      if (!budget_ok(s, c, cap - c->out_cap, "reply buffer growth")) return NULL;
       uint8_t *p = realloc(c->out, cap);
       if (!p) {
         c->out_failed = 1;
@@ -147,6 +183,7 @@ static uint8_t *out_reserve(tdist_store_server_t *s, conn_t *c, size_t n) {
       }
       c->out = p;
       c->out_cap = cap;
+      charge(s, c);
     }
   }
   uint8_t *p = c->out + c->out_len;
@@ -235,6 +272,8 @@ static void wait_destroy(tdist_store_server_t *s, wait_t *w, int linked) {
     if (w->next) w->next->prev = w->prev;
     atomic_fetch_sub_explicit(&s->st_waits, 1, memory_order_relaxed);
   }
+  w->c->wait_bytes -= w->bytes;
+  charge(s, w->c);
   free(w->links);
   free(w);
 }
@@ -252,6 +291,8 @@ static void conn_free(tdist_store_server_t *s, conn_t *c) {
   if (c->next) c->next->prev = c->prev;
   free(c->in);
   free(c->out);
+  c->in_cap = c->out_cap = 0;
+  charge(s, c);
   free(c);
   atomic_fetch_sub_explicit(&s->st_open, 1, memory_order_relaxed);
 }
@@ -289,10 +330,11 @@ static void flush_conn(tdist_store_server_t *s, conn_t *c) {
       free(c->out);
       c->out = NULL;
       c->out_cap = 0;
+      charge(s, c);
     }
   }
   int want_out = pending > 0;
-  int pause = pending > OUT_HIGH;
+  int pause = pending > s->out_high;
   if (want_out != c->want_out || pause != c->read_paused) {
     int resumed = c->read_paused && !pause;
     c->want_out = want_out;
@@ -326,6 +368,11 @@ static void close_all_pending(tdist_store_server_t *s) {
       conn_t **pp = &s->flush_list;
       while (*pp && *pp != c) pp = &(*pp)->flush_next;
       if (*pp) *pp = c->flush_next;
+    }
+    if (c->in_ready) {
+      conn_t **pp = &s->ready_list;
+      while (*pp && *pp != c) pp = &(*pp)->ready_next;
+      if (*pp) *pp = c->ready_next;
     }
     conn_free(s, c);
   }
@@ -363,6 +410,12 @@ static int do_wait(tdist_store_server_t *s, conn_t *c, const tdist__request_t *r
     put_u8(s, c, TDIST__WAIT_STOP_WAITING);
     return 0;
   }
+  /* Charge the WAIT before allocating it: pipelined WAITs are bounded by the budget. */
+  size_t bytes = sizeof(wait_t) + missing * (sizeof(waitlink_t) + WAIT_KEY_OVERHEAD);
+  pos = 0;
+  while (tdist__proto_next_item(req, &pos, &k, NULL))
+    if (!tdist__kv_exists(tdist__kv_find(s->kv, k.ptr, k.len))) bytes += k.len;
+  if (!budget_ok(s, c, bytes, "a pending WAIT")) return 0;
   wait_t *w = calloc(1, sizeof *w);
   if (!w) return -ENOMEM;
   w->links = calloc(missing, sizeof *w->links);
@@ -386,6 +439,9 @@ static int do_wait(tdist_store_server_t *s, conn_t *c, const tdist__request_t *r
     w->nlinks++;
   }
   w->remaining = w->nlinks;
+  w->bytes = bytes;
+  c->wait_bytes += bytes;
+  charge(s, c);
   w->next = c->waits;
   if (c->waits) c->waits->prev = w;
   c->waits = w;
@@ -489,6 +545,21 @@ static const char *execute(tdist_store_server_t *s, conn_t *c, const tdist__requ
     case TDIST__OP_MULTI_GET: {
       uint64_t pos = 0;
       tdist__slice_t k;
+      /* Size the reply before building it: a request naming one large key many times must not
+       * make us allocate its product. Over the budget, the connection is closed. */
+      uint64_t total = 0;
+      while (tdist__proto_next_item(r, &pos, &k, NULL)) {
+        e = tdist__kv_find(s->kv, k.ptr, k.len);
+        total += 8 + (e && e->has_value ? e->vlen : 0);
+        if (total > s->conn_budget) break;
+      }
+      size_t pending = c->out_len - c->out_off;
+      if (total > s->conn_budget || pending + total > c->out_cap) {
+        size_t more = (size_t)(pending + total > c->out_cap ? pending + total - c->out_cap : 0);
+        if (total > s->conn_budget) more = (size_t)total;
+        if (!budget_ok(s, c, more, "a MULTI_GET reply")) return NULL;
+      }
+      pos = 0;
       while (tdist__proto_next_item(r, &pos, &k, NULL)) {
         e = tdist__kv_find(s->kv, k.ptr, k.len);
         if (e && e->has_value)
@@ -522,9 +593,46 @@ nomem:
 }
 
 /* Parses and executes every whole request buffered on the connection. */
+static void mark_ready(tdist_store_server_t *s, conn_t *c) {
+  if (!c->in_ready && !c->closing) {
+    c->in_ready = 1;
+    c->ready_next = s->ready_list;
+    s->ready_list = c;
+  }
+}
+
+/* Gives an input buffer that grew for a large request back once it holds little. */
+static void shrink_input(tdist_store_server_t *s, conn_t *c) {
+  if (c->in_cap <= IN_KEEP_MAX) return;
+  if (c->in_len == 0) {
+    free(c->in);
+    c->in = NULL;
+    c->in_cap = 0;
+  } else if (c->in_len <= IN_CHUNK / 2 && c->in_need <= IN_CHUNK) {
+    uint8_t *p = malloc(IN_CHUNK); /* not realloc: glibc may keep a shrunk block's pages */
+    if (!p) return;                /* keep the big one */
+    memcpy(p, c->in, c->in_len);
+    free(c->in);
+    c->in = p;
+    c->in_cap = IN_CHUNK;
+  } else {
+    return;
+  }
+  charge(s, c);
+}
+
+/* Parses and executes the whole requests buffered on the connection, at most TURN_REQUESTS of
+ * them: if more are left, the connection goes on the ready list for the next loop turn. */
 static void process_input(tdist_store_server_t *s, conn_t *c) {
   size_t off = 0;
+  int done = 0;
+  if (c->in_need > c->in_len) return; /* the parser said it needs more than we have */
   while (!c->closing && !c->read_paused && off < c->in_len) {
+    if (done == TURN_REQUESTS) {
+      mark_ready(s, c);
+      break;
+    }
+    done++;
     const uint8_t *p = c->in + off;
     size_t avail = c->in_len - off;
     if (c->dialect == TDIST__DIALECT_UNKNOWN) {
@@ -554,14 +662,14 @@ static void process_input(tdist_store_server_t *s, conn_t *c) {
     if (fail) {
       char msg[200];
       char k[100];
-      key_str(req.key.ptr, req.key.len, k, sizeof k);
+      tdist__store_key_str(req.key.ptr, req.key.len, k, sizeof k);
       snprintf(msg, sizeof msg, "%s (%s '%s')", fail, tdist__proto_op_name(req.op), k);
       close_later(s, c, msg);
       break;
     }
     off += used;
     c->in_need = 0;
-    if (c->out_len - c->out_off > OUT_HIGH) {
+    if (c->out_len - c->out_off > s->out_high) {
       /* Stop parsing until the client reads its replies; flush_conn resumes us. */
       c->read_paused = 1;
       c->want_out = 1;
@@ -573,21 +681,24 @@ static void process_input(tdist_store_server_t *s, conn_t *c) {
     c->in_len -= off;
     if (c->in_need) c->in_need -= off;
   }
-  if (c->in_len == 0 && c->in_cap > IN_KEEP_MAX) {
-    free(c->in);
-    c->in = NULL;
-    c->in_cap = 0;
-  }
+  shrink_input(s, c);
 }
 
 static void on_readable(tdist_store_server_t *s, conn_t *c) {
-  /* Read what is there, in at most a few rounds, so one busy client cannot starve the rest. */
-  for (int round = 0; round < 4 && !c->closing; round++) {
-    size_t want = c->in_need > c->in_len ? c->in_need - c->in_len : 0;
-    if (want < IN_CHUNK) want = IN_CHUNK;
+  /* Whole requests are still buffered from an earlier turn: run those (the ready list does)
+   * before reading more, so the buffer cannot outgrow what the quota lets us execute. */
+  if (c->in_ready) return;
+  /* One recv of at most IN_CHUNK bytes per turn, so one busy client cannot starve the rest. */
+  for (;;) {
+    size_t want = IN_CHUNK;
     if (c->in_cap - c->in_len < want) {
+      /* A large request grows the buffer toward what the parser said it needs, at most
+       * doubling; the budget bounds it. */
+      size_t need = c->in_need > c->in_len + want ? c->in_need : c->in_len + want;
       size_t cap = c->in_cap ? c->in_cap : IN_CHUNK;
-      while (cap - c->in_len < want) cap *= 2;
+      while (cap < need) cap *= 2;
+      if (cap - c->in_cap > s->conn_budget) cap = need;
+      if (!budget_ok(s, c, cap - c->in_cap, "request buffer growth")) return;
       uint8_t *p = realloc(c->in, cap);
       if (!p) {
         close_later(s, c, "out of memory for the request buffer");
@@ -595,8 +706,9 @@ static void on_readable(tdist_store_server_t *s, conn_t *c) {
       }
       c->in = p;
       c->in_cap = cap;
+      charge(s, c);
     }
-    ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+    ssize_t n = recv(c->fd, c->in + c->in_len, want, 0);
     if (n == 0) {
       close_later(s, c, NULL); /* clean close by the client */
       return;
@@ -607,7 +719,7 @@ static void on_readable(tdist_store_server_t *s, conn_t *c) {
       break;
     }
     c->in_len += (size_t)n;
-    if ((size_t)n < want) break; /* drained */
+    break;
   }
   process_input(s, c);
 }
@@ -673,7 +785,7 @@ static void *server_main(void *arg) {
   tdist_store_server_t *s = arg;
   struct epoll_event evs[MAX_EVENTS];
   for (;;) {
-    int timeout = -1;
+    int timeout = s->ready_list ? 0 : -1;
     if (s->accept_paused_until) {
       int64_t left = s->accept_paused_until - tdist__now_ms();
       if (left <= 0) {
@@ -684,7 +796,7 @@ static void *server_main(void *arg) {
           s->accept_paused_until = tdist__now_ms() + 100;
           timeout = 100;
         }
-      } else {
+      } else if (timeout != 0) {
         timeout = (int)left;
       }
     }
@@ -714,6 +826,16 @@ static void *server_main(void *arg) {
       }
       flush_all(s);
     }
+    /* Connections the turn quota left with whole requests buffered get their next share. */
+    conn_t *ready = s->ready_list;
+    s->ready_list = NULL;
+    while (ready) {
+      conn_t *c = ready;
+      ready = c->ready_next;
+      c->in_ready = 0;
+      if (!c->closing) process_input(s, c);
+    }
+    flush_all(s);
     /* Only now: later events of this batch may still name a connection closed earlier in it. */
     close_all_pending(s);
     atomic_store_explicit(&s->st_keys, tdist__kv_num_keys(s->kv), memory_order_relaxed);
@@ -725,58 +847,6 @@ static void *server_main(void *arg) {
 /* ---------------------------------------------------------------------------------------- */
 /* Public API                                                                                */
 
-static int read_somaxconn(void) {
-  FILE *f = fopen("/proc/sys/net/core/somaxconn", "r");
-  int v = 4096;
-  if (f) {
-    if (fscanf(f, "%d", &v) != 1) v = 4096;
-    fclose(f);
-  }
-  return v > 0 ? v : 4096;
-}
-
-/* Binds and listens. Returns the fd or -errno; *where gets the address tried. */
-static int open_listener(const char *host, int port, int backlog, char *where, size_t wcap) {
-  char portstr[16];
-  snprintf(portstr, sizeof portstr, "%d", port);
-  int dual = !host || !*host;
-  struct addrinfo hints, *res = NULL;
-  memset(&hints, 0, sizeof hints);
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  hints.ai_family = dual ? AF_INET6 : AF_UNSPEC;
-  int g = getaddrinfo(dual ? "::" : host, portstr, &hints, &res);
-  if (g != 0 && dual) {
-    hints.ai_family = AF_INET; /* no IPv6 on this host */
-    g = getaddrinfo("0.0.0.0", portstr, &hints, &res);
-  }
-  if (g != 0) {
-    snprintf(where, wcap, "%s:%d (%s)", host ? host : "::", port, gai_strerror(g));
-    return -EADDRNOTAVAIL;
-  }
-  int err = -EADDRNOTAVAIL;
-  for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-    tdist__sockaddr_str(ai->ai_addr, ai->ai_addrlen, where, wcap);
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      err = -errno;
-      continue;
-    }
-    int one = 1, zero = 0;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (ai->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, backlog) != 0) {
-      err = -errno;
-      close(fd);
-      continue;
-    }
-    freeaddrinfo(res);
-    return fd;
-  }
-  freeaddrinfo(res);
-  return err;
-}
-
 TDIST_EXTERN tdist_status_t tdist_store_server_create(const tdist_store_server_options_t *opts,
                                                       tdist_store_server_t **out) {
   tdist_store_server_options_t o = TDIST_STORE_SERVER_OPTIONS_INIT;
@@ -784,7 +854,8 @@ TDIST_EXTERN tdist_status_t tdist_store_server_create(const tdist_store_server_o
     return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_store_server_create: out is NULL");
   *out = NULL;
   /* Where a caller's struct may end: version 1's last field (append only). */
-  static const size_t ends[] = {TDIST__OPTS_END(tdist_store_server_options_t, quiet)};
+  static const size_t ends[] = {TDIST__OPTS_END(tdist_store_server_options_t, quiet),
+                                TDIST__OPTS_END(tdist_store_server_options_t, max_server_bytes)};
   if (opts) {
     tdist_status_t st =
         tdist__opts_load("tdist_store_server_create", "TDIST_STORE_SERVER_OPTIONS_INIT", opts, &o,
@@ -816,14 +887,35 @@ TDIST_EXTERN tdist_status_t tdist_store_server_create(const tdist_store_server_o
   s->limits.max_request =
       o.max_value_bytes > (UINT64_MAX / 4) ? 0 : o.max_value_bytes * 2 + (64u << 20);
   s->max_connections = o.max_connections;
+  /* Budgets. Per connection: by default any request the limits accept (max_request) plus 64 MiB
+   * of queued replies and pending WAITs, so honest use never meets it. Whole server: 1 GiB by
+   * default, so a few hostile connections cannot take the host's memory; at least one
+   * connection's budget, or the first large request would close its connection. */
   tdist_status_t st;
+  s->conn_budget = o.max_connection_bytes;
+  if (s->conn_budget == 0)
+    s->conn_budget = s->limits.max_request && s->limits.max_request < SIZE_MAX - (64u << 20)
+                         ? (size_t)s->limits.max_request + (64u << 20)
+                         : SIZE_MAX / 4;
+  s->server_budget = o.max_server_bytes ? o.max_server_bytes : (size_t)1 << 30;
+  s->out_high = s->conn_budget / 4 < OUT_HIGH ? s->conn_budget / 4 : OUT_HIGH;
+  if (s->server_budget < s->conn_budget) {
+    if (o.max_server_bytes) {
+      st = tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
+                       "tdist_store_server_create: max_server_bytes %zu is below the "
+                       "per-connection budget %zu (max_connection_bytes)",
+                       o.max_server_bytes, s->conn_budget);
+      goto fail;
+    }
+    s->server_budget = s->conn_budget;
+  }
   s->kv = tdist__kv_create();
   if (!s->kv) {
     st = tdist__fail(TDIST_ERR_NO_MEMORY, "tdist_store_server_create: out of memory");
     goto fail;
   }
-  int backlog = o.backlog ? o.backlog : read_somaxconn();
-  s->listen_fd = open_listener(o.host, o.port, backlog, s->bind_str, sizeof s->bind_str);
+  int backlog = o.backlog ? o.backlog : tdist__store_somaxconn();
+  s->listen_fd = tdist__store_listen(o.host, o.port, backlog, s->bind_str, sizeof s->bind_str);
   if (s->listen_fd < 0) {
     int e = -s->listen_fd;
     st = tdist__fail(e == EADDRINUSE || e == EACCES ? TDIST_ERR_INVALID_USAGE : TDIST_ERR_SYSTEM,

@@ -44,7 +44,8 @@ static const char usage_text[] =
     "Usage:\n"
     "  tdist-store serve [--host H] [--port P] [--port-file FILE] [--backlog N]\n"
     "                    [--max-key-bytes N] [--max-value-bytes N] [--max-multi-keys N]\n"
-    "                    [--max-connections N] [--quiet]\n"
+    "                    [--max-connections N] [--max-connection-bytes N]\n"
+    "                    [--max-server-bytes N] [--quiet]\n"
     "  tdist-store set KEY VALUE       [client flags]   (VALUE '-' reads the value from stdin)\n"
     "  tdist-store get KEY             [client flags]\n"
     "  tdist-store add KEY DELTA       [client flags]\n"
@@ -65,6 +66,11 @@ static const char usage_text[] =
     "  --max-value-bytes N  largest value accepted (default 64MiB)\n"
     "  --max-multi-keys N   most keys in one WAIT/CHECK/MULTI_GET/MULTI_SET (default 131072)\n"
     "  --max-connections N  connections past N are accepted and closed at once (default 65536)\n"
+    "  --max-connection-bytes N  memory one connection may hold: its input buffer, queued\n"
+    "                       replies and pending WAITs (default 2 * max-value-bytes + 128MiB);\n"
+    "                       past it that connection is closed with a log line\n"
+    "  --max-server-bytes N memory all connections together may hold (default 1GiB, at least\n"
+    "                       max-connection-bytes); the connection that would pass it is closed\n"
     "  --quiet              no log lines on stderr (errors that stop the program still print)\n"
     "  A request over a limit closes that client's connection, as PyTorch's server does.\n"
     "  Sizes accept a K, M or G suffix (powers of 1024). The open-file soft limit is raised to\n"
@@ -281,7 +287,7 @@ static int parse_size_flag(const char *flag, const char *value, uint64_t lo, uin
 static int cmd_serve(int argc, char **argv) {
   const char *host = NULL, *port_s = NULL, *port_file = NULL, *backlog_s = NULL;
   const char *max_key_s = NULL, *max_value_s = NULL, *max_multi_s = NULL, *max_conn_s = NULL;
-  const char *quiet_s = NULL;
+  const char *quiet_s = NULL, *max_cb_s = NULL, *max_sb_s = NULL;
   const flag_t flags[] = {
       {"--host", 1, &host},
       {"--port", 1, &port_s},
@@ -291,6 +297,8 @@ static int cmd_serve(int argc, char **argv) {
       {"--max-value-bytes", 1, &max_value_s},
       {"--max-multi-keys", 1, &max_multi_s},
       {"--max-connections", 1, &max_conn_s},
+      {"--max-connection-bytes", 1, &max_cb_s},
+      {"--max-server-bytes", 1, &max_sb_s},
       {"--quiet", 0, &quiet_s},
   };
   const char *pos[argc > 0 ? argc : 1];
@@ -336,6 +344,14 @@ static int cmd_serve(int argc, char **argv) {
       return usage_error("--max-connections: '%s' is not a number in 1..%d", max_conn_s, INT_MAX);
     }
     opts.max_connections = (size_t)v;
+  }
+  if (max_cb_s && (rc = parse_size_flag("--max-connection-bytes", max_cb_s, (uint64_t)1 << 20,
+                                        (uint64_t)1 << 44, &opts.max_connection_bytes)) != 0) {
+    return rc;
+  }
+  if (max_sb_s && (rc = parse_size_flag("--max-server-bytes", max_sb_s, (uint64_t)1 << 20,
+                                        (uint64_t)1 << 46, &opts.max_server_bytes)) != 0) {
+    return rc;
   }
   quiet_mode = quiet_s != NULL;
   opts.quiet = quiet_mode;
