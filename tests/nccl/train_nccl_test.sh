@@ -10,6 +10,9 @@
 # exact in either reduction order); a missing CUDA runtime fails with a message naming the path.
 set -euo pipefail
 agent="$(realpath "$1")" train="$(realpath "$2")" fake="$(realpath "$3")"
+LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
+[ -f "$LIB/ports.sh" ] || LIB="$(dirname "$(realpath "$0")")/../testlib"
+. "$LIB/ports.sh"   # free_port
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 seed=$(( (RANDOM << 15 | RANDOM) % 2147483647 ))
 steps=$(( 40 + RANDOM % 80 ))
@@ -48,8 +51,7 @@ diff <(losses "$tmp/gloo.out") <(losses "$tmp/nccl.out") ||
 echo "ok: nccl and gloo runs agree ($(grep -c '^step' "$tmp/nccl.out") loss lines)"
 
 # No CUDA runtime: train's init fails at once and says which library it could not open.
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])')
+port=$(free_port)
 set +e
 TDIST_CUDART_LIBRARY=/nonexistent/libcudart.so.13 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 \
   MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$train" --backend nccl --steps 1 \

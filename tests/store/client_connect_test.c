@@ -21,6 +21,7 @@
 #include "check.h"
 #include "client_testlib.h"
 #include "clock.h"
+#include "ports.h"
 #include "rng.h"
 #include "tdist/tdist.h"
 
@@ -30,7 +31,7 @@
 
 static void test_connect_nothing_listens(tdist_store_dialect_t dialect) {
   TEST_LOG("connect where nothing listens, dialect %s", dialect_name(dialect));
-  int port = free_port();
+  int port = test_free_port();
   tdist_tcp_store_options_t o = TDIST_TCP_STORE_OPTIONS_INIT;
   o.host = "127.0.0.1";
   o.port = port;
@@ -116,7 +117,7 @@ static void *late_server(void *p) {
 
 static void test_connect_before_server(tdist_store_dialect_t dialect) {
   TEST_LOG("connect before the server exists, dialect %s", dialect_name(dialect));
-  late_server_arg_t arg = {free_port(), 300, NULL, TDIST_ERR_INTERNAL};
+  late_server_arg_t arg = {test_free_port(), 300, NULL, TDIST_ERR_INTERNAL};
   pthread_t th;
   CHECK(pthread_create(&th, NULL, late_server, &arg) == 0);
   tdist_tcp_store_options_t o = TDIST_TCP_STORE_OPTIONS_INIT;

@@ -75,12 +75,6 @@ int loopback_socket(struct sockaddr_in *a) {
   return fd;
 }
 
-int free_port(void) {
-  struct sockaddr_in a;
-  close(loopback_socket(&a));
-  return ntohs(a.sin_port);
-}
-
 void expect_get(tdist_store_t *s, const char *key, const void *want, size_t want_len) {
   void *v = NULL;
   size_t n = 12345;

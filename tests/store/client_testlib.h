@@ -21,7 +21,6 @@ tdist_store_t *connect_store(int port, tdist_store_dialect_t dialect, int64_t ti
 /* A TCP socket bound to 127.0.0.1 on an ephemeral port, which *a receives. */
 int loopback_socket(struct sockaddr_in *a);
 /* A port where nothing listens: bind an ephemeral one, read it back, close it. */
-int free_port(void);
 /* get(key) succeeds (clearing the handle's detail) with exactly these bytes. */
 void expect_get(tdist_store_t *s, const char *key, const void *want, size_t want_len);
 void expect_get_str(tdist_store_t *s, const char *key, const char *want);
