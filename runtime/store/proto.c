@@ -149,8 +149,11 @@ static int c_value(cursor_t *c, tdist__slice_t *out) {
   return c_bytes(c, c->lim->max_value, VALUE_TOO_BIG, out);
 }
 
-/* Parses the body of a multi-key request: a count, then count keys (pairs when with_values). */
-static int c_items(cursor_t *c, int with_values, tdist__request_t *req) {
+/* Parses the body of a multi-key request: a count, then count keys (pairs when with_values).
+ * With a progress record, starts at the first item not yet checked and, when the input runs out,
+ * records the item it stopped in (from its first byte: an item is at most two length fields). */
+static int c_items(cursor_t *c, int with_values, tdist__request_t *req,
+                   tdist__parse_progress_t *prog) {
   uint64_t n;
   int r = c_u64(c, &n);
   if (r) return r;
@@ -160,10 +163,25 @@ static int c_items(cursor_t *c, int with_values, tdist__request_t *req) {
   }
   req->n = n;
   size_t start = c->pos;
-  for (uint64_t i = 0; i < n; i++) {
+  uint64_t i = 0;
+  /* Resume only where an earlier call with these bytes stopped: past the count, inside what is
+   * buffered, at most n items. Anything else (a fresh or stale record) starts over. */
+  if (prog && prog->pos > start && prog->pos <= c->len && prog->items <= n) {
+    i = prog->items;
+    c->pos = (size_t)prog->pos;
+  }
+  for (; i < n; i++) {
+    size_t item = c->pos;
     tdist__slice_t k, v;
-    if ((r = c_key(c, &k))) return r;
-    if (with_values && (r = c_value(c, &v))) return r;
+    if (prog) prog->walked++;
+    if (!(r = c_key(c, &k)) && with_values) r = c_value(c, &v);
+    if (r) {
+      if (r == C_MORE && prog) {
+        prog->items = i;
+        prog->pos = item;
+      }
+      return r;
+    }
   }
   req->items.ptr = c->buf + start;
   req->items.len = c->pos - start;
@@ -173,6 +191,14 @@ static int c_items(cursor_t *c, int with_values, tdist__request_t *req) {
 tdist__parse_result_t tdist__proto_parse(tdist__dialect_t dialect, const uint8_t *buf, size_t len,
                                          const tdist__proto_limits_t *limits, tdist__request_t *req,
                                          size_t *consumed, const char **why) {
+  return tdist__proto_parse_resume(dialect, buf, len, limits, req, consumed, why, NULL);
+}
+
+tdist__parse_result_t tdist__proto_parse_resume(tdist__dialect_t dialect, const uint8_t *buf,
+                                                size_t len, const tdist__proto_limits_t *limits,
+                                                tdist__request_t *req, size_t *consumed,
+                                                const char **why,
+                                                tdist__parse_progress_t *progress) {
   cursor_t c = {.buf = buf, .len = len, .pos = 0, .lim = limits};
   memset(req, 0, sizeof *req);
   *why = NULL;
@@ -212,8 +238,8 @@ tdist__parse_result_t tdist__proto_parse(tdist__dialect_t dialect, const uint8_t
     }
     case TDIST__OP_CHECK:
     case TDIST__OP_WAIT:
-    case TDIST__OP_MULTI_GET: r = c_items(&c, 0, req); break;
-    case TDIST__OP_MULTI_SET: r = c_items(&c, 1, req); break;
+    case TDIST__OP_MULTI_GET: r = c_items(&c, 0, req, progress); break;
+    case TDIST__OP_MULTI_SET: r = c_items(&c, 1, req, progress); break;
     case TDIST__OP_GETNUMKEYS:
     case TDIST__OP_CANCEL_WAIT: break;
     default:

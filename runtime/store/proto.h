@@ -97,6 +97,27 @@ tdist__parse_result_t tdist__proto_parse(tdist__dialect_t dialect, const uint8_t
                                          const tdist__proto_limits_t *limits, tdist__request_t *req,
                                          size_t *consumed, const char **why);
 
+/* Where the parse of a partial multi-key request (CHECK, WAIT, MULTI_GET, MULTI_SET) stopped: the
+ * whole items already checked and the offset of the next one from the request's first byte. A
+ * server keeps one per connection, zeroed for every new request, and passes it with the same
+ * request bytes (they may have moved in memory, not changed) plus whatever arrived since; the
+ * parse then resumes at that item instead of walking all the earlier ones again, so partial input
+ * costs work in proportion to the new bytes, not to what is buffered. `walked` counts the item
+ * fields read across calls (what the tests measure). */
+typedef struct {
+  uint64_t items;  /* whole items before `pos` */
+  uint64_t pos;    /* offset of the first unchecked item; 0 = start from the beginning */
+  uint64_t walked; /* item fields read, over every call with this progress */
+} tdist__parse_progress_t;
+
+/* tdist__proto_parse() resuming from, and recording into, *progress (NULL: same as the plain
+ * call). The answer is the same as tdist__proto_parse()'s on the same bytes. */
+tdist__parse_result_t tdist__proto_parse_resume(tdist__dialect_t dialect, const uint8_t *buf,
+                                                size_t len, const tdist__proto_limits_t *limits,
+                                                tdist__request_t *req, size_t *consumed,
+                                                const char **why,
+                                                tdist__parse_progress_t *progress);
+
 /* Walks the items of a multi-key request. *pos starts at 0. For CHECK/WAIT/MULTI_GET each call
  * gives one key (value untouched); for MULTI_SET one key and its value. Returns 0 at the end. The
  * request was validated by the parser, so this cannot fail while pos < the item count. */

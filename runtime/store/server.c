@@ -75,6 +75,7 @@ struct conn {
   int want_out;    /* EPOLLOUT on */
   uint8_t *in;
   size_t in_len, in_cap, in_need;
+  tdist__parse_progress_t in_prog; /* how far the partial request at in[0] was checked */
   uint8_t *out;
   size_t out_off, out_len, out_cap;
   int out_failed; /* allocation of reply space failed: close */
@@ -645,8 +646,10 @@ static void process_input(tdist_store_server_t *s, conn_t *c) {
     tdist__request_t req;
     size_t used;
     const char *why;
+    /* The partial request stays at the head of the input (moved, not changed) until it is
+     * whole, so the parse resumes where the last one stopped. */
     tdist__parse_result_t pr =
-        tdist__proto_parse(c->dialect, p, avail, &s->limits, &req, &used, &why);
+        tdist__proto_parse_resume(c->dialect, p, avail, &s->limits, &req, &used, &why, &c->in_prog);
     if (pr == TDIST__PARSE_NEED_MORE) {
       c->in_need = off + used;
       break;
@@ -669,6 +672,7 @@ static void process_input(tdist_store_server_t *s, conn_t *c) {
     }
     off += used;
     c->in_need = 0;
+    memset(&c->in_prog, 0, sizeof c->in_prog);
     if (c->out_len - c->out_off > s->out_high) {
       /* Stop parsing until the client reads its replies; flush_conn resumes us. */
       c->read_paused = 1;

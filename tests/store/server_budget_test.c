@@ -26,21 +26,11 @@
 #include "check.h"
 #include "clock.h"
 #include "proc.h"
+#include "server_proc.h"
 #include "server_wire.h"
 #include "tdist/tdist.h"
 
 #define MIB ((size_t)1 << 20)
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
 
 /* ThreadSanitizer's shadow memory (several bytes per byte the server touches) counts in its RSS:
  * the bounds grow by this factor there. They still tell a bounded server from one that
@@ -61,76 +51,6 @@
 const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "quarantine_size_mb=0:detect_leaks=0"; }
 #endif
-
-typedef struct {
-  pid_t pid;
-  int port;
-} server_proc_t;
-
-/* Forks a server with these budgets (0 = default) and returns once it listens. */
-static server_proc_t spawn_server(size_t conn_budget, size_t server_budget) {
-  int pfd[2];
-  CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pfd) == 0);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    close(pfd[0]);
-    if (!SANITIZED) {
-      struct rlimit rl = {(rlim_t)4 << 30, (rlim_t)4 << 30};
-      setrlimit(RLIMIT_AS, &rl);
-    }
-    tdist_store_server_options_t o = TDIST_STORE_SERVER_OPTIONS_INIT;
-    o.host = "127.0.0.1";
-    o.max_connection_bytes = conn_budget;
-    o.max_server_bytes = server_budget;
-    tdist_store_server_t *s = NULL;
-    if (tdist_store_server_create(&o, &s) != TDIST_OK) {
-      fprintf(stderr, "child: server create: %s\n", tdist_last_error());
-      _exit(3);
-    }
-    int port = tdist_store_server_port(s);
-    if (write(pfd[1], &port, sizeof port) != (ssize_t)sizeof port) _exit(4);
-    close(pfd[1]);
-    for (;;) pause();
-  }
-  close(pfd[1]);
-  server_proc_t sp = {pid, 0};
-  if (read_full(pfd[0], &sp.port, sizeof sp.port, 10000) != 0)
-    TEST_FAIL("the server child (pid %d) did not report its port", (int)pid);
-  close(pfd[0]);
-  return sp;
-}
-
-/* The server must still be running (no crash, no OOM kill); then it is stopped. */
-static void stop_server(server_proc_t *sp) {
-  int st;
-  pid_t r = waitpid(sp->pid, &st, WNOHANG);
-  if (r == sp->pid) {
-    char buf[64];
-    TEST_FAIL("the server child ended during the test: %s", test_wait_text(st, buf, sizeof buf));
-  }
-  kill(sp->pid, SIGKILL);
-  waitpid(sp->pid, &st, 0);
-}
-
-/* A VmHWM/VmRSS field of /proc/<pid>/status, in bytes. */
-static size_t proc_mem(pid_t pid, const char *field) {
-  char path[64], line[256];
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f) TEST_FAIL("open %s: %s", path, strerror(errno));
-  size_t kib = 0, flen = strlen(field);
-  int found = 0;
-  while (fgets(line, sizeof line, f)) {
-    if (strncmp(line, field, flen) == 0 && line[flen] == ':') {
-      kib = (size_t)strtoull(line + flen + 1, NULL, 10);
-      found = 1;
-    }
-  }
-  fclose(f);
-  if (!found) TEST_FAIL("%s has no %s line", path, field);
-  return kib * 1024;
-}
 
 /* Sends what the socket takes until the peer closes; returns how much was sent. */
 static size_t send_until_closed(conn_t *c, const uint8_t *p, size_t n) {
