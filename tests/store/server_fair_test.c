@@ -124,17 +124,19 @@ static void test_partial_multikey(void) {
   double h_small, h_big;
   double small = trickle_cpu_ms(&sp, 16, &h_small);
   double big = trickle_cpu_ms(&sp, KEYS - TRICKLE - 1, &h_big);
-  TEST_LOG("%d segments of one item: server CPU %.0f ms with 16 items buffered per request, "
-           "%.0f ms with %d buffered; honest PING max %.1f / %.1f ms",
-           CONNS * TRICKLE, small, big, KEYS - TRICKLE - 1, h_small, h_big);
+  TEST_LOG(
+      "%d segments of one item: server CPU %.0f ms with 16 items buffered per request, "
+      "%.0f ms with %d buffered; honest PING max %.1f / %.1f ms",
+      CONNS * TRICKLE, small, big, KEYS - TRICKLE - 1, h_small, h_big);
   /* Linear: the same work either way, plus scheduling noise. Quadratic (the old parser):
    * ~0.5 ms per segment at 131k buffered items, i.e. about 1.5 s here. */
   double bound = 3 * small + 100;
   if (big > bound)
-    TEST_FAIL("partial multi-key requests cost %.0f ms of server CPU with %d items buffered vs "
-              "%.0f ms with 16 (bound %.0f): the parser walks the buffered items again per "
-              "segment",
-              big, KEYS - TRICKLE - 1, small, bound);
+    TEST_FAIL(
+        "partial multi-key requests cost %.0f ms of server CPU with %d items buffered vs "
+        "%.0f ms with 16 (bound %.0f): the parser walks the buffered items again per "
+        "segment",
+        big, KEYS - TRICKLE - 1, small, bound);
   stop_server(&sp);
 }
 
@@ -196,13 +198,15 @@ static void test_pipeliner_fairness(void) {
   waitpid(pl, &st, 0);
   qsort(ms, PINGS, sizeof ms[0], cmp_double);
   double med = ms[PINGS / 2], p99 = ms[PINGS * 99 / 100];
-  TEST_LOG("PING while another client pipelines ADDs (%lld executed): median %.2f ms, p99 %.2f ms, "
-           "max %.2f ms",
-           (long long)adds, med, p99, ms[PINGS - 1]);
+  TEST_LOG(
+      "PING while another client pipelines ADDs (%lld executed): median %.2f ms, p99 %.2f ms, "
+      "max %.2f ms",
+      (long long)adds, med, p99, ms[PINGS - 1]);
   if (med > 25.0)
-    TEST_FAIL("an honest PING took %.1f ms at the median while one client pipelines (bound 25 ms; "
-              "the old server gave 106 to 123 ms)",
-              med);
+    TEST_FAIL(
+        "an honest PING took %.1f ms at the median while one client pipelines (bound 25 ms; "
+        "the old server gave 106 to 123 ms)",
+        med);
   conn_close(&honest);
   stop_server(&sp);
 }
