@@ -48,17 +48,6 @@ static void wait_quiet(pid_t pid) {
   }
 }
 
-static void send_all(conn_t *c, const void *p, size_t n) {
-  const uint8_t *b = p;
-  while (n) {
-    ssize_t k = send(c->fd, b, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) TEST_FAIL("%s: send: %s (did the server close it?)", c->name, strerror(errno));
-    b += k;
-    n -= (size_t)k;
-  }
-}
-
 /* One PING round trip, in ms. */
 static double ping_ms(conn_t *c, uint32_t nonce) {
   int64_t t0 = now_ns();
@@ -84,7 +73,7 @@ static double trickle_cpu_ms(const server_proc_t *sp, size_t buffered, double *h
   m_op(&head, &cs[0], OP_CHECK);
   enc_u64(&head, KEYS);
   for (size_t k = 0; k < buffered; k++) enc_u64(&head, 0); /* the empty key */
-  for (int i = 0; i < CONNS; i++) send_all(&cs[i], head.p, head.len);
+  for (int i = 0; i < CONNS; i++) send_raw(&cs[i], head.p, head.len);
   free(head.p);
   wait_quiet(sp->pid);
 
@@ -93,7 +82,7 @@ static double trickle_cpu_ms(const server_proc_t *sp, size_t buffered, double *h
   *honest_max_ms = 0;
   double before = proc_cpu_ms(sp->pid);
   for (int r = 0; r < TRICKLE; r++) {
-    for (int i = 0; i < CONNS; i++) send_all(&cs[i], item, sizeof item);
+    for (int i = 0; i < CONNS; i++) send_raw(&cs[i], item, sizeof item);
     sleep_ms(2); /* so each item is a segment of its own when the server reads it */
     if (r % 10 == 0) {
       double ms = ping_ms(&honest, (uint32_t)r);
@@ -109,7 +98,7 @@ static double trickle_cpu_ms(const server_proc_t *sp, size_t buffered, double *h
   for (size_t k = 0; k < rest; k++) enc_u64(&tail, 0);
   for (int i = 0; i < CONNS; i++) {
     expect_silent(&cs[i], i == 0 ? 50 : 0, "a CHECK still missing items");
-    send_all(&cs[i], tail.p, tail.len);
+    send_raw(&cs[i], tail.p, tail.len);
     expect_byte(&cs[i], 1, "CHECK of 131072 missing keys (NOT_READY)");
     conn_close(&cs[i]);
   }
