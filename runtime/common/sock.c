@@ -73,6 +73,27 @@ static int wait_fd(int fd, short events, int64_t deadline_ms) {
   }
 }
 
+/* A connect to a local port nobody listens on can pick that same port as its source and
+ * connect to itself (TCP simultaneous open): the caller would read its own requests back.
+ * Seen when a restarted store's old port is in the ephemeral range. It is a refusal. */
+static int self_connected(int fd) {
+  struct sockaddr_storage a, b;
+  socklen_t al = sizeof a, bl = sizeof b;
+  if (getsockname(fd, (struct sockaddr *)&a, &al) != 0) return 0;
+  if (getpeername(fd, (struct sockaddr *)&b, &bl) != 0) return 0;
+  if (a.ss_family != b.ss_family) return 0;
+  if (a.ss_family == AF_INET) {
+    const struct sockaddr_in *x = (const void *)&a, *y = (const void *)&b;
+    return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+  }
+  if (a.ss_family == AF_INET6) {
+    const struct sockaddr_in6 *x = (const void *)&a, *y = (const void *)&b;
+    return x->sin6_port == y->sin6_port &&
+           memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0;
+  }
+  return 0;
+}
+
 int tdist__sock_connect(const char *host, int port, int64_t deadline_ms, int *gai_err) {
   char portstr[16];
   snprintf(portstr, sizeof portstr, "%d", port);
@@ -111,6 +132,7 @@ int tdist__sock_connect(const char *host, int port, int64_t deadline_ms, int *ga
     } else if (r != 0) {
       r = -errno;
     }
+    if (r == 0 && self_connected(fd)) r = -ECONNREFUSED;
     if (r == 0) {
       tdist__sock_nodelay(fd);
       freeaddrinfo(res);
