@@ -33,6 +33,7 @@
 #include "operator-agent/rendezvous/rdzv.h"
 #include "operator-agent/state/state.h"
 #include "operator-agent/supervisor/errorfile.h"
+#include "operator-agent/supervisor/guard.h"
 #include "operator-agent/supervisor/progress.h"
 #include "operator-agent/supervisor/rundir.h"
 #include "operator-agent/supervisor/workers.h"
@@ -58,6 +59,7 @@ typedef struct {
   agent_rdzv_t rd;
   agent_workers_t ws;
   int sfd;
+  pid_t guard_pid; /* the parent that kills what the agent leaves (guard.h); 0: none */
   int node_rank;
   char master_name[256]; /* what we resolve (DNS name or address); node 0: unused */
   char master_ip[64];    /* the store host as workers reach it */
@@ -119,8 +121,12 @@ static void wait_events(agent_t *a, int timeout_ms) {
       if (sig == SIGCHLD) continue;
       if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) {
         if (!a->stop_sig) {
-          AGENT_WARN("received %s: stopping the workers and exiting with %d", strsignal(sig),
-                     128 + sig);
+          if (sig == SIGTERM && agent_guard_gone(a->guard_pid))
+            AGENT_WARN("the guard process (pid %d) is gone: stopping the workers and exiting",
+                       (int)a->guard_pid);
+          else
+            AGENT_WARN("received %s: stopping the workers and exiting with %d", strsignal(sig),
+                       128 + sig);
           a->stop_sig = sig;
         }
       } else if (sig == SIGUSR1) {
@@ -160,21 +166,33 @@ static int poll_ms(const agent_t *a) {
 }
 
 /* Stops the workers: sig to every process group (unless wait_events already forwarded it),
- * SIGKILL after the grace period. */
+ * SIGKILL after the grace period; then SIGKILL to every process the workers left outside their
+ * groups (setsid, double fork: the agent's children now, as a subreaper or PID 1), so none
+ * outlives its attempt. */
 static void stop_workers(agent_t *a, int sig, int already_sent) {
-  if (!agent_workers_running(&a->ws)) return;
-  set_state(a, AGENT_STATE_STOPPING);
-  agent_workers_mark_stopping(&a->ws);
-  if (!already_sent) agent_workers_signal(&a->ws, sig);
-  int64_t deadline = now_ns() + (int64_t)(a->cfg.stop_grace_s * 1e9);
-  while (agent_workers_running(&a->ws) && now_ns() < deadline) wait_events(a, 50);
   if (agent_workers_running(&a->ws)) {
-    AGENT_WARN("%d worker(s) still running %.1f s after %s: sending SIGKILL",
-               agent_workers_running(&a->ws), a->cfg.stop_grace_s, strsignal(sig));
-    agent_workers_signal(&a->ws, SIGKILL);
-    deadline = now_ns() + 10000000000LL;
+    set_state(a, AGENT_STATE_STOPPING);
+    agent_workers_mark_stopping(&a->ws);
+    if (!already_sent) agent_workers_signal(&a->ws, sig);
+    int64_t deadline = now_ns() + (int64_t)(a->cfg.stop_grace_s * 1e9);
     while (agent_workers_running(&a->ws) && now_ns() < deadline) wait_events(a, 50);
+    if (agent_workers_running(&a->ws)) {
+      AGENT_WARN("%d worker(s) still running %.1f s after %s: sending SIGKILL",
+                 agent_workers_running(&a->ws), a->cfg.stop_grace_s, strsignal(sig));
+      agent_workers_signal(&a->ws, SIGKILL);
+      deadline = now_ns() + 10000000000LL;
+      while (agent_workers_running(&a->ws) && now_ns() < deadline) wait_events(a, 50);
+    }
   }
+  int left = 0;
+  int n = agent_workers_kill_all(&a->ws, now_ns() + 10000000000LL, &left);
+  if (n) AGENT_INFO("killed %d process(es) the workers left outside their process groups", n);
+  if (left > 0)
+    AGENT_WARN("%d child process(es) still alive 10 s after SIGKILL", left);
+  else if (left < 0)
+    AGENT_WARN(
+        "cannot list the agent's children (/proc is not mounted for its pid namespace): "
+        "processes the workers left outside their process groups may outlive them");
   agent_workers_publish(&a->ws, &a->st);
 }
 
@@ -959,6 +977,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   agent_log_set_format(a->cfg.log_format);
+  /* Before any thread: the original process becomes the guard and never returns from here. */
+  a->guard_pid = agent_guard_start();
 
   /* Signals arrive through the signalfd only; children get a clean mask back before exec. */
   sigset_t set;
