@@ -37,15 +37,19 @@ static pid_t stat_ppid(const char *name) {
   return (pid_t)ppid;
 }
 
+int agent_proc_is_ours(void) {
+  char self[32];
+  ssize_t l = readlink("/proc/self", self, sizeof self - 1);
+  if (l <= 0) return 0;
+  self[l] = 0;
+  return atol(self) == (long)getpid();
+}
+
 int agent_children_list(pid_t *out, int cap) {
   /* /proc names pids as seen from the namespace it was mounted for: unless /proc/self is us,
    * a "child" found there would be some other process. */
-  char self[32];
-  ssize_t l = readlink("/proc/self", self, sizeof self - 1);
-  if (l <= 0) return -1;
-  self[l] = 0;
+  if (!agent_proc_is_ours()) return -1;
   pid_t me = getpid();
-  if (atol(self) != (long)me) return -1;
   DIR *d = opendir("/proc");
   if (!d) return -1;
   int n = 0;

@@ -9,6 +9,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* Whether /proc is mounted for this process's pid namespace (/proc/self is getpid()), so that
+ * /proc/PID describes our PID and not another namespace's process of that number. */
+int agent_proc_is_ours(void);
+
 /* Puts the pids of this process's children (running, stopped or zombie) in out, up to cap of
  * them. Returns how many there are (which may exceed cap), or -1 when /proc cannot tell: not
  * mounted, or mounted for another pid namespace (its pids are not ours). Reads /proc; never
