@@ -32,8 +32,9 @@
 #include "operator-agent/http/http.h"
 #include "operator-agent/rendezvous/rdzv.h"
 #include "operator-agent/state/state.h"
-#include "operator-agent/supervisor/errorfile.h"
+#include "operator-agent/supervisor/guard.h"
 #include "operator-agent/supervisor/progress.h"
+#include "operator-agent/supervisor/rootcause.h"
 #include "operator-agent/supervisor/rundir.h"
 #include "operator-agent/supervisor/workers.h"
 #include "runtime/common/param.h"
@@ -58,6 +59,7 @@ typedef struct {
   agent_rdzv_t rd;
   agent_workers_t ws;
   int sfd;
+  pid_t guard_pid; /* the parent that kills what the agent leaves (guard.h); 0: none */
   int node_rank;
   char master_name[256]; /* what we resolve (DNS name or address); node 0: unused */
   char master_ip[64];    /* the store host as workers reach it */
@@ -119,8 +121,12 @@ static void wait_events(agent_t *a, int timeout_ms) {
       if (sig == SIGCHLD) continue;
       if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) {
         if (!a->stop_sig) {
-          AGENT_WARN("received %s: stopping the workers and exiting with %d", strsignal(sig),
-                     128 + sig);
+          if (sig == SIGTERM && agent_guard_gone(a->guard_pid))
+            AGENT_WARN("the guard process (pid %d) is gone: stopping the workers and exiting",
+                       (int)a->guard_pid);
+          else
+            AGENT_WARN("received %s: stopping the workers and exiting with %d", strsignal(sig),
+                       128 + sig);
           a->stop_sig = sig;
         }
       } else if (sig == SIGUSR1) {
@@ -159,22 +165,36 @@ static int poll_ms(const agent_t *a) {
   return ms < 1 ? 1 : ms;
 }
 
-/* Stops the workers: sig to every process group (unless wait_events already forwarded it),
- * SIGKILL after the grace period. */
+/* Stops the workers: sig to every process group (unless wait_events already forwarded it) and
+ * SIGCONT, SIGKILL after the grace period; then SIGKILL to every process the workers left outside
+ * their groups (setsid, double fork: the agent's children now, as a subreaper or PID 1), so none
+ * outlives its attempt. */
 static void stop_workers(agent_t *a, int sig, int already_sent) {
-  if (!agent_workers_running(&a->ws)) return;
-  set_state(a, AGENT_STATE_STOPPING);
-  agent_workers_mark_stopping(&a->ws);
-  if (!already_sent) agent_workers_signal(&a->ws, sig);
-  int64_t deadline = now_ns() + (int64_t)(a->cfg.stop_grace_s * 1e9);
-  while (agent_workers_running(&a->ws) && now_ns() < deadline) wait_events(a, 50);
   if (agent_workers_running(&a->ws)) {
-    AGENT_WARN("%d worker(s) still running %.1f s after %s: sending SIGKILL",
-               agent_workers_running(&a->ws), a->cfg.stop_grace_s, strsignal(sig));
-    agent_workers_signal(&a->ws, SIGKILL);
-    deadline = now_ns() + 10000000000LL;
+    set_state(a, AGENT_STATE_STOPPING);
+    agent_workers_mark_stopping(&a->ws);
+    if (!already_sent) agent_workers_signal(&a->ws, sig);
+    /* A stopped worker (SIGSTOP, a debugger) acts on sig only once continued (as systemd does). */
+    agent_workers_signal(&a->ws, SIGCONT);
+    int64_t deadline = now_ns() + (int64_t)(a->cfg.stop_grace_s * 1e9);
     while (agent_workers_running(&a->ws) && now_ns() < deadline) wait_events(a, 50);
+    if (agent_workers_running(&a->ws)) {
+      AGENT_WARN("%d worker(s) still running %.1f s after %s: sending SIGKILL",
+                 agent_workers_running(&a->ws), a->cfg.stop_grace_s, strsignal(sig));
+      agent_workers_signal(&a->ws, SIGKILL);
+      deadline = now_ns() + 10000000000LL;
+      while (agent_workers_running(&a->ws) && now_ns() < deadline) wait_events(a, 50);
+    }
   }
+  int left = 0;
+  int n = agent_workers_kill_all(&a->ws, now_ns() + 10000000000LL, &left);
+  if (n) AGENT_INFO("killed %d process(es) the workers left outside their process groups", n);
+  if (left > 0)
+    AGENT_WARN("%d child process(es) still alive 10 s after SIGKILL", left);
+  else if (left < 0)
+    AGENT_WARN(
+        "cannot list the agent's children (/proc is not mounted for its pid namespace): "
+        "processes the workers left outside their process groups may outlive them");
   agent_workers_publish(&a->ws, &a->st);
 }
 
@@ -389,74 +409,14 @@ static rdzv_outcome_t rendezvous(agent_t *a, int64_t deadline_ns) {
   return RDZV_OK;
 }
 
-/* The root cause among several failed workers: one failure usually brings the other ranks down
- * within milliseconds (their collectives break), and reaping order says nothing about which came
- * first. Let the others finish failing for a moment, then take the worker that failed first,
- * preferring failures that do not read as a lost peer (agent_errorfile_is_peer_loss): a worker
- * that calls sys.exit(3) closes its sockets while Python shuts down, so its peer's "Connection
- * closed by peer" error file can be written before the first worker's process is gone. The time
- * of a failure is its error file's mtime (PyTorch's @record writes it before the process exits;
- * nanoseconds), or its exit when it wrote none (sys.exit, a crash, a C worker). */
-static void pick_root_cause(agent_t *a) {
+/* Logs the root cause of a local worker failure (rootcause.h) and returns a one-line summary.
+ * Lets the other workers finish failing for a moment first: one failure usually brings the
+ * other ranks down within milliseconds. */
+static void describe_failure(agent_t *a, char *out, size_t cap) {
   int64_t until = now_ns() + 500000000LL;
   while (agent_workers_running(&a->ws) && now_ns() < until && !a->stop_sig) wait_events(a, 20);
-  struct timespec rt;
-  clock_gettime(CLOCK_REALTIME, &rt);
-  int64_t mono_to_real = (int64_t)rt.tv_sec * 1000000000LL + rt.tv_nsec - now_ns();
-  int best = -1, best_loss = 1;
-  int64_t best_t = 0;
-  for (int i = 0; i < a->ws.n; i++) {
-    const agent_worker_t *w = &a->ws.w[i];
-    if (w->state != AGENT_WORKER_FAILED) continue;
-    int64_t t = w->exit_ns + mono_to_real;
-    int loss = 0;
-    struct stat sb;
-    if (stat(w->error_file, &sb) == 0) {
-      int64_t ft = (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
-      if (ft < t) t = ft;
-      agent_error_info_t info;
-      loss = agent_errorfile_read(w->error_file, &info, NULL, 0) == 0 &&
-             agent_errorfile_is_peer_loss(info.message);
-    }
-    if (best < 0 || loss < best_loss || (loss == best_loss && t < best_t)) {
-      best = i;
-      best_t = t;
-      best_loss = loss;
-    }
-  }
-  if (best >= 0) a->ws.first_failed = best;
-}
-
-/* Logs the root cause of a local worker failure and returns a one-line summary. */
-static void describe_failure(agent_t *a, char *out, size_t cap) {
-  pick_root_cause(a);
-  agent_worker_t *w = &a->ws.w[a->ws.first_failed];
-  char how[64];
-  if (w->exit_code < 0)
-    snprintf(how, sizeof how, "was killed by signal %d (%s)", -w->exit_code,
-             strsignal(-w->exit_code));
-  else
-    snprintf(how, sizeof how, "exited with code %d", w->exit_code);
-  agent_error_info_t info;
-  char perr[256];
-  int r = agent_errorfile_read(w->error_file, &info, perr, sizeof perr);
-  AGENT_ERROR("worker failed (root cause): rank %d (local_rank %d) %s; error_file: %s",
-              w->global_rank, w->local_rank, how, r == -2 ? "<N/A>" : w->error_file);
-  if (r == 0) {
-    if (info.message[0]) AGENT_ERROR("  message: %s", info.message);
-    if (info.traceback[0]) AGENT_ERROR("  traceback:\n%s", info.traceback);
-  } else if (r == -1) {
-    AGENT_WARN("  could not read the error file: %s", perr);
-  }
-  snprintf(out, cap, "node %d rank %d (local_rank %d) %s", a->node_rank, w->global_rank,
-           w->local_rank, how);
-  if (r == 0 && info.message[0]) {
-    size_t l = strlen(out);
-    if (l + 3 < cap) {
-      memcpy(out + l, ": ", 3);
-      copy_str(out + l + 2, cap - l - 2, info.message);
-    }
-  }
+  agent_root_cause_pick(&a->ws);
+  agent_root_cause_describe(&a->ws, a->node_rank, out, cap);
 }
 
 static void dump_flight(agent_t *a, const char *why) {
@@ -740,9 +700,19 @@ static int run(agent_t *a) {
     } else {
       reason = a->rd.end_reason;
     }
-    if (!local_failed)
+    if (!local_failed) {
       AGENT_WARN("round %" PRId64 " ended (%s): %s", a->rd.round, agent_restart_reason_name(reason),
                  a->rd.end_text);
+      /* The failure came from elsewhere; a stopped rank here fails nothing itself but is likely
+       * what the others timed out waiting for. */
+      char stopped[256];
+      int first;
+      if (agent_root_cause_stopped(&a->ws, &first, stopped, sizeof stopped))
+        AGENT_WARN(
+            "stopped (SIGSTOP, or a debugger holds it) when the round ended: %s; the other ranks "
+            "may have timed out waiting for it",
+            stopped);
+    }
     stop_workers(a, SIGTERM, 0);
     if (a->stop_sig) return 128 + a->stop_sig;
     int counts = reason != AGENT_RESTART_MEMBERSHIP;
@@ -959,6 +929,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   agent_log_set_format(a->cfg.log_format);
+  /* Before any thread: the original process becomes the guard and never returns from here. */
+  a->guard_pid = agent_guard_start();
 
   /* Signals arrive through the signalfd only; children get a clean mask back before exec. */
   sigset_t set;

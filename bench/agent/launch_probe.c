@@ -9,11 +9,14 @@
  *   t0_ns end_ns status vmhwm_kb ru_maxrss_kb cpu_us own_cpu_us orphans
  *
  * status: the launcher's exit code, 128+N if killed by signal N. vmhwm_kb: the largest VmHWM
- * read from /proc/<launcher>/status every 5 ms (--sample-rss; else 0): the launcher alone.
- * ru_maxrss_kb and cpu_us: wait4()'s rusage, i.e. the launcher and the workers it reaped (max
- * RSS of any one of them; user+sys CPU of all). own_cpu_us: user+sys of the launcher alone (all
- * its threads, not its children), read from /proc/<launcher>/stat while it is a zombie, in clock
- * ticks (10 ms). orphans: processes left behind by the launcher.
+ * read from /proc/<launcher>/status every 5 ms (--sample-rss; else 0): the launcher alone, plus,
+ * when the launcher has a child running its own executable (tdist-agent: the agent under its
+ * guard process, operator-agent/supervisor/guard.h), that child's largest VmHWM (pages the two
+ * share counted in both). ru_maxrss_kb and cpu_us: wait4()'s rusage, i.e. the launcher and the
+ * workers it reaped (max RSS of any one of them; user+sys CPU of all). own_cpu_us: user+sys of
+ * the launcher alone (all its threads, not its children), read from /proc/<launcher>/stat while
+ * it is a zombie, in clock ticks (10 ms), plus that same-executable child's, as last sampled
+ * before it exited (--sample-rss). orphans: processes left behind by the launcher.
  *
  * It must never leave anything running: it is a child subreaper, so workers a launcher abandons
  * are re-parented here and are SIGKILLed and reaped (and counted) once the launcher is gone.
@@ -93,6 +96,31 @@ static long read_own_cpu_us(pid_t pid) {
     return -1;
   long hz = sysconf(_SC_CLK_TCK);
   return hz > 0 ? (long)((ut + stm) * 1000000ULL / (unsigned long long)hz) : -1;
+}
+
+/* The child of pid that runs pid's own executable, or 0 (from /proc/PID/task/PID/children: the
+ * children of its main thread, which is where tdist-agent forks the agent). */
+static pid_t same_exe_child(pid_t pid) {
+  char path[64], exe[4096], cexe[4096], buf[4096];
+  snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+  ssize_t l = readlink(path, exe, sizeof exe - 1);
+  if (l <= 0) return 0;
+  exe[l] = '\0';
+  snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  for (char *p = buf, *end; *p; p = end) {
+    long c = strtol(p, &end, 10);
+    if (end == p) break;
+    snprintf(path, sizeof path, "/proc/%ld/exe", c);
+    ssize_t cl = readlink(path, cexe, sizeof cexe - 1);
+    if (cl > 0 && (cexe[cl] = '\0', !strcmp(cexe, exe))) return (pid_t)c;
+  }
+  return 0;
 }
 
 /* SIGKILLs every live process whose parent is us (re-parented orphans); returns how many. */
@@ -234,7 +262,8 @@ int main(int argc, char **argv) {
 
   /* Wait for the exit without reaping (WNOWAIT), so the zombie's /proc/<pid>/stat still holds
    * its own CPU times; then reap it with wait4 for the rusage. */
-  long hwm = 0;
+  long hwm = 0, child_hwm = 0, child_cpu_us = 0;
+  pid_t child = 0;
   for (;;) {
     siginfo_t si;
     memset(&si, 0, sizeof si);
@@ -247,12 +276,21 @@ int main(int argc, char **argv) {
     if (r == 0) {
       long v = read_vmhwm_kb(pid);
       if (v > hwm) hwm = v;
+      if (!child) child = same_exe_child(pid);
+      if (child) {
+        v = read_vmhwm_kb(child);
+        if (v > child_hwm) child_hwm = v;
+        long c = read_own_cpu_us(child);
+        if (c > child_cpu_us) child_cpu_us = c;
+      }
       struct timespec d = {0, 5 * 1000000L};
       nanosleep(&d, NULL);
     }
   }
   int64_t end = realtime_ns();
   long own_cpu_us = read_own_cpu_us(pid);
+  if (own_cpu_us >= 0) own_cpu_us += child_cpu_us;
+  hwm += child_hwm;
   int st = 0;
   struct rusage ru;
   memset(&ru, 0, sizeof ru);

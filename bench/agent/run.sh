@@ -269,7 +269,7 @@ echo "# torchrun:    $torch_py -m torch.distributed.run --standalone --nproc_per
 echo "#              (--redirects 1 --tee 1 on every torchrun run: without them torchrun 1.13 crashes on Python 3.11, AttributeError in to_map)"
 echo "# launch = CLOCK_REALTIME right before exec of the launcher -> the last of N workers exec'd; wall = -> the launcher exited 0"
 echo "# monitor interval: tdist-agent 0.1 s, torchrun 5 s by default (its wall time is mostly that); one row reruns torchrun with 0.1"
-echo "# memory/CPU: N=8 workers sleeping 1 s; peak RSS = the launcher's VmHWM (sampled every 5 ms); CPU = user+sys of the launcher"
+echo "# memory/CPU: N=8 workers sleeping 1 s; peak RSS = the launcher's VmHWM (sampled every 5 ms; tdist-agent: its guard's + the agent's); CPU = user+sys of the launcher"
 echo "#             alone (all threads, 10 ms ticks) and of the launcher plus its 8 workers (rusage)"
 echo "# /metrics: wrk $wrk_version -t2 -c16 -d$wrk_dur --latency, 8 workers sleeping, ${metrics_bytes:-?} B body, median of $wrk_rep; torchrun has no metrics endpoint: n/a"
 echo "# ratio = torchrun / tdist-agent for times and memory: > 1 means tdist-agent is faster / smaller"

@@ -427,10 +427,10 @@ static int check_fresh_store(void) {
   return 0;
 }
 
+/* Reports a failed collective; returns the exit status (main then frees and leaves). */
 static int pg_failed(tdist_pg_t *pg, int rank, const char *what, tdist_status_t st) {
   fprintf(stderr, "train: rank %d: %s failed: %s: %s\n", rank, what, tdist_strerror(st),
           tdist_pg_last_error(pg));
-  tdist_pg_destroy(pg);
   return 3;
 }
 
@@ -482,24 +482,30 @@ int main(int argc, char **argv) {
   fprintf(stderr, "train: rank %d of %d joined (LOCAL_RANK %s, pid %d)\n", rank, world,
           local_rank && *local_rank ? local_rank : "unset", (int)getpid());
 
-  shard_t sh;
+  shard_t sh = {0};
+  int rc = 0;
+  double loss0 = 0, loss1 = 0;
   float *p = calloc((size_t)np, sizeof *p), *g = calloc((size_t)np, sizeof *g);
   float *all = calloc((size_t)np * (size_t)world, sizeof *all);
   double *gd = calloc((size_t)np, sizeof *gd);
   if (!p || !g || !all || !gd || make_shard(&o, rank, &sh)) {
     fprintf(stderr, "train: rank %d: out of memory\n", rank);
-    tdist_pg_destroy(pg);
-    return 3;
+    rc = 3;
+    goto done;
   }
   /* Each rank starts from its own random parameters; the broadcast makes rank 0's everyone's,
    * as DDP does at construction. */
   uint64_t s = o.seed ^ (0xD1B54A32D192ED03ull * ((uint64_t)rank + 1));
   for (int j = 0; j < np; j++) p[j] = (float)(0.1 * gaussian(&s));
-  if ((st = broadcast(pg, &dv, p, (size_t)np, TDIST_FLOAT32, 0)))
-    return pg_failed(pg, rank, "broadcast of the initial parameters", st);
+  if ((st = broadcast(pg, &dv, p, (size_t)np, TDIST_FLOAT32, 0))) {
+    rc = pg_failed(pg, rank, "broadcast of the initial parameters", st);
+    goto done;
+  }
 
-  double loss0;
-  if ((st = global_loss(pg, &dv, &o, &sh, p, &loss0))) return pg_failed(pg, rank, "all_reduce", st);
+  if ((st = global_loss(pg, &dv, &o, &sh, p, &loss0))) {
+    rc = pg_failed(pg, rank, "all_reduce", st);
+    goto done;
+  }
   if (rank == 0) printf("step %6d  loss %.6f\n", 0, loss0);
 
   int die_at = crash_step(&o, rank, world);
@@ -510,13 +516,17 @@ int main(int argc, char **argv) {
     for (int j = 0; j < np; j++) g[j] = (float)gd[j];
     /* Every rank holds the same averaged gradient afterwards (bitwise: the library reduces
      * each element in one order), so the updates below keep the replicas identical. */
-    if ((st = all_reduce(pg, &dv, g, (size_t)np, TDIST_FLOAT32, TDIST_AVG)))
-      return pg_failed(pg, rank, "all_reduce of the gradients", st);
+    if ((st = all_reduce(pg, &dv, g, (size_t)np, TDIST_FLOAT32, TDIST_AVG))) {
+      rc = pg_failed(pg, rank, "all_reduce of the gradients", st);
+      goto done;
+    }
     for (int j = 0; j < np; j++) p[j] -= (float)o.lr * g[j];
     int show = step == o.steps || (o.print_every > 0 && step % o.print_every == 0);
     if (show) {
-      if ((st = all_reduce(pg, &dv, &batch_loss, 1, TDIST_FLOAT64, TDIST_AVG)))
-        return pg_failed(pg, rank, "all_reduce of the loss", st);
+      if ((st = all_reduce(pg, &dv, &batch_loss, 1, TDIST_FLOAT64, TDIST_AVG))) {
+        rc = pg_failed(pg, rank, "all_reduce of the loss", st);
+        goto done;
+      }
       if (rank == 0)
         printf("step %6d  loss %.6f (global batch of %d)\n", step, batch_loss, o.batch * world);
       fflush(stdout);
@@ -527,11 +537,14 @@ int main(int argc, char **argv) {
     }
   }
 
-  double loss1;
-  if ((st = global_loss(pg, &dv, &o, &sh, p, &loss1))) return pg_failed(pg, rank, "all_reduce", st);
-  if ((st = all_gather(pg, &dv, all, p, (size_t)np, TDIST_FLOAT32, world)))
-    return pg_failed(pg, rank, "all_gather of the parameters", st);
-  int rc = 0;
+  if ((st = global_loss(pg, &dv, &o, &sh, p, &loss1))) {
+    rc = pg_failed(pg, rank, "all_reduce", st);
+    goto done;
+  }
+  if ((st = all_gather(pg, &dv, all, p, (size_t)np, TDIST_FLOAT32, world))) {
+    rc = pg_failed(pg, rank, "all_gather of the parameters", st);
+    goto done;
+  }
   for (int r = 0; r < world; r++) {
     if (memcmp(all + (size_t)r * (size_t)np, p, sizeof(float) * (size_t)np) != 0) {
       int j = 0;
@@ -552,8 +565,10 @@ int main(int argc, char **argv) {
   }
   /* Agree on the outcome so every rank exits the same way, then leave together. */
   int64_t bad = rc;
-  if ((st = all_reduce(pg, &dv, &bad, 1, TDIST_INT64, TDIST_MAX)))
-    return pg_failed(pg, rank, "all_reduce of the result", st);
+  if ((st = all_reduce(pg, &dv, &bad, 1, TDIST_INT64, TDIST_MAX))) {
+    rc = pg_failed(pg, rank, "all_reduce of the result", st);
+    goto done;
+  }
   if (bad && !rc) fprintf(stderr, "train: rank %d: another rank's check failed\n", rank);
   if (bad) rc = 1;
   if (rank == 0 && !rc)
@@ -561,11 +576,15 @@ int main(int argc, char **argv) {
         "train: OK: loss %.6f -> %.6f; parameters bitwise identical on all %d ranks "
         "(attempt %d)\n",
         loss0, loss1, world, restart_count());
-  if ((st = tdist_barrier(pg))) return pg_failed(pg, rank, "final barrier", st);
+  if ((st = tdist_barrier(pg))) {
+    rc = pg_failed(pg, rank, "final barrier", st);
+    goto done;
+  }
   if ((st = tdist_pg_finalize(pg)) && !rc) {
     fprintf(stderr, "train: rank %d: finalize: %s\n", rank, tdist_pg_last_error(pg));
     rc = 3;
   }
+done:
   tdist_pg_destroy(pg);
   if (dv.on) dv.free_(dv.buf);
   free(sh.x);

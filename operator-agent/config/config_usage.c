@@ -105,8 +105,12 @@ static void build(void) {
        "TERM, INT and QUIT are forwarded to the workers, which then get --stop-grace-period "
        "before SIGKILL, and the agent exits 128+N; HUP and USR2 are only forwarded; USR1 writes "
        "the ranks' flight recorders (JSON) to the run directory and is forwarded only to the "
-       "workers that handle it (its default action would kill the others). As PID 1 (or a "
-       "subreaper) the agent reaps every orphan.");
+       "workers that handle it (its default action would kill the others). The agent reaps "
+       "every orphan (as PID 1 or a subreaper), and what the workers left outside their process "
+       "groups is SIGKILLed whenever they stop. Unless it is PID 1, the process started is a "
+       "guard with the agent as its child: it forwards those signals to the agent and, however "
+       "the agent ends (kill -9 included), kills what the agent left and exits with its status; "
+       "if the guard is killed, the agent stops as on SIGTERM.");
   put(&o, "\nPrecedence, highest first:\n");
   wrap_hang(&o, 2, 5,
             "1. flags: --flag VALUE or --flag=VALUE; multi-word flags may also be written with "

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "operator-agent/common/log.h"
+#include "operator-agent/supervisor/children.h"
 #include "runtime/common/param.h"
 
 extern char **environ;
@@ -230,8 +231,8 @@ int agent_workers_start(agent_workers_t *ws, const agent_worker_spec_t *sp, char
       sigset_t none;
       sigemptyset(&none);
       sigprocmask(SIG_SETMASK, &none, NULL);
-      static const int sigs[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT,
-                                 SIGUSR1, SIGUSR2, SIGCHLD, SIGPIPE};
+      static const int sigs[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGUSR1,
+                                 SIGUSR2, SIGCHLD, SIGPIPE, SIGTTOU, SIGTTIN};
       for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++) signal(sigs[k], SIG_DFL);
       /* No agent descriptor (sockets, signalfd, store) leaks into the worker. */
       if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
@@ -284,31 +285,55 @@ fail:
   return -1;
 }
 
+/* Records the exit of child pid; 1 if it was a worker. */
+static int record_exit(agent_workers_t *ws, pid_t pid, int status) {
+  for (int i = 0; i < ws->n; i++) {
+    agent_worker_t *w = &ws->w[i];
+    if (w->pid != pid) continue;
+    w->pid = 0;
+    w->exit_ns = mono_ns();
+    w->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    ws->exits_total[w->exit_code == 0 ? 0 : w->exit_code > 0 ? 1 : 2]++;
+    if (w->state == AGENT_WORKER_STOPPED) {
+      /* stopped by us: not a failure */
+    } else if (w->exit_code == 0) {
+      w->state = AGENT_WORKER_SUCCEEDED;
+    } else {
+      w->state = AGENT_WORKER_FAILED;
+      if (ws->first_failed < 0) ws->first_failed = i;
+    }
+    return 1;
+  }
+  return 0;
+}
+
 int agent_workers_reap(agent_workers_t *ws) {
   int n = 0;
   for (;;) {
     int status;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
+    pid_t pid = waitpid(-1, &status, WNOHANG | __WALL);
     if (pid <= 0) break;
-    for (int i = 0; i < ws->n; i++) {
-      agent_worker_t *w = &ws->w[i];
-      if (w->pid != pid) continue;
-      w->pid = 0;
-      w->exit_ns = mono_ns();
-      w->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-      ws->exits_total[w->exit_code == 0 ? 0 : w->exit_code > 0 ? 1 : 2]++;
-      if (w->state == AGENT_WORKER_STOPPED) {
-        /* stopped by us: not a failure */
-      } else if (w->exit_code == 0) {
-        w->state = AGENT_WORKER_SUCCEEDED;
-      } else {
-        w->state = AGENT_WORKER_FAILED;
-        if (ws->first_failed < 0) ws->first_failed = i;
-      }
-      n++;
-    }
+    n += record_exit(ws, pid, status);
   }
   return n;
+}
+
+typedef struct {
+  agent_workers_t *ws;
+  int others;
+} sweep_t;
+
+static void on_reap(void *arg, pid_t pid, int status) {
+  sweep_t *s = arg;
+  if (!record_exit(s->ws, pid, status)) s->others++;
+}
+
+int agent_workers_kill_all(agent_workers_t *ws, int64_t deadline_ns, int *left) {
+  agent_workers_mark_stopping(ws);
+  agent_workers_signal(ws, SIGKILL);
+  sweep_t s = {ws, 0};
+  agent_children_kill_all(deadline_ns, on_reap, &s, left);
+  return s.others;
 }
 
 int agent_workers_running(const agent_workers_t *ws) {

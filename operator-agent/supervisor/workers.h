@@ -52,6 +52,13 @@ int agent_workers_start(agent_workers_t *ws, const agent_worker_spec_t *spec, ch
  * Returns the number of workers that exited in this call. */
 int agent_workers_reap(agent_workers_t *ws);
 
+/* Kills every remaining child of this process, the workers' process groups first, then each
+ * child (workers and the processes they left behind, which became the agent's children as it is
+ * a subreaper or PID 1), reaping them until none is left or deadline_ns (CLOCK_MONOTONIC).
+ * Worker exits are recorded as stopped by the agent. Returns how many non-worker processes were
+ * reaped; *left as agent_children_kill_all's. Blocks up to the deadline. */
+int agent_workers_kill_all(agent_workers_t *ws, int64_t deadline_ns, int *left);
+
 /* Counts of running / succeeded / failed workers. */
 int agent_workers_running(const agent_workers_t *ws);
 int agent_workers_all_succeeded(const agent_workers_t *ws);
