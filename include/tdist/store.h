@@ -41,8 +41,9 @@ typedef struct {
   int quiet;              /* 1 = no log lines on stderr (tests that provoke errors on purpose) */
   /* Version 2. Memory budgets; 0 = the default. A connection's bytes are its input buffer, its
    * queued replies and its pending WAITs; a connection whose bytes would pass
-   * max_connection_bytes, or whose growth would take the sum over all connections past
-   * max_server_bytes, is closed with a log line (the server and the other connections go on).
+   * max_connection_bytes is closed with a log line (the server and the other connections go
+   * on). When a connection's growth would take the sum over all connections past
+   * max_server_bytes, the connection holding the most is closed (the asker, if it is that one).
    * A reply (MULTI_GET) is sized before it is built: one larger than the budget closes the
    * connection. The key/value map itself is not counted. */
   size_t max_connection_bytes; /* default 2 * max_value_bytes + 128 MiB: any legal request plus

@@ -41,6 +41,12 @@
 /* Fairness: per loop turn a connection gets one recv of at most IN_CHUNK bytes and at most
  * TURN_REQUESTS requests executed; what is left waits for the next turn (the ready list). */
 #define TURN_REQUESTS 64
+/* Keys of one WAIT registered per loop turn, and links of closed or canceled WAITs torn down per
+ * turn: a WAIT of 131072 keys is registered over 32 turns, with other connections served between
+ * them, and its teardown is spread out the same way (issue 14: one such WAIT used to hold the loop
+ * for tens of milliseconds going in and again going out). */
+#define TURN_WAIT_KEYS 1024
+#define TURN_REAP_LINKS 4096
 /* What a pending WAIT costs per missing key beyond its link: the waiter queue and, for a key not
  * in the map yet, the entry the WAIT creates (bookkeeping overhead plus the key bytes); measured at
  * about 221 bytes per short key in all (issue 14). */
@@ -57,12 +63,15 @@ typedef struct waitlink {
 } waitlink_t;
 
 struct wait {
-  conn_t *c;
-  uint64_t remaining; /* keys still missing */
-  waitlink_t *links;  /* array, one per missing key at registration */
-  size_t nlinks;
-  size_t bytes;        /* charged to the connection's budget */
-  wait_t *prev, *next; /* in the connection's list */
+  conn_t *c;           /* NULL once buried (its connection closed or canceled it) */
+  uint64_t remaining;  /* registered keys still missing */
+  waitlink_t *links;   /* array, room for every key of the request */
+  size_t nlinks;       /* links in use: one per key missing at registration */
+  size_t bytes;        /* charged to the connection's budget, then to the graveyard's */
+  uint64_t reg_pos;    /* registering: the item position of the next key to register */
+  int registering;     /* keys of the request are still being registered (over loop turns) */
+  size_t reap_pos;     /* buried: links before this one are unlinked */
+  wait_t *prev, *next; /* in the connection's list, or the server's graveyard */
 };
 
 struct conn {
@@ -80,6 +89,7 @@ struct conn {
   size_t out_off, out_len, out_cap;
   int out_failed; /* allocation of reply space failed: close */
   wait_t *waits;
+  wait_t *reg;       /* the WAIT at in[0] being registered (also on waits), or NULL */
   size_t wait_bytes; /* sum of the pending WAITs' bytes */
   size_t charged;    /* in_cap + out_cap + wait_bytes as last charged to the server total */
   int in_ready;      /* on the ready list: whole requests left buffered by the turn quota */
@@ -87,7 +97,7 @@ struct conn {
   conn_t *prev, *next; /* all connections */
   conn_t *flush_next;  /* flush list */
   conn_t *close_next;  /* close list */
-  char close_why[200]; /* empty: a normal close, no log line */
+  char close_why[320]; /* empty: a normal close, no log line */
   char peer[64];
 };
 
@@ -106,6 +116,9 @@ struct tdist_store_server_s {
   conn_t *flush_list;
   conn_t *close_list;
   conn_t *ready_list;
+  wait_t *graves;     /* WAITs of closed connections (or canceled) whose links are torn down a
+                         share per loop turn */
+  size_t grave_bytes; /* their bytes, still counted in mem_total until freed */
   size_t conn_budget, server_budget;
   size_t out_high;             /* OUT_HIGH, or a quarter of the connection budget if less */
   size_t mem_total;            /* sum of every connection's charged bytes */
@@ -130,6 +143,7 @@ static void mark_flush(tdist_store_server_t *s, conn_t *c) {
 }
 
 static void close_later(tdist_store_server_t *s, conn_t *c, const char *why);
+static void reap_graves(tdist_store_server_t *s, size_t budget);
 
 static size_t conn_bytes(const conn_t *c) { return c->in_cap + c->out_cap + c->wait_bytes; }
 
@@ -137,16 +151,43 @@ static size_t conn_bytes(const conn_t *c) { return c->in_cap + c->out_cap + c->w
  * close with a log line naming the budget and what exceeded it, and returns 0. */
 static int budget_ok(tdist_store_server_t *s, conn_t *c, size_t more, const char *what) {
   size_t mine = conn_bytes(c);
-  char why[200];
+  char why[320];
   if (more > s->conn_budget || mine > s->conn_budget - more) {
     snprintf(why, sizeof why,
              "%s of %zu bytes would take the connection to %zu bytes, past its budget of %zu "
              "(max_connection_bytes)",
              what, more, mine + (more > SIZE_MAX - mine ? 0 : more), s->conn_budget);
   } else if (s->mem_total + more > s->server_budget) {
+    /* First what closed connections left: torn-down WAITs give their bytes back link by link,
+     * so this costs in proportion to `more` (bounded, the rest goes on a share per turn). */
+    for (size_t i = 0; i < 16 && s->graves && s->mem_total + more > s->server_budget; i++)
+      reap_graves(s, TURN_REAP_LINKS / 16);
+    if (s->mem_total + more <= s->server_budget) return 1;
+    /* Then the connection holding the most goes, not whichever asked last: a small honest
+     * client is not closed because a hostile one filled the server. The victim's memory is
+     * freed at the end of this loop turn, so this growth may overshoot the budget until then by
+     * at most `more`, which is less than what the victim gives back. Connections already
+     * closing count the same way. */
+    conn_t *big = NULL;
+    size_t doomed = 0;
+    for (conn_t *o = s->conns; o; o = o->next) {
+      if (o->closing)
+        doomed += o->in_cap + o->out_cap;
+      else if (o != c && (!big || o->charged > big->charged))
+        big = o;
+    }
+    if (s->mem_total - doomed + more <= s->server_budget) return 1;
+    if (big && big->charged > mine + more) {
+      snprintf(why, sizeof why,
+               "it holds %zu bytes, the most of any connection, and the server budget of %zu "
+               "(max_server_bytes) was reached (%zu bytes in all) when %s asked for %zu",
+               big->charged, s->server_budget, s->mem_total, c->peer, more);
+      close_later(s, big, why);
+      return 1;
+    }
     snprintf(why, sizeof why,
              "%s of %zu bytes would take all connections to %zu bytes, past the server budget of "
-             "%zu (max_server_bytes); this connection holds %zu",
+             "%zu (max_server_bytes); this connection holds %zu, the most of any",
              what, more, s->mem_total + more, s->server_budget, mine);
   } else {
     return 1;
@@ -281,8 +322,60 @@ static void wait_destroy(tdist_store_server_t *s, wait_t *w, int linked) {
 
 static void wait_free(tdist_store_server_t *s, wait_t *w) { wait_destroy(s, w, 1); }
 
+/* Detaches a pending WAIT from its connection (closed, or it canceled its waits) into the
+ * graveyard, where reap_graves() unlinks it a share per turn; no reply is ever sent for it. Its
+ * bytes stay counted in the server total until then. */
+static void wait_bury(tdist_store_server_t *s, wait_t *w) {
+  conn_t *c = w->c;
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    c->waits = w->next;
+  if (w->next) w->next->prev = w->prev;
+  if (c->reg == w) c->reg = NULL;
+  atomic_fetch_sub_explicit(&s->st_waits, 1, memory_order_relaxed);
+  c->wait_bytes -= w->bytes;
+  charge(s, c);
+  s->grave_bytes += w->bytes;
+  s->mem_total += w->bytes;
+  w->c = NULL;
+  w->prev = NULL;
+  w->next = s->graves;
+  if (s->graves) s->graves->prev = w;
+  s->graves = w;
+}
+
+/* Unlinks one link of a buried WAIT and gives back what that key was charged. */
+static void grave_unlink(tdist_store_server_t *s, wait_t *w, waitlink_t *l) {
+  if (!l->e) return;
+  size_t cost = WAIT_KEY_OVERHEAD + l->e->klen;
+  w->bytes -= cost;
+  s->grave_bytes -= cost;
+  s->mem_total -= cost;
+  link_del(s, l);
+}
+
+/* Unlinks at most `budget` links of buried WAITs and frees the WAITs done with (all of them when
+ * budget is SIZE_MAX). */
+static void reap_graves(tdist_store_server_t *s, size_t budget) {
+  while (s->graves && budget > 0) {
+    wait_t *w = s->graves;
+    while (w->reap_pos < w->nlinks && budget > 0) {
+      grave_unlink(s, w, &w->links[w->reap_pos++]);
+      budget--;
+    }
+    if (w->reap_pos < w->nlinks) return;
+    s->graves = w->next;
+    if (s->graves) s->graves->prev = NULL;
+    s->grave_bytes -= w->bytes;
+    s->mem_total -= w->bytes;
+    free(w->links);
+    free(w);
+  }
+}
+
 static void conn_free(tdist_store_server_t *s, conn_t *c) {
-  while (c->waits) wait_free(s, c->waits);
+  while (c->waits) wait_bury(s, c->waits);
   epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   close(c->fd);
   if (c->prev)
@@ -384,8 +477,12 @@ static void close_all_pending(tdist_store_server_t *s) {
 
 static void wake_link(tdist_store_server_t *s, waitlink_t *l) {
   wait_t *w = l->w;
+  if (!w->c) { /* buried: the reaper frees it */
+    grave_unlink(s, w, l);
+    return;
+  }
   link_del(s, l);
-  if (--w->remaining == 0) {
+  if (--w->remaining == 0 && !w->registering) {
     put_u8(s, w->c, TDIST__WAIT_STOP_WAITING);
     wait_free(s, w);
   }
@@ -401,63 +498,79 @@ static void wake_one(tdist_store_server_t *s, tdist__kv_entry_t *e) {
   if (e && e->waiters) wake_link(s, ((waitq_t *)e->waiters)->head);
 }
 
+/* Registers (the next share of) a WAIT's keys: 0 done (answered now, pending, or the connection
+ * is closing for its budget), 1 more keys are left for a later turn (the request stays at the head
+ * of the input), -ENOMEM. The WAIT is on the connection's list from its first share, so a close
+ * buries it; a key set meanwhile counts for it, and it is answered only once every key is in. Each
+ * missing key is charged to the budget before it is linked, so pipelined WAITs are bounded. */
 static int do_wait(tdist_store_server_t *s, conn_t *c, const tdist__request_t *req) {
-  uint64_t pos = 0;
+  wait_t *w = c->reg;
+  if (!w) {
+    if (req->n > SIZE_MAX / sizeof(waitlink_t)) return -ENOMEM;
+    size_t bytes = sizeof(wait_t) + (size_t)req->n * sizeof(waitlink_t);
+    if (!budget_ok(s, c, bytes, "a pending WAIT")) return 0;
+    w = calloc(1, sizeof *w);
+    if (!w) return -ENOMEM;
+    w->links = req->n ? calloc((size_t)req->n, sizeof *w->links) : NULL;
+    if (req->n && !w->links) {
+      free(w);
+      return -ENOMEM;
+    }
+    w->c = c;
+    w->registering = 1;
+    w->bytes = bytes;
+    c->wait_bytes += bytes;
+    charge(s, c);
+    w->next = c->waits;
+    if (c->waits) c->waits->prev = w;
+    c->waits = w;
+    c->reg = w;
+    atomic_fetch_add_explicit(&s->st_waits, 1, memory_order_relaxed);
+  }
   tdist__slice_t k;
-  size_t missing = 0;
-  while (tdist__proto_next_item(req, &pos, &k, NULL))
-    if (!tdist__kv_exists(tdist__kv_find(s->kv, k.ptr, k.len))) missing++;
-  if (missing == 0) {
-    put_u8(s, c, TDIST__WAIT_STOP_WAITING);
-    return 0;
-  }
-  /* Charge the WAIT before allocating it: pipelined WAITs are bounded by the budget. */
-  size_t bytes = sizeof(wait_t) + missing * (sizeof(waitlink_t) + WAIT_KEY_OVERHEAD);
-  pos = 0;
-  while (tdist__proto_next_item(req, &pos, &k, NULL))
-    if (!tdist__kv_exists(tdist__kv_find(s->kv, k.ptr, k.len))) bytes += k.len;
-  if (!budget_ok(s, c, bytes, "a pending WAIT")) return 0;
-  wait_t *w = calloc(1, sizeof *w);
-  if (!w) return -ENOMEM;
-  w->links = calloc(missing, sizeof *w->links);
-  if (!w->links) {
-    free(w);
-    return -ENOMEM;
-  }
-  w->c = c;
-  pos = 0;
-  while (tdist__proto_next_item(req, &pos, &k, NULL)) {
+  for (int share = 0; share < TURN_WAIT_KEYS; share++) {
+    if (!tdist__proto_next_item(req, &w->reg_pos, &k, NULL)) {
+      w->registering = 0;
+      c->reg = NULL;
+      if (w->remaining == 0) {
+        put_u8(s, c, TDIST__WAIT_STOP_WAITING);
+        wait_free(s, w);
+      }
+      return 0;
+    }
     tdist__kv_entry_t *e = tdist__kv_find(s->kv, k.ptr, k.len);
     if (tdist__kv_exists(e)) continue;
-    if (!e) e = tdist__kv_lookup(s->kv, k.ptr, k.len);
+    size_t cost = sizeof(waitlink_t) + WAIT_KEY_OVERHEAD + (size_t)k.len;
+    if (!budget_ok(s, c, cost - sizeof(waitlink_t), "a pending WAIT")) return 0;
+    /* budget_ok may have torn down buried WAITs, and with them a placeholder entry like e. */
+    e = tdist__kv_lookup(s->kv, k.ptr, k.len);
     waitlink_t *l = &w->links[w->nlinks];
     l->w = w;
     if (!e || link_add(e, l) != 0) {
       if (e) tdist__kv_release(s->kv, e);
-      wait_destroy(s, w, 0);
       return -ENOMEM;
     }
     w->nlinks++;
+    w->remaining++;
+    w->bytes += cost - sizeof(waitlink_t);
+    c->wait_bytes += cost - sizeof(waitlink_t);
+    charge(s, c);
   }
-  w->remaining = w->nlinks;
-  w->bytes = bytes;
-  c->wait_bytes += bytes;
-  charge(s, c);
-  w->next = c->waits;
-  if (c->waits) c->waits->prev = w;
-  c->waits = w;
-  atomic_fetch_add_explicit(&s->st_waits, 1, memory_order_relaxed);
-  return 0;
+  return 1;
 }
 
 /* ---------------------------------------------------------------------------------------- */
 /* Request execution                                                                         */
 
-/* Executes one parsed request. Returns NULL, or the reason to close the connection. */
+/* execute()'s answer for a request only partly executed this turn (a WAIT still registering): it
+ * stays at the head of the input and runs on next turn. */
+static const char MORE[] = "";
+
+/* Executes one parsed request. Returns NULL, MORE, or the reason to close the connection. */
 static const char *execute(tdist_store_server_t *s, conn_t *c, const tdist__request_t *r) {
   tdist__kv_entry_t *e = NULL;
   int rc;
-  atomic_fetch_add_explicit(&s->st_requests, 1, memory_order_relaxed);
+  if (!c->reg) atomic_fetch_add_explicit(&s->st_requests, 1, memory_order_relaxed);
   switch (r->op) {
     case TDIST__OP_VALIDATE:
       if (c->validated) return "VALIDATE after the connection was validated";
@@ -528,10 +641,12 @@ static const char *execute(tdist_store_server_t *s, conn_t *c, const tdist__requ
       return NULL;
     }
     case TDIST__OP_WAIT:
-      if (do_wait(s, c, r)) goto nomem;
+      rc = do_wait(s, c, r);
+      if (rc < 0) goto nomem;
+      if (rc > 0) return MORE;
       return NULL;
     case TDIST__OP_CANCEL_WAIT:
-      while (c->waits) wait_free(s, c->waits);
+      while (c->waits) wait_bury(s, c->waits);
       put_u8(s, c, TDIST__WAIT_CANCELED);
       return NULL;
     case TDIST__OP_GETNUMKEYS: put_i64(s, c, (int64_t)tdist__kv_num_keys(s->kv)); return NULL;
@@ -662,6 +777,10 @@ static void process_input(tdist_store_server_t *s, conn_t *c) {
       break;
     }
     const char *fail = execute(s, c, &req);
+    if (fail == MORE) {
+      mark_ready(s, c);
+      break;
+    }
     if (fail) {
       char msg[200];
       char k[100];
@@ -789,7 +908,7 @@ static void *server_main(void *arg) {
   tdist_store_server_t *s = arg;
   struct epoll_event evs[MAX_EVENTS];
   for (;;) {
-    int timeout = s->ready_list ? 0 : -1;
+    int timeout = s->ready_list || s->graves ? 0 : -1;
     if (s->accept_paused_until) {
       int64_t left = s->accept_paused_until - tdist__now_ms();
       if (left <= 0) {
@@ -842,6 +961,7 @@ static void *server_main(void *arg) {
     flush_all(s);
     /* Only now: later events of this batch may still name a connection closed earlier in it. */
     close_all_pending(s);
+    reap_graves(s, TURN_REAP_LINKS);
     atomic_store_explicit(&s->st_keys, tdist__kv_num_keys(s->kv), memory_order_relaxed);
     if (stop) break;
   }
@@ -993,6 +1113,7 @@ TDIST_EXTERN void tdist_store_server_destroy(tdist_store_server_t *s) {
   pthread_join(s->thread, NULL);
   s->magic = 0;
   while (s->conns) conn_free(s, s->conns);
+  reap_graves(s, SIZE_MAX);
   close(s->listen_fd);
   close(s->epfd);
   close(s->stop_fd);

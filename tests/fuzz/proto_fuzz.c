@@ -12,7 +12,10 @@
  *   - a strict prefix of a complete request is NEED_MORE with a bound in (prefix, request size],
  *     never OK and never ERROR (1.13 clients send field by field, so prefixes are what a server
  *     sees); the exact request alone parses to the same request;
- *   - classification agrees with the reference on every prefix.
+ *   - classification agrees with the reference on every prefix;
+ *   - the bytes fed in growing pieces with one progress record (tdist__proto_parse_resume, as the
+ *     server parses a partial multi-key request) give the plain parse's answer at every step,
+ *     without walking the items from the start again.
  * Prefixes are copied into exact-size heap buffers so that ASan catches any read past `len`.
  * Built by Bazel into proto_fuzz_replay_test (proto_replay.c) and by run_libfuzzer.sh with
  * -fsanitize=fuzzer. It must never write to the input or keep state between inputs. */
@@ -210,6 +213,58 @@ static void check_prefixes(tdist__dialect_t d, const uint8_t *buf, size_t size,
   }
 }
 
+/* The bytes buf[0..len) arrive in pieces, as a server reads them: each growing prefix, in a fresh
+ * exact-size copy (the buffer moves, as the server's does when it grows), is parsed with one
+ * progress record kept across the calls. Every answer must equal the plain parse of the same
+ * prefix, and the item fields read over all calls stay within items + calls (no walk restarts
+ * from the first item). The piece sizes come from the bytes themselves, so a failure replays. */
+static void check_resume(tdist__dialect_t d, const uint8_t *buf, size_t len,
+                         const tdist__proto_limits_t *lim) {
+  static const uint8_t empty[1];
+  tdist__parse_progress_t prog;
+  memset(&prog, 0, sizeof prog);
+  uint64_t x = 0x9E3779B97F4A7C15ull ^ len;
+  for (size_t i = 0; i < len && i < 8; i++) x = x * 1099511628211ull ^ buf[i];
+  size_t p = 0;
+  uint64_t calls = 0, items = 0;
+  for (;;) {
+    uint8_t *copy = p ? malloc(p) : NULL;
+    if (p && copy == NULL) return;
+    if (p) memcpy(copy, buf, p);
+    const uint8_t *at = p ? copy : empty;
+    tdist__request_t plain, res;
+    size_t pc = 0, rc = 0;
+    const char *pw = NULL, *rw = NULL;
+    int a = tdist__proto_parse(d, at, p, lim, &plain, &pc, &pw);
+    int b = tdist__proto_parse_resume(d, at, p, lim, &res, &rc, &rw, &prog);
+    calls++;
+    FUZZ_CHECK(a == b && pc == rc,
+               "prefix %zu of %zu bytes, call %" PRIu64 ": plain parse %s (%zu), resumed %s (%zu)",
+               p, len, calls, result_name(a), pc, result_name(b), rc);
+    if (a == TDIST__PARSE_OK) {
+      FUZZ_CHECK(res.op == plain.op && res.n == plain.n && res.delta == plain.delta &&
+                     res.u32 == plain.u32 && res.key.ptr == plain.key.ptr &&
+                     res.key.len == plain.key.len && res.a.ptr == plain.a.ptr &&
+                     res.a.len == plain.a.len && res.b.ptr == plain.b.ptr &&
+                     res.b.len == plain.b.len && res.items.ptr == plain.items.ptr &&
+                     res.items.len == plain.items.len,
+                 "prefix %zu: the resumed parse decodes a different %s request", p,
+                 tdist__proto_op_name(plain.op));
+      items = plain.n;
+    }
+    free(copy);
+    if (a != TDIST__PARSE_NEED_MORE || p == len || calls >= 64) break;
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    size_t step = 1 + (size_t)((x >> 33) % (len / 8 + 3));
+    p = p + step > len ? len : p + step;
+  }
+  if (items)
+    FUZZ_CHECK(prog.walked <= items + calls,
+               "%" PRIu64 " item fields read for %" PRIu64 " items in %" PRIu64
+               " calls: the parse started over",
+               prog.walked, items, calls);
+}
+
 enum { MODE_CLASSIFY, MODE_V1_13, MODE_V2, MODE_COUNT_ };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -234,6 +289,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         tdist__request_t req;
         size_t consumed;
         int res = parse_checked(d, data + off, size - off, lim, &req, &consumed);
+        if (iter < 16) check_resume(d, data + off, size - off, lim);
         if (mode == MODE_CLASSIFY && d == TDIST__DIALECT_V2 && off == 0) {
           /* §1.11: a connection classified 2.x starts with VALIDATE and the magic. */
           FUZZ_CHECK(res == TDIST__PARSE_OK && req.op == TDIST__OP_VALIDATE && consumed == 5 &&
