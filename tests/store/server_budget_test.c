@@ -8,7 +8,9 @@
  *   - a 64 MiB SET followed by one stray byte, on several connections that then stay idle, does
  *     not keep 64 MiB resident per connection once the values are deleted;
  *   - clients that pipeline GETs of a 1 MiB value and never read the replies hold at most about
- *     a quarter of their budget each.
+ *     a quarter of their budget each;
+ *   - when a small client's request reaches the server budget that two WAIT-holding connections
+ *     filled, one of those is closed and the small client is served (not closed for asking).
  * The child runs with a 4 GiB address-space cap (not under sanitizers, which reserve more), so
  * a server without budgets fails these checks instead of taking the machine's memory. */
 #define _GNU_SOURCE
@@ -202,7 +204,53 @@ static void test_never_reading(void) {
   stop_server(&sp);
 }
 
-/* With arguments, runs only the named cases (mget, wait, bigset, noread). */
+/* Whether the server has closed c (EOF or reset within ms); 0 if it stays open and silent. */
+static int closed_within(conn_t *c, int ms) {
+  uint8_t b;
+  int r = read_full(c->fd, &b, 1, ms);
+  if (r == 0) TEST_FAIL("%s: the server sent a byte, nothing was due", c->name);
+  return r == 1;
+}
+
+/* The server budget is reached by a small client's request while two connections hold most of
+ * it in pending WAITs: one of those two is closed, and the small client is served. */
+static void test_server_budget_victim(void) {
+  const size_t conn_budget = 48 * MIB, server_budget = 72 * MIB;
+  server_proc_t sp = spawn_server(conn_budget, server_budget);
+  conn_t hog[2];
+  char key[32];
+  for (int h = 0; h < 2; h++) {
+    hog[h] = conn_open(sp.port, 1, "wait-hog");
+    enc_t m = {0};
+    m_op(&m, &hog[h], OP_WAIT);
+    enc_u64(&m, 131072); /* about 32 MiB of bookkeeping */
+    for (int i = 0; i < 131072; i++) {
+      snprintf(key, sizeof key, "/hog%d-%06d", h, i);
+      enc_cstr(&m, key);
+    }
+    m_send(&hog[h], &m);
+    expect_ping(&hog[h], 0x100u + (uint32_t)h); /* answered once the WAIT is in */
+  }
+  conn_t small = conn_open(sp.port, 1, "small");
+  size_t vlen = 12 * MIB; /* its input buffer (16 MiB) takes the total past 72 MiB */
+  uint8_t *v = malloc(vlen);
+  CHECK(v != NULL);
+  for (size_t i = 0; i < vlen; i++) v[i] = (uint8_t)(i * 2654435761u >> 24);
+  r_set(&small, "/small", v, vlen);
+  expect_get(&small, "/small", v, vlen);
+  free(v);
+  int closed = closed_within(&hog[0], 2000) + closed_within(&hog[1], 500);
+  if (closed != 1)
+    TEST_FAIL("%d of the 2 connections holding the server budget were closed, want 1", closed);
+  TEST_LOG(
+      "server budget reached by a 12 MiB SET: one WAIT-holding connection closed, the "
+      "small client served");
+  for (int h = 0; h < 2; h++) conn_close(&hog[h]);
+  conn_close(&small);
+  stop_server(&sp);
+}
+
+/* With arguments, runs only the named cases (mget, wait, bigset, noread, victim). */
 int main(int argc, char **argv) {
   static const struct {
     const char *name;
@@ -210,7 +258,8 @@ int main(int argc, char **argv) {
   } cases[] = {{"mget", test_multi_get_amplification},
                {"wait", test_wait_flood},
                {"bigset", test_big_set_stray_byte},
-               {"noread", test_never_reading}};
+               {"noread", test_never_reading},
+               {"victim", test_server_budget_victim}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int run = argc < 2;
     for (int j = 1; j < argc; j++) run |= strcmp(argv[j], cases[i].name) == 0;
