@@ -931,6 +931,7 @@ int main(int argc, char **argv) {
   agent_log_set_format(a->cfg.log_format);
   /* Before any thread: the original process becomes the guard and never returns from here. */
   a->guard_pid = agent_guard_start();
+  agent_workers_note_limits();
 
   /* Signals arrive through the signalfd only; children get a clean mask back before exec. */
   sigset_t set;

@@ -13,7 +13,8 @@ Options (for tests):
   --fail-attempt A        ... only while TORCHELASTIC_RESTART_COUNT == A (default 0)
   --fail-code C           exit with code C instead of raising
   --fail-before-init      fail before init_process_group instead of after it
-  --env-dump DIR          write the worker's environment to DIR/env.<rank>.json
+  --env-dump DIR          write the worker's environment to DIR/env.<rank>.json and its
+                          resource limits (soft, hard) to DIR/limits.<rank>.json
   --wait-file PATH        block before training until PATH exists (lets a test inspect the agent)
   --step-sleep S          sleep S seconds after each step (a longer job to disturb)
   --crash-until-attempt N while TORCHELASTIC_RESTART_COUNT < N, one rank crashes at one step
@@ -106,6 +107,12 @@ def main():
     if args.env_dump:
         with open(os.path.join(args.env_dump, f"env.{rank}.json"), "w") as f:
             json.dump(dict(os.environ), f)
+        import resource
+        lim = {n: list(resource.getrlimit(getattr(resource, n)))
+               for n in ("RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_CORE", "RLIMIT_STACK",
+                         "RLIMIT_AS", "RLIMIT_MEMLOCK")}
+        with open(os.path.join(args.env_dump, f"limits.{rank}.json"), "w") as f:
+            json.dump(lim, f)
     if args.wait_file:
         while not os.path.exists(args.wait_file):
             time.sleep(0.05)

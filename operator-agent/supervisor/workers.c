@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -162,6 +163,11 @@ static void kill_started(agent_workers_t *ws) {
   }
 }
 
+static struct rlimit g_nofile;
+static int g_nofile_noted;
+
+void agent_workers_note_limits(void) { g_nofile_noted = getrlimit(RLIMIT_NOFILE, &g_nofile) == 0; }
+
 int agent_workers_start(agent_workers_t *ws, const agent_worker_spec_t *sp, char *err, size_t cap) {
   const agent_cfg_t *cfg = sp->cfg;
   agent_workers_free(ws);
@@ -234,6 +240,8 @@ int agent_workers_start(agent_workers_t *ws, const agent_worker_spec_t *sp, char
       static const int sigs[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGUSR1,
                                  SIGUSR2, SIGCHLD, SIGPIPE, SIGTTOU, SIGTTIN};
       for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++) signal(sigs[k], SIG_DFL);
+      /* The open-file limit the agent was started with, not the one it raised for itself. */
+      if (g_nofile_noted) setrlimit(RLIMIT_NOFILE, &g_nofile);
       /* No agent descriptor (sockets, signalfd, store) leaks into the worker. */
       if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
         for (int fd = 3; fd < 4096; fd++)

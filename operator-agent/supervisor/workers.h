@@ -43,6 +43,12 @@ typedef struct {
   const char *run_dir; /* <log_dir>/<run_id>_<pid>: error files go to attempt_N/<local>/ */
 } agent_worker_spec_t;
 
+/* Records the open-file limit the agent was started with; call once, before anything raises it
+ * (the HTTP server raises the soft limit to the hard one for its connections). Workers get the
+ * recorded limit back before exec, as under torchrun: a high soft limit breaks programs that
+ * still use select(2) and is not what the user set. */
+void agent_workers_note_limits(void);
+
 /* Starts cfg->nproc_per_node workers. On failure (fork, or exec of the command) the workers
  * already started are killed and reaped, and err names the command and errno text. */
 int agent_workers_start(agent_workers_t *ws, const agent_worker_spec_t *spec, char *err,

@@ -14,7 +14,8 @@
 # TDIST_STATS_FILE, TDIST_PYTHON and the other
 # version's spelling of the NCCL async-error variable (it sets NCCL_ASYNC_ERROR_HANDLING, which
 # 1.13 reads, and TORCH_NCCL_ASYNC_ERROR_HANDLING, which 2.x reads: it cannot know which PyTorch
-# a worker runs).
+# a worker runs). The workers' resource limits (open files, processes, core, stack, address
+# space, locked memory) must be the same under both.
 #   args: AGENT DDP_SCRIPT
 set -uo pipefail
 AGENT="$(realpath "$1")"; DDP="$(realpath "$2")"
@@ -29,6 +30,15 @@ trap cleanup EXIT
 # run_case NAME NNODES NPROC ATTEMPT [DDP ARGS...]: runs the job under torchrun and under the
 # agent (one launcher per node, in parallel), then compares each rank's environment of attempt
 # ATTEMPT (the last attempt: its dump overwrote the earlier ones).
+# Both launchers start with an open-file soft limit below the hard one (as a login shell often
+# has), so that a launcher raising its own limit (the agent does, for its HTTP server: --http-port
+# 0 here) and passing that on shows in the limits compared.
+nofile_soft() {
+  local hard
+  hard=$(ulimit -Hn)
+  if [ "$hard" = unlimited ] || [ "$hard" -gt 1024 ]; then ulimit -Sn 1024; fi
+}
+
 run_case() {
   local name="$1" nnodes="$2" nproc="$3" attempt="$4" node rc
   shift 4
@@ -38,7 +48,7 @@ run_case() {
   P1=$(free_port); P2=$(free_port)
   pids=()
   for node in $(seq 0 $((nnodes - 1))); do
-    (cd "$d" && exec timeout 180 $PY -m torch.distributed.run --nnodes "$nnodes" --node_rank "$node" \
+    (cd "$d" && nofile_soft && exec timeout 180 $PY -m torch.distributed.run --nnodes "$nnodes" --node_rank "$node" \
        --nproc_per_node "$nproc" --max_restarts 2 --master_addr 127.0.0.1 --master_port "$P1" \
        --redirects 1 --tee 1 "$DDP" --steps 5 --env-dump "$d/torchrun" "$@") \
       >"$d/torchrun.$node.log" 2>&1 &
@@ -50,7 +60,7 @@ run_case() {
   done
   pids=()
   for node in $(seq 0 $((nnodes - 1))); do
-    (cd "$d" && exec timeout 180 "$AGENT" --http-port -1 --nnodes "$nnodes" --node-rank "$node" \
+    (cd "$d" && nofile_soft && exec timeout 180 "$AGENT" --http-port 0 --nnodes "$nnodes" --node-rank "$node" \
        --nproc_per_node "$nproc" --max_restarts 2 --master_addr 127.0.0.1 --master_port "$P2" \
        -- "$DDP" --steps 5 --env-dump "$d/agent" "$@") >"$d/agent.$node.log" 2>&1 &
     pids+=($!)
@@ -70,7 +80,7 @@ per_run = {"TORCHELASTIC_ERROR_FILE", "MASTER_PORT", "_"}
 extra_ok = {"TDIST_BACKEND", "TDIST_PYTHON", "TDIST_STATS_FILE", "NCCL_ASYNC_ERROR_HANDLING",
             "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
 world = nnodes * nproc
-files = sorted(os.listdir(f"{d}/torchrun")), sorted(os.listdir(f"{d}/agent"))
+files = tuple(sorted(f for f in os.listdir(f"{d}/{w}") if f.startswith("env.")) for w in ("torchrun", "agent"))
 want = sorted(f"env.{r}.json" for r in range(world))
 assert files[0] == want and files[1] == want, f"{name}: env dumps {files}, want {want}"
 for r in range(world):
@@ -100,7 +110,12 @@ for r in range(world):
     assert ag["MASTER_PORT"] != p2 and 0 < int(ag["MASTER_PORT"]) < 65536, (ag["MASTER_PORT"], p2)
     for k in ("NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"):
         assert ag[k] == tr.get(k, "1"), (k, ag[k], tr.get(k))
-    print(f"{name} rank {r}: {len(added_tr)} torchrun variables and {len(added_ag)} of the agent's matched")
+    # Resource limits as the launcher was started with them (the agent raises its own open-file
+    # soft limit for its HTTP connections; its workers must not inherit that).
+    ltr = json.load(open(f"{d}/torchrun/limits.{r}.json"))
+    lag = json.load(open(f"{d}/agent/limits.{r}.json"))
+    assert ltr == lag, f"{name} rank {r}: resource limits: torchrun {ltr}, agent {lag}"
+    print(f"{name} rank {r}: {len(added_tr)} torchrun variables and {len(added_ag)} of the agent's matched; limits equal (open files {lag['RLIMIT_NOFILE']})")
 PYEOF
   echo "PASS: $name: worker environment identical to torchrun's (PyTorch $TORCH_VERSION)"
 }
