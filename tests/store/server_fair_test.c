@@ -13,8 +13,9 @@
  *     sanitizers on 2 busy cores; the figures are logged;
  *   - a client (another process) that registers 6 WAITs of 131072 missing keys and hangs up, over
  *     and over: registering and tearing down go a share per loop turn, so an honest PING's p99
- *     stays under 40 ms (about 5 ms here; 235 ms when each WAIT is registered, and all six torn
- *     down, in one turn).
+ *     stays under 100 ms in one of 3 tries (about 5 ms here alone, up to 46 ms on a loaded CI
+ *     machine; 208 to 235 ms, every try, when each WAIT is registered, and all six torn down, in
+ *     one turn).
  * Bounded in time: every read has a deadline, the pipeliner is killed at the end. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -230,7 +231,8 @@ static pid_t spawn_big_waiter(int port) {
   }
 }
 
-static void test_big_wait_fairness(void) {
+/* One measurement: the p99 of PINGS honest PINGs while the big waiter runs. */
+static double big_wait_p99(int attempt) {
   enum { PINGS = 300 };
   server_proc_t sp = spawn_server(0, 0);
   conn_t honest = conn_open(sp.port, 1, "honest");
@@ -249,18 +251,30 @@ static void test_big_wait_fairness(void) {
   qsort(ms, PINGS, sizeof ms[0], cmp_double);
   double med = ms[PINGS / 2], p99 = ms[PINGS * 99 / 100];
   TEST_LOG(
-      "PING while another client registers and drops %d WAITs of %d keys: median %.2f ms, "
-      "p99 %.2f ms, max %.2f ms",
-      BIG_WAITS, KEYS, med, p99, ms[PINGS - 1]);
-  if (p99 > 40.0)
-    TEST_FAIL(
-        "an honest PING took %.1f ms at p99 while %d WAITs of %d keys were registered and torn "
-        "down again and again (bound 40 ms; a server doing each in one loop turn gave 235 ms, "
-        "this one about 5 ms)",
-        p99, BIG_WAITS, KEYS);
+      "attempt %d: PING while another client registers and drops %d WAITs of %d keys: median "
+      "%.2f ms, p99 %.2f ms, max %.2f ms",
+      attempt, BIG_WAITS, KEYS, med, p99, ms[PINGS - 1]);
   expect_ping(&honest, 7);
   conn_close(&honest);
   stop_server(&sp);
+  return p99;
+}
+
+/* A server that registers or tears down a whole WAIT in one loop turn stalls every other client
+ * for that turn: p99 208 to 235 ms here, every time. This one gives about 5 ms alone and up to
+ * 46 ms on a CI machine running other tests beside it, so the bound is 100 ms and a load spike
+ * gets two more tries; the one-turn server fails all three. */
+static void test_big_wait_fairness(void) {
+  double p99 = 0;
+  for (int attempt = 1; attempt <= 3; attempt++) {
+    p99 = big_wait_p99(attempt);
+    if (p99 <= 100.0) return;
+  }
+  TEST_FAIL(
+      "an honest PING took %.1f ms at p99 (3 attempts) while %d WAITs of %d keys were registered "
+      "and torn down again and again (bound 100 ms; a server doing each in one loop turn gives "
+      "about 210 ms, this one about 5 ms)",
+      p99, BIG_WAITS, KEYS);
 }
 
 int main(int argc, char **argv) {
