@@ -133,6 +133,50 @@ TDIST_EXTERN tdist_status_t tdist_file_store_create(const char *path, int64_t ti
 TDIST_EXTERN tdist_status_t tdist_prefix_store_create(tdist_store_t *inner, const char *prefix,
                                                       tdist_store_t **out);
 
+/* A store whose operations are the caller's functions: how a language binding hands libtdist a
+ * store it already holds (the PyTorch backend passes torch's own Store). Each function returns
+ * TDIST_OK or a tdist status, hands values back with tdist_store_reply_value and may give its
+ * error text with tdist_store_reply_error (the handle's last error then reads
+ * "callback store: OP: TEXT"). get and wait block until every key exists or timeout_ms passes
+ * (then TDIST_ERR_TIMEOUT), as in PyTorch. A function is called on the thread using the handle.
+ * set, get and wait are required; a NULL other function makes that operation NOT_AVAILABLE, and
+ * so are append and queues. multi_get is wait + get, multi_set one set per key. destroy (may be
+ * NULL) is called once by tdist_store_destroy. */
+typedef struct tdist_store_reply_s tdist_store_reply_t;
+typedef struct {
+  size_t size; /* sizeof(tdist_store_callbacks_t) */
+  int version; /* 1 */
+  void *ctx;   /* passed to every function */
+  tdist_status_t (*set)(void *ctx, const char *key, const void *value, size_t len,
+                        tdist_store_reply_t *reply);
+  tdist_status_t (*get)(void *ctx, const char *key, int64_t timeout_ms, tdist_store_reply_t *reply);
+  tdist_status_t (*add)(void *ctx, const char *key, int64_t delta, int64_t *result,
+                        tdist_store_reply_t *reply);
+  tdist_status_t (*wait)(void *ctx, const char *const *keys, size_t n, int64_t timeout_ms,
+                         tdist_store_reply_t *reply);
+  tdist_status_t (*check)(void *ctx, const char *const *keys, size_t n, int *ready,
+                          tdist_store_reply_t *reply);
+  tdist_status_t (*delete_key)(void *ctx, const char *key, int *deleted,
+                               tdist_store_reply_t *reply);
+  tdist_status_t (*num_keys)(void *ctx, int64_t *n, tdist_store_reply_t *reply);
+  /* Hands back the value the key holds after the call (PyTorch's compare_set). */
+  tdist_status_t (*compare_set)(void *ctx, const char *key, const void *expected, size_t elen,
+                                const void *desired, size_t dlen, tdist_store_reply_t *reply);
+  void (*destroy)(void *ctx);
+} tdist_store_callbacks_t;
+
+#define TDIST_STORE_CALLBACKS_INIT \
+  { sizeof(tdist_store_callbacks_t), 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+
+/* timeout_ms <= 0: 300000 (the handle's default deadline, as for the other stores). */
+TDIST_EXTERN tdist_status_t tdist_callback_store_create(const tdist_store_callbacks_t *callbacks,
+                                                        int64_t timeout_ms, tdist_store_t **out);
+/* From inside a callback: the value of a get or compare_set (copied). */
+TDIST_EXTERN tdist_status_t tdist_store_reply_value(tdist_store_reply_t *reply, const void *data,
+                                                    size_t len);
+/* From inside a callback: the text of the failure it returns (copied, truncated to 511 bytes). */
+TDIST_EXTERN void tdist_store_reply_error(tdist_store_reply_t *reply, const char *message);
+
 /* Closes connections and frees the handle. NULL is a no-op. */
 TDIST_EXTERN void tdist_store_destroy(tdist_store_t *store);
 

@@ -1,0 +1,845 @@
+"""The PyTorch process-group backend "tdist": torch.distributed collectives run by libtdist.
+
+    import tdist_torch                      # registers the backend name "tdist"
+    torch.distributed.init_process_group("tdist")
+
+Everything else in a script stays as it is: env:// under tdist-agent or torchrun, an explicit
+store, rank and world size, DDP, new_group. The group is a torch ProcessGroup subclass whose
+collectives call libtdist.so through ctypes, so it works with the PyTorch it is imported into
+(1.13 and 2.x; nothing is compiled against PyTorch). libtdist is found at $TDIST_LIBRARY, else
+beside this package in an installed tree (PREFIX/python/tdist_torch -> PREFIX/lib/libtdist.so),
+else by the dynamic linker.
+
+What it runs: CPU tensors only (a CUDA tensor is refused with a RuntimeError saying so; use
+"nccl" for those). Reductions (all_reduce, reduce, reduce_scatter) take float16, bfloat16,
+float32, float64, int8, uint8, int32 and int64 with SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR and
+BXOR (bitwise ops on integer dtypes only); moving ops (broadcast, all_gather, gather, scatter,
+all_to_all, send/recv) take any dtype. PREMUL_SUM, recv from any source and per-call timeouts
+(the group's timeout, init_process_group's `timeout`, applies) are refused or ignored as noted
+on each method. A failure raises RuntimeError (torch.distributed.DistBackendError on 2.x) with
+libtdist's message, which names the peer rank; the group is then unusable, as in PyTorch.
+
+Messages of at least TDIST_TORCH_ASYNC_BYTES (default 262144) bytes run on libtdist's worker
+thread and complete the returned work's future from this module's completion thread, so DDP
+overlaps them with the backward pass; smaller ones run at once on the calling thread. Under
+tdist-agent each rank fills its stats file, so /metrics and /status cover PyTorch ranks.
+"""
+
+import ctypes
+import datetime
+import os
+import queue
+import threading
+import weakref
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import ProcessGroup as _ProcessGroup
+from torch._C._distributed_c10d import _create_work_from_future
+
+__all__ = ["ProcessGroupTdist", "BACKEND", "library_path"]
+
+BACKEND = "tdist"
+
+_OK, _ERR_REMOTE, _ERR_TIMEOUT, _ERR_INTERNAL = 0, -4, -5, -9
+
+# ---------------------------------------------------------------------------------------------
+# libtdist
+
+
+def _find_library():
+    tried = []
+    env = os.environ.get("TDIST_LIBRARY")
+    if env:
+        return env, ["$TDIST_LIBRARY=" + env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    for cand in (
+        os.path.join(here, "libtdist.so"),
+        os.path.join(os.path.dirname(os.path.dirname(here)), "lib", "libtdist.so"),
+    ):
+        tried.append(cand)
+        if os.path.exists(cand):
+            return cand, tried
+    tried.append("libtdist.so (dynamic linker search path)")
+    return "libtdist.so", tried
+
+
+def _load():
+    path, tried = _find_library()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError(
+            "tdist_torch: cannot load libtdist (%s); tried %s. Set TDIST_LIBRARY to the path of "
+            "libtdist.so (bazel build //runtime:libtdist.so, or /opt/tdist/lib/libtdist.so in "
+            "the image)" % (e, ", ".join(tried))
+        ) from None
+    return lib, path
+
+
+_L, library_path = _load()
+
+_vp, _sz, _i, _i64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int64
+_szp = ctypes.POINTER(ctypes.c_size_t)
+
+
+class _PgOptions(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("version", ctypes.c_int),
+        ("backend", ctypes.c_char_p),
+        ("init_method", ctypes.c_char_p),
+        ("store", ctypes.c_void_p),
+        ("rank", ctypes.c_int),
+        ("world_size", ctypes.c_int),
+        ("timeout_ms", ctypes.c_int64),
+        ("group_name", ctypes.c_char_p),
+        ("socket_ifname", ctypes.c_char_p),
+    ]
+
+
+_REPLY = ctypes.c_void_p
+_SET_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.c_char_p, _vp, _sz, _REPLY)
+_GET_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.c_char_p, _i64, _REPLY)
+_ADD_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.c_char_p, _i64, ctypes.POINTER(_i64), _REPLY)
+_WAIT_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.POINTER(ctypes.c_char_p), _sz, _i64, _REPLY)
+_CHECK_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.POINTER(ctypes.c_char_p), _sz, ctypes.POINTER(_i), _REPLY)
+_DEL_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.c_char_p, ctypes.POINTER(_i), _REPLY)
+_NUM_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.POINTER(_i64), _REPLY)
+_CAS_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.c_char_p, _vp, _sz, _vp, _sz, _REPLY)
+_DESTROY_T = ctypes.CFUNCTYPE(None, _vp)
+
+
+class _StoreCallbacks(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("version", ctypes.c_int),
+        ("ctx", ctypes.c_void_p),
+        ("set", _SET_T),
+        ("get", _GET_T),
+        ("add", _ADD_T),
+        ("wait", _WAIT_T),
+        ("check", _CHECK_T),
+        ("delete_key", _DEL_T),
+        ("num_keys", _NUM_T),
+        ("compare_set", _CAS_T),
+        ("destroy", _DESTROY_T),
+    ]
+
+
+def _proto(name, res, *args):
+    f = getattr(_L, name)
+    f.restype, f.argtypes = res, list(args)
+    return f
+
+
+_proto("tdist_last_error", ctypes.c_char_p)
+_proto("tdist_strerror", ctypes.c_char_p, _i)
+_proto("tdist_pg_last_error", ctypes.c_char_p, _vp)
+_proto("tdist_init_process_group", _i, ctypes.POINTER(_PgOptions), ctypes.POINTER(_vp))
+_proto("tdist_pg_finalize", _i, _vp)
+_proto("tdist_pg_abort", None, _vp)
+_proto("tdist_pg_destroy", None, _vp)
+_proto("tdist_callback_store_create", _i, ctypes.POINTER(_StoreCallbacks), _i64, ctypes.POINTER(_vp))
+_proto("tdist_store_destroy", None, _vp)
+_proto("tdist_store_reply_value", _i, _REPLY, ctypes.c_char_p, _sz)
+_proto("tdist_store_reply_error", None, _REPLY, ctypes.c_char_p)
+_proto("tdist_work_wait", _i, _vp, _i64)
+_proto("tdist_work_destroy", None, _vp)
+
+# Collectives: the blocking form's arguments after the group; the _async form adds the work.
+_COLL = {
+    "tdist_all_reduce": (_vp, _sz, _i, _i),
+    "tdist_broadcast": (_vp, _sz, _i, _i),
+    "tdist_reduce": (_vp, _sz, _i, _i, _i),
+    "tdist_all_gather": (_vp, _vp, _sz, _i),
+    "tdist_all_gather_v": (_vp, _szp, _szp, _vp, _i),
+    "tdist_gather": (_vp, _vp, _sz, _i, _i),
+    "tdist_scatter": (_vp, _vp, _sz, _i, _i),
+    "tdist_reduce_scatter": (_vp, _vp, _sz, _i, _i),
+    "tdist_all_to_all_v": (_vp, _szp, _szp, _vp, _szp, _szp, _i),
+    "tdist_barrier": (),
+    "tdist_send": (_vp, _sz, _i, _i, _i),
+    "tdist_recv": (_vp, _sz, _i, _i, _i),
+}
+_BLOCKING, _ASYNC = {}, {}
+for _n, _a in _COLL.items():
+    _BLOCKING[_n] = _proto(_n, _i, _vp, *_a)
+    _ASYNC[_n] = _proto(_n + "_async", _i, _vp, *(_a + (ctypes.POINTER(_vp),)))
+_proto("tdist_monitored_barrier", _i, _vp, _i64)
+
+# ---------------------------------------------------------------------------------------------
+# dtypes and reduce ops
+
+_DTYPES = {
+    torch.float16: 0,
+    torch.bfloat16: 1,
+    torch.float32: 2,
+    torch.float64: 3,
+    torch.int8: 4,
+    torch.uint8: 5,
+    torch.int32: 6,
+    torch.int64: 7,
+}
+_UINT8 = 5
+_INTEGER = {torch.int8, torch.uint8, torch.int32, torch.int64}
+
+_RO = dist.ReduceOp
+_OPS = [
+    (_RO.SUM, 0, "SUM"),
+    (_RO.PRODUCT, 1, "PRODUCT"),
+    (_RO.MIN, 2, "MIN"),
+    (_RO.MAX, 3, "MAX"),
+    (_RO.AVG, 4, "AVG"),
+    (_RO.BAND, 5, "BAND"),
+    (_RO.BOR, 6, "BOR"),
+    (_RO.BXOR, 7, "BXOR"),
+]
+_SUPPORTED = "float16, bfloat16, float32, float64, int8, uint8, int32, int64"
+
+
+def _error_class():
+    return getattr(dist, "DistBackendError", RuntimeError)
+
+
+def _reduce_op(op, dtype, what):
+    for ro, code, name in _OPS:
+        if op == ro:
+            if code >= 5 and dtype not in _INTEGER:
+                raise ValueError(
+                    "tdist %s: ReduceOp.%s needs an integer tensor, got %s" % (what, name, dtype)
+                )
+            return code
+    raise ValueError(
+        "tdist %s: ReduceOp %s is not supported by the tdist backend (supported: SUM, PRODUCT, "
+        "MIN, MAX, AVG, BAND, BOR, BXOR)" % (what, op)
+    )
+
+
+def _check_tensor(t, what):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError("tdist %s: expected a torch.Tensor, got %s" % (what, type(t).__name__))
+    if t.device.type != "cpu":
+        raise RuntimeError(
+            "tdist %s: the tensor is on %s; the tdist backend runs collectives on CPU tensors "
+            "only. Move it to CPU, or use the 'nccl' backend for CUDA tensors" % (what, t.device)
+        )
+    if t.is_sparse:
+        raise RuntimeError("tdist %s: sparse tensors are not supported" % what)
+
+
+def _reduce_dtype(t, what):
+    d = _DTYPES.get(t.dtype)
+    if d is None:
+        raise TypeError(
+            "tdist %s: %s tensors cannot be reduced by the tdist backend (supported: %s)"
+            % (what, t.dtype, _SUPPORTED)
+        )
+    return d
+
+
+def _bytes_view(t):
+    """A contiguous tensor's storage as uint8 elements: (pointer, count)."""
+    return t.data_ptr(), t.numel() * t.element_size()
+
+
+def _contig(t):
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _sizes(values):
+    return (ctypes.c_size_t * len(values))(*values)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch Store -> libtdist store
+
+
+def _timedelta_ms(ms):
+    return datetime.timedelta(milliseconds=max(int(ms), 1))
+
+
+class _StoreBridge:
+    """A libtdist callback store whose operations call a torch Store."""
+
+    def __init__(self, store, timeout_ms):
+        self.store = store
+        self.last_exc = None
+        cb = _StoreCallbacks()
+        cb.size = ctypes.sizeof(_StoreCallbacks)
+        cb.version = 1
+        cb.set = _SET_T(self._set)
+        cb.get = _GET_T(self._get)
+        cb.add = _ADD_T(self._add)
+        cb.wait = _WAIT_T(self._wait)
+        cb.check = _CHECK_T(self._check)
+        cb.delete_key = _DEL_T(self._delete)
+        cb.num_keys = _NUM_T(self._num_keys)
+        cb.compare_set = _CAS_T(self._compare_set)
+        self.cb = cb  # the function objects must live as long as the C store
+        handle = _vp()
+        st = _L.tdist_callback_store_create(ctypes.byref(cb), int(timeout_ms), ctypes.byref(handle))
+        if st != _OK:
+            raise RuntimeError("tdist: " + _L.tdist_last_error().decode(errors="replace"))
+        self.handle = handle
+
+    def _fail(self, reply, e):
+        self.last_exc = e
+        text = "%s: %s" % (type(e).__name__, e)
+        _L.tdist_store_reply_error(reply, text.encode(errors="replace")[:500])
+        low = str(e).lower()
+        return _ERR_TIMEOUT if "timeout" in low or "timed out" in low else _ERR_REMOTE
+
+    @staticmethod
+    def _key(k):
+        return k.decode("utf-8", "surrogateescape")
+
+    def _set(self, ctx, key, value, n, reply):
+        try:
+            self.store.set(self._key(key), ctypes.string_at(value, n) if n else b"")
+            return _OK
+        except BaseException as e:  # noqa: B902 - a C caller cannot take an exception
+            return self._fail(reply, e)
+
+    def _get(self, ctx, key, timeout_ms, reply):
+        try:
+            k = self._key(key)
+            self.store.wait([k], _timedelta_ms(timeout_ms))
+            v = self.store.get(k)
+            return _L.tdist_store_reply_value(reply, v, len(v))
+        except BaseException as e:  # noqa: B902
+            return self._fail(reply, e)
+
+    def _add(self, ctx, key, delta, result, reply):
+        try:
+            result[0] = int(self.store.add(self._key(key), int(delta)))
+            return _OK
+        except BaseException as e:  # noqa: B902
+            return self._fail(reply, e)
+
+    def _wait(self, ctx, keys, n, timeout_ms, reply):
+        try:
+            self.store.wait([self._key(keys[i]) for i in range(n)], _timedelta_ms(timeout_ms))
+            return _OK
+        except BaseException as e:  # noqa: B902
+            return self._fail(reply, e)
+
+    def _check(self, ctx, keys, n, ready, reply):
+        try:
+            ready[0] = 1 if self.store.check([self._key(keys[i]) for i in range(n)]) else 0
+            return _OK
+        except BaseException as e:  # noqa: B902
+            return self._fail(reply, e)
+
+    def _delete(self, ctx, key, deleted, reply):
+        try:
+            deleted[0] = 1 if self.store.delete_key(self._key(key)) else 0
+            return _OK
+        except BaseException as e:  # noqa: B902
+            return self._fail(reply, e)
+
+    def _num_keys(self, ctx, n, reply):
+        try:
+            n[0] = int(self.store.num_keys())
+            return _OK
+        except BaseException as e:  # noqa: B902
+            return self._fail(reply, e)
+
+    def _compare_set(self, ctx, key, exp, en, des, dn, reply):
+        try:
+            v = self.store.compare_set(
+                self._key(key),
+                ctypes.string_at(exp, en) if en else b"",
+                ctypes.string_at(des, dn) if dn else b"",
+            )
+            return _L.tdist_store_reply_value(reply, v, len(v))
+        except BaseException as e:  # noqa: B902
+            return self._fail(reply, e)
+
+
+# ---------------------------------------------------------------------------------------------
+# The process group
+
+
+def _async_min_bytes():
+    v = os.environ.get("TDIST_TORCH_ASYNC_BYTES", "262144")
+    try:
+        n = int(v)
+        if n < 0:
+            raise ValueError
+        return n
+    except ValueError:
+        raise ValueError(
+            "TDIST_TORCH_ASYNC_BYTES=%r: expected a byte count >= 0 (messages at least this "
+            "large run asynchronously; default 262144)" % v
+        ) from None
+
+
+def _completion_loop(q, pg_handle):
+    while True:
+        item = q.get()
+        if item is None:
+            return
+        work, what, finish, result, fut, _keep = item
+        st = _L.tdist_work_wait(work, -1)
+        _L.tdist_work_destroy(work)
+        if st != _OK:
+            fut.set_exception(_make_error(pg_handle, what, st))
+            continue
+        try:
+            if finish is not None:
+                finish()
+            fut.set_result(result)
+        except BaseException as e:  # noqa: B902 - handed to the waiter
+            fut.set_exception(e)
+
+
+def _make_error(pg_handle, what, st):
+    detail = _L.tdist_pg_last_error(pg_handle) or b""
+    detail = detail.decode(errors="replace") or _L.tdist_strerror(st).decode()
+    return _error_class()("tdist %s failed: %s" % (what, detail))
+
+
+class _Resources:
+    """What the C group needs alive; closed by the owner's finalizer, never by a cycle."""
+
+    def __init__(self):
+        self.bridge = None
+        self.pg = None
+        self.queue = None
+        self.thread = None
+
+    def close(self):
+        if self.thread is not None:
+            self.queue.put(None)
+            self.thread.join()
+            self.thread = None
+        if self.pg is not None:
+            _L.tdist_pg_finalize(self.pg)
+            _L.tdist_pg_destroy(self.pg)
+            self.pg = None
+        if self.bridge is not None:
+            _L.tdist_store_destroy(self.bridge.handle)
+            self.bridge = None
+
+
+class ProcessGroupTdist(_ProcessGroup):
+    """A torch.distributed ProcessGroup whose collectives run in libtdist (see the module doc)."""
+
+    def __init__(self, store, rank, size, timeout=datetime.timedelta(minutes=30)):
+        super().__init__(rank, size)
+        timeout_ms = max(int(timeout.total_seconds() * 1000), 1)
+        self._timeout_ms = timeout_ms
+        self._async_min = _async_min_bytes()
+        self._lock = threading.Lock()  # libtdist: one thread at a time per group
+        res = _Resources()
+        res.bridge = _StoreBridge(store, timeout_ms)
+        opts = _PgOptions()
+        opts.size = ctypes.sizeof(_PgOptions)
+        opts.version = 1
+        opts.backend = b"gloo"
+        opts.store = res.bridge.handle
+        opts.rank = rank
+        opts.world_size = size
+        opts.timeout_ms = timeout_ms
+        handle = _vp()
+        st = _L.tdist_init_process_group(ctypes.byref(opts), ctypes.byref(handle))
+        if st != _OK:
+            msg = _L.tdist_last_error().decode(errors="replace")
+            exc = res.bridge.last_exc
+            res.close()
+            raise _error_class()("tdist init_process_group (rank %d of %d): %s" % (rank, size, msg)) from exc
+        res.pg = handle
+        res.queue = queue.Queue()
+        res.thread = threading.Thread(
+            target=_completion_loop, args=(res.queue, handle), name="tdist-completion", daemon=True
+        )
+        res.thread.start()
+        self._res = res
+        self._pg = handle
+        self._finalizer = weakref.finalize(self, res.close)
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def getBackendName(self):
+        return BACKEND
+
+    def shutdown(self):
+        """Waits for queued work, then closes the connections (destroy_process_group does it)."""
+        self._finalizer()
+
+    def abort(self):
+        _L.tdist_pg_abort(self._pg)
+
+    def _run(self, what, fn, args, nbytes, result, finish=None, keep=None):
+        """Runs collective `fn`; returns a Work whose future's value is `result`."""
+        if self._res.pg is None:
+            raise RuntimeError("tdist %s: the process group was shut down" % what)
+        if nbytes < self._async_min:
+            with self._lock:
+                st = _BLOCKING[fn](self._pg, *args)
+            if st != _OK:
+                raise _make_error(self._pg, what, st)
+            if finish is not None:
+                finish()
+            fut = torch.futures.Future()
+            fut.set_result(result)
+            return _create_work_from_future(fut)
+        work = _vp()
+        with self._lock:
+            st = _ASYNC[fn](self._pg, *args, ctypes.byref(work))
+        if st != _OK:
+            raise _make_error(self._pg, what, st)
+        fut = torch.futures.Future()
+        self._res.queue.put((work, what, finish, result, fut, (args, keep)))
+        return _create_work_from_future(fut)
+
+    def _one(self, tensors, what):
+        if len(tensors) != 1:
+            raise ValueError(
+                "tdist %s: expected one tensor per call, got %d (one device per process)"
+                % (what, len(tensors))
+            )
+        _check_tensor(tensors[0], what)
+        return tensors[0]
+
+    def _in_place(self, t):
+        """(buffer, finish) for an in-place op on t: a contiguous copy is copied back."""
+        if t.is_contiguous():
+            return t, None
+        c = t.contiguous()
+        return c, lambda: t.copy_(c)
+
+    # -- reductions ----------------------------------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        what = "all_reduce"
+        t = self._one(tensors, what)
+        op = _reduce_op(opts.reduceOp if opts is not None else _RO.SUM, t.dtype, what)
+        d = _reduce_dtype(t, what)
+        buf, finish = self._in_place(t)
+        return self._run(
+            what, "tdist_all_reduce", (buf.data_ptr(), buf.numel(), d, op),
+            buf.numel() * buf.element_size(), tensors, finish, buf,
+        )
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        """One all_reduce over the tensors flattened together (per dtype), as gloo does."""
+        what = "all_reduce_coalesced"
+        if not tensors:
+            return self._done([])
+        for t in tensors:
+            _check_tensor(t, what)
+        dt = tensors[0].dtype
+        if any(t.dtype != dt for t in tensors):
+            raise TypeError("tdist %s: all tensors must have one dtype" % what)
+        op = _reduce_op(opts.reduceOp if opts is not None else _RO.SUM, dt, what)
+        d = _reduce_dtype(tensors[0], what)
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+
+        def finish():
+            off = 0
+            for t in tensors:
+                n = t.numel()
+                t.copy_(flat[off : off + n].view_as(t))
+                off += n
+
+        return self._run(
+            what, "tdist_all_reduce", (flat.data_ptr(), flat.numel(), d, op),
+            flat.numel() * flat.element_size(), tensors, finish, flat,
+        )
+
+    def reduce(self, tensors, opts=None):
+        what = "reduce"
+        t = self._one(tensors, what)
+        op = _reduce_op(opts.reduceOp, t.dtype, what)
+        d = _reduce_dtype(t, what)
+        root = int(opts.rootRank)
+        # libtdist may use a non-root's buffer as scratch; torch leaves it as it was.
+        buf = t.contiguous().clone() if root != self.rank() else None
+        if buf is None:
+            buf, finish = self._in_place(t)
+        else:
+            finish = None
+        return self._run(
+            what, "tdist_reduce", (buf.data_ptr(), buf.numel(), d, op, root),
+            buf.numel() * buf.element_size(), tensors, finish, buf,
+        )
+
+    def _reduce_scatter_into(self, what, out, flat_in, op_opt):
+        op = _reduce_op(op_opt, out.dtype, what)
+        d = _reduce_dtype(out, what)
+        buf, finish = self._in_place(out)
+        return self._run(
+            what, "tdist_reduce_scatter", (buf.data_ptr(), flat_in.data_ptr(), buf.numel(), d, op),
+            flat_in.numel() * flat_in.element_size(), [out], finish, (buf, flat_in),
+        )
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        what = "reduce_scatter"
+        out = self._one(output_tensors, what)
+        if len(input_tensors) != 1 or len(input_tensors[0]) != self.size():
+            raise ValueError("tdist %s: expected one list of %d input tensors" % (what, self.size()))
+        ins = input_tensors[0]
+        for x in ins:
+            _check_tensor(x, what)
+            if x.numel() != out.numel() or x.dtype != out.dtype:
+                raise ValueError(
+                    "tdist %s: every input must match the output (%d elements of %s), got %d of %s"
+                    % (what, out.numel(), out.dtype, x.numel(), x.dtype)
+                )
+        flat = torch.cat([x.reshape(-1) for x in ins])
+        w = self._reduce_scatter_into(what, out, flat, opts.reduceOp)
+        return w
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        what = "reduce_scatter_tensor"
+        _check_tensor(output, what)
+        _check_tensor(input, what)
+        if input.numel() != output.numel() * self.size() or input.dtype != output.dtype:
+            raise ValueError(
+                "tdist %s: the input must hold world_size (%d) x the output's %d elements of %s, "
+                "got %d of %s" % (what, self.size(), output.numel(), output.dtype, input.numel(), input.dtype)
+            )
+        return self._reduce_scatter_into(what, output, _contig(input), opts.reduceOp)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]
+        for w in works:
+            w.wait()
+        return self._done(outputs)
+
+    # -- moving data ---------------------------------------------------------------------------
+
+    def _done(self, result):
+        fut = torch.futures.Future()
+        fut.set_result(result)
+        return _create_work_from_future(fut)
+
+    def broadcast(self, tensors, opts=None):
+        what = "broadcast"
+        t = self._one(tensors, what)
+        root = int(opts.rootRank) if opts is not None else 0
+        buf, finish = self._in_place(t)
+        p, n = _bytes_view(buf)
+        return self._run(what, "tdist_broadcast", (p, n, _UINT8, root), n, tensors, finish, buf)
+
+    def _allgather_base(self, output, input, opts=None):
+        what = "all_gather_into_tensor"
+        _check_tensor(output, what)
+        _check_tensor(input, what)
+        if output.numel() != input.numel() * self.size() or output.dtype != input.dtype:
+            raise ValueError(
+                "tdist %s: the output must hold world_size (%d) x the input's %d elements of %s, "
+                "got %d of %s" % (what, self.size(), input.numel(), input.dtype, output.numel(), output.dtype)
+            )
+        inp = _contig(input)
+        buf, finish = self._in_place(output)
+        p, n = _bytes_view(inp)
+        return self._run(
+            what, "tdist_all_gather", (buf.data_ptr(), p, n, _UINT8), n * self.size(),
+            [output], finish, (buf, inp),
+        )
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
+        for w in works:
+            w.wait()
+        return self._done(outputs)
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        what = "all_gather"
+        inp = _contig(self._one(input_tensors, what))
+        if len(output_tensors) != 1 or len(output_tensors[0]) != self.size():
+            raise ValueError("tdist %s: expected one list of %d output tensors" % (what, self.size()))
+        outs = output_tensors[0]
+        for o in outs:
+            _check_tensor(o, what)
+            if o.dtype != inp.dtype:
+                raise TypeError("tdist %s: output %s differs from input %s" % (what, o.dtype, inp.dtype))
+        counts = [o.numel() * o.element_size() for o in outs]
+        if counts[self.rank()] != inp.numel() * inp.element_size():
+            raise ValueError(
+                "tdist %s: output %d has %d elements, the input %d"
+                % (what, self.rank(), outs[self.rank()].numel(), inp.numel())
+            )
+        flat = torch.empty(sum(counts), dtype=torch.uint8)
+        displs, off = [], 0
+        for c in counts:
+            displs.append(off)
+            off += c
+        cs, ds = _sizes(counts), _sizes(displs)
+
+        def finish():
+            for o, c, dsp in zip(outs, counts, displs):
+                o.copy_(flat[dsp : dsp + c].view(o.dtype).view_as(o))
+
+        return self._run(
+            what, "tdist_all_gather_v", (flat.data_ptr(), cs, ds, inp.data_ptr(), _UINT8),
+            sum(counts), output_tensors, finish, (flat, inp, cs, ds),
+        )
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        for outs, inp in zip(output_lists, input_list):
+            self.allgather([outs], [inp], opts).wait()
+        return self._done(output_lists)
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        what = "gather"
+        inp = _contig(self._one(input_tensors, what))
+        root = int(opts.rootRank)
+        p, n = _bytes_view(inp)
+        if self.rank() == root:
+            if len(output_tensors) != 1 or len(output_tensors[0]) != self.size():
+                raise ValueError("tdist %s: the root needs one list of %d output tensors" % (what, self.size()))
+            outs = output_tensors[0]
+            for o in outs:
+                _check_tensor(o, what)
+                if o.numel() * o.element_size() != n:
+                    raise ValueError("tdist %s: every output must match the input's size" % what)
+            flat = torch.empty(n * self.size(), dtype=torch.uint8)
+
+            def finish():
+                for i, o in enumerate(outs):
+                    o.copy_(flat[i * n : (i + 1) * n].view(o.dtype).view_as(o))
+
+            out_p = flat.data_ptr()
+        else:
+            if output_tensors and any(len(x) for x in output_tensors):
+                raise ValueError("tdist %s: only the root (rank %d) takes output tensors" % (what, root))
+            flat, finish, out_p = None, None, None
+        return self._run(
+            what, "tdist_gather", (out_p, p, n, _UINT8, root), n * self.size(),
+            output_tensors, finish, (flat, inp),
+        )
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        what = "scatter"
+        out = self._one(output_tensors, what)
+        root = int(opts.rootRank)
+        buf, finish = self._in_place(out)
+        p, n = _bytes_view(buf)
+        flat = None
+        if self.rank() == root:
+            if len(input_tensors) != 1 or len(input_tensors[0]) != self.size():
+                raise ValueError("tdist %s: the root needs one list of %d input tensors" % (what, self.size()))
+            for x in input_tensors[0]:
+                _check_tensor(x, what)
+                if x.numel() * x.element_size() != n:
+                    raise ValueError("tdist %s: every input must match the output's size" % what)
+            flat = torch.cat([x.reshape(-1).view(torch.uint8) for x in input_tensors[0]])
+        elif input_tensors and any(len(x) for x in input_tensors):
+            raise ValueError("tdist %s: only the root (rank %d) takes input tensors" % (what, root))
+        return self._run(
+            what, "tdist_scatter", (p, flat.data_ptr() if flat is not None else None, n, _UINT8, root),
+            n * self.size(), output_tensors, finish, (buf, flat),
+        )
+
+    def _all_to_all_bytes(self, what, out_buf, out_counts, in_buf, in_counts, result, finish, keep):
+        def displs(cs):
+            d, off = [], 0
+            for c in cs:
+                d.append(off)
+                off += c
+            return d
+
+        oc, od = _sizes(out_counts), _sizes(displs(out_counts))
+        ic, idd = _sizes(in_counts), _sizes(displs(in_counts))
+        return self._run(
+            what, "tdist_all_to_all_v", (out_buf.data_ptr(), oc, od, in_buf.data_ptr(), ic, idd, _UINT8),
+            sum(in_counts) + sum(out_counts), result, finish, (keep, oc, od, ic, idd),
+        )
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        what = "all_to_all_single"
+        _check_tensor(output, what)
+        _check_tensor(input, what)
+        if output.dtype != input.dtype:
+            raise TypeError("tdist %s: output %s differs from input %s" % (what, output.dtype, input.dtype))
+        w = self.size()
+
+        def rows(t, splits, name):
+            per_row = (t.numel() // t.shape[0]) if t.dim() and t.shape[0] else 0
+            if not splits:
+                if t.dim() == 0 or t.shape[0] % w:
+                    raise ValueError(
+                        "tdist %s: the %s's first dimension (%s) must divide by world_size %d"
+                        % (what, name, tuple(t.shape), w)
+                    )
+                splits = [t.shape[0] // w] * w
+            if len(splits) != w or sum(splits) != (t.shape[0] if t.dim() else 0):
+                raise ValueError(
+                    "tdist %s: %s split sizes %s must be %d sizes summing to %s"
+                    % (what, name, list(splits), w, t.shape[0] if t.dim() else 0)
+                )
+            return [s * per_row * t.element_size() for s in splits]
+
+        oc = rows(output, list(output_split_sizes), "output")
+        ic = rows(input, list(input_split_sizes), "input")
+        inp = _contig(input)
+        buf, finish = self._in_place(output)
+        return self._all_to_all_bytes(what, buf, oc, inp, ic, [output], finish, (buf, inp))
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        what = "all_to_all"
+        w = self.size()
+        if len(output_tensors) != w or len(input_tensors) != w:
+            raise ValueError("tdist %s: expected %d output and %d input tensors" % (what, w, w))
+        for t in list(output_tensors) + list(input_tensors):
+            _check_tensor(t, what)
+        ic = [t.numel() * t.element_size() for t in input_tensors]
+        oc = [t.numel() * t.element_size() for t in output_tensors]
+        inp = torch.cat([t.reshape(-1).view(torch.uint8) for t in input_tensors]) if sum(ic) else torch.empty(0, dtype=torch.uint8)
+        flat = torch.empty(sum(oc), dtype=torch.uint8)
+
+        def finish():
+            off = 0
+            for o, c in zip(output_tensors, oc):
+                o.copy_(flat[off : off + c].view(o.dtype).view_as(o))
+                off += c
+
+        return self._all_to_all_bytes(what, flat, oc, inp, ic, output_tensors, finish, (flat, inp))
+
+    # -- synchronisation and point-to-point ----------------------------------------------------
+
+    def barrier(self, opts=None):
+        return self._run("barrier", "tdist_barrier", (), 0, [])
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        ms = self._timeout_ms if timeout is None else max(int(timeout.total_seconds() * 1000), 1)
+        with self._lock:
+            st = _L.tdist_monitored_barrier(self._pg, ms)
+        if st != _OK:
+            raise _make_error(self._pg, "monitored_barrier", st)
+
+    def send(self, tensors, dst, tag=0):
+        what = "send"
+        t = _contig(self._one(tensors, what))
+        p, n = _bytes_view(t)
+        return self._run(what, "tdist_send", (p, n, _UINT8, int(dst), int(tag)), n, tensors, None, t)
+
+    def recv(self, tensors, src, tag=0):
+        what = "recv"
+        t = self._one(tensors, what)
+        buf, finish = self._in_place(t)
+        p, n = _bytes_view(buf)
+        return self._run(what, "tdist_recv", (p, n, _UINT8, int(src), int(tag)), n, tensors, finish, buf)
+
+    def recv_anysource(self, tensors, tag=0):
+        raise RuntimeError("tdist recv: receiving from any source is not supported; name the source rank")
+
+
+def _create(store, rank, size, timeout=datetime.timedelta(minutes=30)):
+    return ProcessGroupTdist(store, rank, size, timeout)
+
+
+def _register():
+    if hasattr(dist.Backend, BACKEND.upper()):
+        return
+    try:
+        dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
+    except TypeError:  # PyTorch 1.13: no devices argument
+        dist.Backend.register_backend(BACKEND, _create)
+
+
+_register()
