@@ -103,6 +103,50 @@ static int mkdirs(char *path) {
   return 0;
 }
 
+/* PREFIX/python when the agent runs from an installed tree (PREFIX/bin/tdist-agent) holding the
+ * PyTorch backend package PREFIX/python/tdist_torch; NULL otherwise. Found once. */
+static const char *torch_package_dir(void) {
+  static char dir[4096];
+  static int done;
+  if (done) return dir[0] ? dir : NULL;
+  done = 1;
+  char exe[4096], cand[4200];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return NULL;
+  exe[n] = '\0';
+  char *slash = strrchr(exe, '/');
+  if (!slash) return NULL;
+  *slash = '\0';
+  snprintf(cand, sizeof cand, "%s/../python", exe);
+  char real[4096];
+  if (!realpath(cand, real)) return NULL;
+  snprintf(cand, sizeof cand, "%s/tdist_torch/__init__.py", real);
+  if (access(cand, R_OK) != 0) return NULL;
+  snprintf(dir, sizeof dir, "%s", real);
+  return dir;
+}
+
+/* PYTHONPATH with the backend package's directory in front (once), so `import tdist_torch`
+ * works in the workers without any set-up. */
+static int add_torch_path(strv_t *e) {
+  const char *dir = torch_package_dir();
+  if (!dir) return 0;
+  const char *pp = env_get(e, "PYTHONPATH");
+  if (!pp || !*pp) return env_set(e, "PYTHONPATH", dir);
+  size_t l = strlen(dir);
+  for (const char *p = pp; *p;) { /* already there? */
+    const char *end = strchr(p, ':');
+    size_t pl = end ? (size_t)(end - p) : strlen(p);
+    if (pl == l && !strncmp(p, dir, l)) return 0;
+    p += pl + (end ? 1 : 0);
+  }
+  char *v;
+  if (asprintf(&v, "%s:%s", dir, pp) < 0) return -1;
+  int rc = env_set(e, "PYTHONPATH", v);
+  free(v);
+  return rc;
+}
+
 /* The torchrun environment for one worker on top of the agent's (torch-contracts.md §2.2). */
 static int build_env(strv_t *e, const agent_worker_spec_t *sp, int local, const char *error_file,
                      const char *stats_file) {
@@ -138,6 +182,7 @@ static int build_env(strv_t *e, const agent_worker_spec_t *sp, int local, const 
     rc |= env_set(e, "OMP_NUM_THREADS", "1");
   rc |= env_set(e, "TDIST_BACKEND", cfg->backend ? cfg->backend : "gloo");
   rc |= env_set(e, "TDIST_STATS_FILE", stats_file);
+  rc |= add_torch_path(e);
   return rc ? -1 : 0;
 }
 

@@ -514,5 +514,12 @@ static tdist_status_t gloo_run(tdist_pg_t *pg, const tdist__coll_t *k, int64_t d
   }
 }
 
-const tdist__backend_t tdist__gloo_backend = {
-    .name = "gloo", .connect = gloo_connect, .destroy = gloo_destroy, .run = gloo_run};
+static void gloo_hangup(tdist_pg_t *pg) {
+  if (G(pg) && G(pg)->tp && G(pg)->tp->hangup) G(pg)->tp->hangup(G(pg)->tp);
+}
+
+const tdist__backend_t tdist__gloo_backend = {.name = "gloo",
+                                              .connect = gloo_connect,
+                                              .destroy = gloo_destroy,
+                                              .run = gloo_run,
+                                              .hangup = gloo_hangup};

@@ -155,6 +155,13 @@ static void tcp_destroy(tdist__transport_t *base) {
 static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, int n,
                                    int64_t deadline, const char *what);
 
+static void tcp_hangup(tdist__transport_t *base) {
+  tcp_t *t = (tcp_t *)base;
+  if (t->fds)
+    for (int i = 0; i < t->size; i++)
+      if (t->fds[i] >= 0) shutdown(t->fds[i], SHUT_RDWR);
+}
+
 tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
                                            tdist__transport_t **out) {
   tcp_t *t = calloc(1, sizeof *t);
@@ -167,6 +174,7 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   if (!t) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
   t->base.exchange = tcp_exchange;
   t->base.destroy = tcp_destroy;
+  t->base.hangup = tcp_hangup;
   t->pg = pg;
   t->rank = pg->rank;
   t->size = pg->size;

@@ -34,6 +34,9 @@ struct tdist__transport {
   tdist_status_t (*exchange)(tdist__transport_t *t, tdist__xfer_t *x, int n, int64_t deadline_ms,
                              const char *what);
   void (*destroy)(tdist__transport_t *t);
+  /* Shuts down every connection (the descriptors stay open until destroy) so that peers
+   * blocked on this rank see it leave at once instead of at their deadline. Any thread. */
+  void (*hangup)(tdist__transport_t *t);
 };
 
 /* Full-mesh TCP among the group's ranks; addresses go through the group's store. */

@@ -25,7 +25,10 @@ tdist_status_t tdist__pg_run(tdist_pg_t *pg, tdist__coll_t *c) {
   tdist_status_t st = pg->be->run(pg, c, deadline);
   tdist__stats_end(pg->stats_group, c, &sop, st);
   if (st) {
-    if (!atomic_load(&pg->aborted)) tdist__pg_set_sticky(pg, st);
+    if (!atomic_load(&pg->aborted)) {
+      st = tdist__pg_share_failure(pg, st);
+      tdist__pg_set_sticky(pg, st);
+    }
     tdist__fail(st, "%s", pg->err);
   }
   return st;

@@ -65,6 +65,9 @@ typedef struct tdist__backend {
   tdist_status_t (*skip_group)(tdist_pg_t *parent, int64_t deadline_ms);
   /* Optional. The CUDA device the group's buffers must be on; absent: -1 (host memory). */
   int (*device)(const tdist_pg_t *pg);
+  /* Optional. After a failure: shut down the connections so peers blocked on this rank fail
+   * now, not at their deadline (failure.c). */
+  void (*hangup)(tdist_pg_t *pg);
 } tdist__backend_t;
 
 extern const tdist__backend_t tdist__gloo_backend;
@@ -103,6 +106,11 @@ struct tdist_pg_s {
   int running; /* the worker is executing an op it took off the queue */
   tdist_work_t *qhead, *qtail;
 };
+
+/* After a collective failed with st (pg->err holds why): shares the root cause through the
+ * group's store and adopts one another rank recorded first, then hangs up (failure.c).
+ * Returns the status to report: st, or the adopted cause's. */
+tdist_status_t tdist__pg_share_failure(tdist_pg_t *pg, tdist_status_t st);
 
 /* Records the group's error text (first failure wins for the sticky status) and returns st. */
 tdist_status_t tdist__pg_fail(tdist_pg_t *pg, tdist_status_t st, const char *fmt, ...)

@@ -77,8 +77,7 @@ static tdist_status_t cb_get(tdist_store_t *s, const char *key, void **v, size_t
   tdist_store_reply_t r = {0};
   tdist_status_t st = done(s, "get", C(s)->cb.get(C(s)->cb.ctx, key, to, &r), &r);
   if (st == TDIST_OK && !r.has_val)
-    st = tdist__store_fail(s, TDIST_ERR_INTERNAL, "callback store: get of '%s' gave no value",
-                           key);
+    st = tdist__store_fail(s, TDIST_ERR_INTERNAL, "callback store: get of '%s' gave no value", key);
   if (st != TDIST_OK) return st;
   *v = r.val;
   *n = r.len;
@@ -138,8 +137,8 @@ static tdist_status_t cb_num_keys(tdist_store_t *s, int64_t *n, int64_t to) {
   return done(s, "num_keys", C(s)->cb.num_keys(C(s)->cb.ctx, n, &r), &r);
 }
 
-static tdist_status_t cb_multi_get(tdist_store_t *s, const char *const *keys, size_t n,
-                                   void **vals, size_t *lens, int64_t to) {
+static tdist_status_t cb_multi_get(tdist_store_t *s, const char *const *keys, size_t n, void **vals,
+                                   size_t *lens, int64_t to) {
   tdist_status_t st = cb_wait(s, keys, n, to);
   for (size_t i = 0; st == TDIST_OK && i < n; i++) st = cb_get(s, keys[i], &vals[i], &lens[i], to);
   if (st != TDIST_OK) {
@@ -190,10 +189,24 @@ static void cb_destroy(tdist_store_t *s) {
 }
 
 static const tdist__store_vtable_t k_cb_vt = {
-    "callback",     cb_destroy,     cb_set,       cb_get,          cb_add,
-    cb_compare_set, cb_check,       cb_wait,      cb_delete,       cb_num_keys,
-    cb_append,      cb_multi_get,   cb_multi_set, cb_queue_push,   cb_queue_pop,
-    cb_queue_len,   0 /* thread_safe: errors in the handle */, NULL /* inner */
+    "callback",
+    cb_destroy,
+    cb_set,
+    cb_get,
+    cb_add,
+    cb_compare_set,
+    cb_check,
+    cb_wait,
+    cb_delete,
+    cb_num_keys,
+    cb_append,
+    cb_multi_get,
+    cb_multi_set,
+    cb_queue_push,
+    cb_queue_pop,
+    cb_queue_len,
+    0 /* thread_safe: errors in the handle */,
+    NULL /* inner */
 };
 
 TDIST_EXTERN tdist_status_t tdist_callback_store_create(const tdist_store_callbacks_t *cb,
@@ -202,7 +215,8 @@ TDIST_EXTERN tdist_status_t tdist_callback_store_create(const tdist_store_callba
     return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_callback_store_create: out is NULL");
   *out = NULL;
   if (!cb)
-    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "tdist_callback_store_create: callbacks is NULL");
+    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
+                       "tdist_callback_store_create: callbacks is NULL");
   tdist_store_callbacks_t c = TDIST_STORE_CALLBACKS_INIT;
   static const size_t ends[] = {TDIST__OPTS_END(tdist_store_callbacks_t, destroy)};
   tdist_status_t st = tdist__opts_load("tdist_callback_store_create", "TDIST_STORE_CALLBACKS_INIT",

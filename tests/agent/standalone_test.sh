@@ -136,7 +136,12 @@ while [ ! -e "$GO" ]; do sleep 0.05; done
 SH
 # wait_lines FILE PATTERN N: until FILE has N lines matching PATTERN (at most 10 s).
 wait_lines() {
-  for _ in $(seq 100); do [ "$(grep -c "$2" "$1" 2>/dev/null)" -ge "$3" ] && return 0; sleep 0.1; done
+  local c
+  for _ in $(seq 100); do
+    c=$(grep -c "$2" "$1" 2>/dev/null)
+    [ "${c:-0}" -ge "$3" ] && return 0
+    sleep 0.1
+  done
   return 1
 }
 export OUT="$T/hup.log" GO="$T/hup.go"
@@ -201,10 +206,13 @@ kill -KILL $apid 2>/dev/null; wait $apid; rc=$?
 #       SIGTERM): SIGHUP forwarded and the job goes on, then SIGTERM forwarded, the agent exits 143.
 cat >"$T/pid1.sh" <<'SH'
 echo "pid1 $(cat /proc/1/comm)" >> "$OUT"
-for i in 1 2 3 4 5; do (sleep 0.3 & echo "orphan $!" >> "$OUT"); done
+# The orphans live until the parent checks are done (a fixed sleep lost that race on a loaded
+# machine), then exit; each gets 10 s to be reaped.
+for i in 1 2 3 4 5; do (bash -c 'while [ ! -e "$OUT.go" ]; do sleep 0.05; done' & echo "orphan $!" >> "$OUT"); done
 for p in $(sed -n 's/^orphan //p' "$OUT"); do echo "ppid $p $(ps -o ppid= -p "$p" | tr -d ' ')" >> "$OUT"; done
-sleep 1.5
+touch "$OUT.go"
 for p in $(sed -n 's/^orphan //p' "$OUT"); do
+  for _ in $(seq 200); do [ -e "/proc/$p" ] || break; sleep 0.05; done
   if [ -e "/proc/$p" ]; then echo "left $p $(cut -d' ' -f3 "/proc/$p/stat")" >> "$OUT"; else echo "reaped $p" >> "$OUT"; fi
 done
 [ "$MODE" = exit ] && exit 5
