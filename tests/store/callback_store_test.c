@@ -23,10 +23,10 @@
 typedef struct {
   tdist_store_t *inner;
   int destroyed;
-  int get_nothing;     /* get returns OK without a value */
-  int bad_status;      /* every op returns 42 */
+  int get_nothing; /* get returns OK without a value */
+  int bad_status;  /* every op returns 42 */
   int64_t last_timeout;
-  pthread_mutex_t mu;  /* the memory store is thread-safe; this guards the fields */
+  pthread_mutex_t mu; /* the memory store is thread-safe; this guards the fields */
 } ctx_t;
 
 static tdist_status_t pass_err(ctx_t *c, tdist_status_t st, tdist_store_reply_t *r) {
