@@ -373,30 +373,34 @@ def check_futures():
 
 
 def check_ddp():
+    """DDP on tdist (blocking calls), on the all-async tdist group (DDP's reducer waits on the
+    futures of our Python works from C++) and on gloo: the same losses, identical parameters."""
     torch.manual_seed(0)
     base = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     models = {}
-    for name, grp in (("tdist", None), ("gloo", GLOO)):
+    for name, grp in (("tdist", None), ("tdist-async", TD_ASYNC), ("gloo", GLOO)):
         m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
         m.load_state_dict(base.state_dict())
         models[name] = torch.nn.parallel.DistributedDataParallel(m, process_group=grp, bucket_cap_mb=0.001)
     opts = {k: torch.optim.SGD(v.parameters(), lr=0.05) for k, v in models.items()}
-    losses = {"tdist": [], "gloo": []}
+    losses = {k: [] for k in models}
     for step in range(20):
         g = torch.Generator().manual_seed(step * 100 + RANK)
         x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
-        for k in ("tdist", "gloo"):
+        for k in models:
             opts[k].zero_grad()
             loss = torch.nn.functional.mse_loss(models[k](x), y)
             loss.backward()
             opts[k].step()
             losses[k].append(loss.item())
-    for a, b in zip(losses["tdist"], losses["gloo"]):
-        if abs(a - b) > 1e-5 * max(1.0, abs(b)):
-            fail("DDP losses differ: tdist %s, gloo %s" % (losses["tdist"], losses["gloo"]))
-    for p in models["tdist"].parameters():
-        all_same_across_ranks(p.detach(), "DDP parameter")
-    log("DDP: 20 steps, losses %.5f -> %.5f on tdist and gloo" % (losses["tdist"][0], losses["tdist"][-1]))
+    for k in ("tdist", "tdist-async"):
+        for a, b in zip(losses[k], losses["gloo"]):
+            if abs(a - b) > 1e-5 * max(1.0, abs(b)):
+                fail("DDP losses differ: %s %s, gloo %s" % (k, losses[k], losses["gloo"]))
+        for p in models[k].parameters():
+            all_same_across_ranks(p.detach(), "DDP parameter (%s)" % k)
+    log("DDP: 20 steps, losses %.5f -> %.5f on tdist, tdist-async and gloo"
+        % (losses["tdist"][0], losses["tdist"][-1]))
 
 
 def check_peer_death():
@@ -418,6 +422,10 @@ def check_peer_death():
         time.sleep(0.01)
     # Later calls fail fast too.
     expect_error(RuntimeError, ["rank %d" % victim], lambda: dist.broadcast(torch.ones(2), 0), "after the failure")
+    # The all-async group (its own connections) raises from the work's wait(), naming it too.
+    expect_error(RuntimeError, ["rank %d" % victim],
+                 lambda: dist.all_reduce(torch.ones(1 << 10), group=TD_ASYNC, async_op=True).wait(),
+                 "an async all_reduce's wait() with rank %d killed" % victim)
 
 
 t0 = time.time()
