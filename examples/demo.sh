@@ -9,14 +9,15 @@
 # serves /metrics while they train; the demo scrapes it once mid-run. Exit status 0 = the job
 # succeeded (loss went down and every rank ended with bitwise identical parameters).
 #   DEMO_RANKS (default 2), DEMO_STEPS (default 200000), DEMO_HTTP_PORT (default 29600; 0 = any)
-#   DEMO_TORCH=1 also runs the PyTorch DDP script examples/torch/ddp_train.py the same way.
+#   DEMO_TORCH=1 also runs the PyTorch DDP script examples/torch/ddp_train.py the same way, on
+#   gloo and then on "tdist" (our collectives), showing each rank's collectives on /metrics.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 TDIST_SETUP_TORCH26=0 bash .ci/setup </dev/null
-echo "== building //operator-agent:tdist-agent //examples/train:train"
+echo "== building //operator-agent:tdist-agent //examples/train:train //runtime:libtdist.so"
 bazel build --color=no --curses=no -c opt //operator-agent:tdist-agent //examples/train:train \
-  </dev/null 2>&1 | tail -2
+  //runtime:libtdist.so </dev/null 2>&1 | tail -2
 bin="$root/bazel-out/k8-opt/bin"
 tmp="$(mktemp -d)"
 trap 'kill "$agent" 2>/dev/null || true; rm -rf "$tmp"' EXIT
@@ -46,4 +47,36 @@ if [ "${DEMO_TORCH:-0}" = 1 ]; then
   echo "== tdist-agent --standalone --nproc-per-node 2 -- examples/torch/ddp_train.py (PyTorch DDP, gloo)"
   TDIST_PYTHON=/usr/bin/python3 "$bin/operator-agent/tdist-agent" --standalone --nproc-per-node 2 \
     --http-port -1 -- examples/torch/ddp_train.py
+  # The same script on the "tdist" backend: its collectives run in libtdist, so each rank's
+  # statistics reach the agent's /metrics. In an installed tree (the image: /opt/tdist) the agent
+  # puts tdist_torch on the workers' import path itself; from the build tree the demo does.
+  echo "== the same on init_process_group(\"tdist\"): --backend tdist"
+  export PYTHONPATH="$root/runtime/torch${PYTHONPATH:+:$PYTHONPATH}"
+  export TDIST_LIBRARY="$bin/runtime/libtdist.so"
+  rm -f "$tmp/port"
+  TDIST_PYTHON=/usr/bin/python3 "$bin/operator-agent/tdist-agent" --standalone --nproc-per-node 2 \
+    --http-port 0 --http-port-file "$tmp/port" \
+    -- examples/torch/ddp_train.py --backend tdist --steps 400 --step-sleep 0.01 &
+  agent=$!
+  for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
+  port="$(cat "$tmp/port" 2>/dev/null || true)"
+  shown=0
+  for _ in $(seq 300); do
+    if curl -sf "http://127.0.0.1:$port/metrics" >"$tmp/metrics" 2>/dev/null &&
+       [ "$(grep -c '^tdist_collective_ops_total{.*op="all_reduce"' "$tmp/metrics")" -ge 2 ]; then
+      echo "== while it trains, per-rank collectives on http://127.0.0.1:$port/metrics:"
+      grep -E '^tdist_collective_(ops_total|bytes_total)\{' "$tmp/metrics" | grep -v ' 0$' || true
+      shown=1
+      break
+    fi
+    kill -0 "$agent" 2>/dev/null || break
+    sleep 0.1
+  done
+  wait "$agent"
+  agent=
+  if [ "$shown" != 1 ]; then
+    echo "demo: the PyTorch job on tdist ended without per-rank all_reduce counts on /metrics" >&2
+    exit 1
+  fi
+  echo "== the PyTorch job on tdist succeeded under tdist-agent"
 fi

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""A small PyTorch DistributedDataParallel (gloo) training script, unmodified torchrun style: it
-reads nothing but the environment a launcher (torchrun or tdist-agent) sets and calls
-init_process_group("gloo"). Under tdist-agent, TORCHELASTIC_USE_AGENT_STORE=True makes every rank
-a client of the agent's store.
+"""A small PyTorch DistributedDataParallel training script, unmodified torchrun style: it reads
+nothing but the environment a launcher (torchrun or tdist-agent) sets and calls
+init_process_group("gloo") (or --backend's). Under tdist-agent, TORCHELASTIC_USE_AGENT_STORE=True
+makes every rank a client of the agent's store.
 
 Each rank trains a linear regression on its own shard; DDP averages the gradients. At the end it
 checks that the loss went down and that every rank holds identical parameters (all_gather).
 
-Options (for tests):
+Options:
+  --backend B             init_process_group(B) (default gloo); "tdist" imports tdist_torch first,
+                          the one change a script makes to run its collectives in libtdist
   --steps N               training steps (default 60)
   --fail-rank R           this global rank (all: every rank) raises an exception ...
   --fail-attempt A        ... only while TORCHELASTIC_RESTART_COUNT == A (default 0)
@@ -88,6 +90,7 @@ def fail_if_chosen(args, rank, attempt):
 @record
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--backend", default="gloo")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--fail-rank", default="-1")
     p.add_argument("--fail-attempt", type=int, default=0)
@@ -121,12 +124,14 @@ def main():
         check_fresh_store(rank)
     if args.fail_before_init:
         fail_if_chosen(args, rank, attempt)
-    dist.init_process_group("gloo")
+    if args.backend.startswith("tdist") or ":tdist" in args.backend:
+        import tdist_torch  # noqa: F401 - registers the backend name "tdist"
+    dist.init_process_group(args.backend)
     world = dist.get_world_size()
     assert dist.get_rank() == rank
     if rank == 0:
-        print(f"ddp_train: PyTorch {torch.__version__}, world {world}, attempt {attempt}",
-              flush=True)
+        print(f"ddp_train: PyTorch {torch.__version__}, world {world}, attempt {attempt}, "
+              f"backend {dist.get_backend()}", flush=True)
     crash_step = -1
     if attempt < args.crash_until_attempt:
         rng = random.Random(args.seed * 1000003 + attempt)

@@ -397,6 +397,16 @@ def _async_min_bytes():
         ) from None
 
 
+def _done_work(result):
+    """The Work of a collective that has finished (the blocking path). A C++ Work wrapping a
+    completed Future, not a Python Work: C++ callers (DDP's parameter check, broadcast_coalesced)
+    wait on works they got from Python after the Python object is gone, and a Python Work's
+    overrides are gone with it (the base Work::wait then blocks for ever)."""
+    fut = torch.futures.Future()
+    fut.set_result(result)
+    return _create_work_from_future(fut)
+
+
 def _completion_loop(q):
     """Completes the works whose future was asked for (DDP's hooks wait on futures in C++)."""
     while True:
@@ -410,8 +420,11 @@ class _AsyncWork(_Work):
     """A torch Work for a libtdist _async collective. wait() waits in libtdist on the calling
     thread (no hand-off: the C call's own cost plus about a microsecond); get_future() hands the
     work to the group's completion thread, which completes the future when libtdist is done.
-    The group holds every unfinished one, so C++ holders (DDP's reducer) always reach this
-    object, and shutdown waits for them before the connections close."""
+    The group holds every one until it has ended (waited for, or its future completed), so a C++
+    holder (DDP's reducer, broadcast_coalesced) reaches this object's overrides until then: the
+    Python object would otherwise be freed on return to C++ and the base Work::wait would block
+    for ever. C++ code in PyTorch waits on a work once (or takes its future once), which ends
+    it. Shutdown waits for every unfinished one before the connections close."""
 
     def __init__(self, res, handle, what, finish, result, keep):
         super().__init__()
@@ -434,10 +447,14 @@ class _AsyncWork(_Work):
             else:
                 fut.set_exception(exc)
 
-    def _complete(self):
-        """Waits for the work (once; later calls return at once); its exception or None."""
+    def _complete(self, release=True):
+        """Waits for the work (once; later calls return at once); its exception or None.
+        release: the group stops holding this object (wait() and the future, not is_completed(),
+        after which C++ may still wait)."""
         with self._lock:
             if self._ended:
+                if release:
+                    self._res.inflight.pop(id(self), None)
                 return self._exc
             st = _L.tdist_work_wait(self._h, -1)
             _L.tdist_work_destroy(self._h)
@@ -451,7 +468,8 @@ class _AsyncWork(_Work):
                     self._exc = e
             self._ended = True
             self._keep = self._finish = None
-            self._res.inflight.pop(id(self), None)
+            if release:
+                self._res.inflight.pop(id(self), None)
             self._settle()
             return self._exc
 
@@ -476,7 +494,7 @@ class _AsyncWork(_Work):
         finally:
             self._lock.release()
         if done.value:
-            self._complete()  # finished: runs the copy-back at once
+            self._complete(release=False)  # finished: runs the copy-back at once
         return bool(done.value)
 
     def is_success(self):
@@ -590,18 +608,19 @@ class ProcessGroupTdist(_ProcessGroup):
                 raise _make_error(self._pg, what, st)
             if finish is not None:
                 finish()
-            fut = torch.futures.Future()
-            fut.set_result(result)
-            return _create_work_from_future(fut)
+            return _done_work(result)
         work = _vp()
         with self._lock:
             st = _ASYNC[fn](self._pg, *args, ctypes.byref(work))
         if st != _OK:
             raise _make_error(self._pg, what, st)
         res = self._res
-        if len(res.inflight) >= 64:
+        if len(res.inflight) >= 1024:
+            # Works nobody waits for (async ops fired and forgotten) would hold their tensors
+            # for ever: end the finished ones.
             for w in list(res.inflight.values()):
-                w.is_completed()  # ends the finished ones nobody waited for
+                if w.is_completed():
+                    res.inflight.pop(id(w), None)
         w = _AsyncWork(res, work, what, finish, result, (args, keep))
         res.inflight[id(w)] = w
         return w
@@ -724,9 +743,7 @@ class ProcessGroupTdist(_ProcessGroup):
     # -- moving data ---------------------------------------------------------------------------
 
     def _done(self, result):
-        fut = torch.futures.Future()
-        fut.set_result(result)
-        return _create_work_from_future(fut)
+        return _done_work(result)
 
     def broadcast(self, tensors, opts=None):
         what = "broadcast"

@@ -1,0 +1,244 @@
+"""PyTorch on the "tdist" backend against PyTorch's own gloo, in the same processes and run.
+
+    bench.py [--ranks 1,2,4] [--transports tcp,shm] [--sizes 8,1K,...] [--ddp-steps 20]
+             [--seconds 0.3] [--skip-ddp]
+
+For each rank count and tdist transport (tcp: TDIST_SHM=0; shm: same-host shared memory, the
+default) it starts that many ranks of this script, each with the default group on "tdist" and a
+"gloo" group, and prints (rank 0):
+  1. all_reduce latency per call from Python (float32 SUM, blocking), median over repeated
+     blocks, for tdist, the C API called directly through ctypes on the same libtdist group
+     (blocking, and _async + tdist_work_wait), and torch gloo, with ratios; "binding us" is what
+     the binding adds over the C call it makes (the blocking one below TDIST_TORCH_ASYNC_BYTES,
+     the async one from there up). 1 rank has no peer to wait for: its rows are the per-call
+     cost alone, where the binding's share is measured best;
+  2. DDP step time (forward, backward with DDP's bucketed all_reduce, SGD step) for a small MLP
+     (batch 16, and batch 1, where communication dominates) and a small conv net on CPU: tdist
+     against gloo, models and data identical, medians, with the step's compute alone (no_sync)
+     and the share of gloo's step that is communication.
+tdist and gloo alternate block by block so drift of the machine hits both alike. Prints
+numbers; asserts nothing (bench/torch/run.sh runs it under PyTorch 1.13 and 2.6).
+"""
+
+import argparse
+import ctypes
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def parse_size(s):
+    s = s.strip().upper()
+    mult = 1
+    for suf, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
+        if s.endswith(suf):
+            mult, s = m, s[:-1]
+    return int(s) * mult
+
+
+def human(n):
+    for suf, m in (("M", 1 << 20), ("K", 1 << 10)):
+        if n >= m and n % m == 0:
+            return "%d %siB" % (n // m, suf)
+    return "%d B" % n
+
+
+p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+p.add_argument("--ranks", default="1,2,4",
+               help="rank counts; 1 rank measures the per-call cost alone (no peer to wait for)")
+p.add_argument("--transports", default="tcp,shm")
+p.add_argument("--sizes", default="8,1K,64K,1M,16M,64M")
+p.add_argument("--seconds", type=float, default=0.3, help="measured time per cell and library")
+p.add_argument("--ddp-steps", type=int, default=20)
+p.add_argument("--skip-ddp", action="store_true")
+p.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
+p.add_argument("--world", type=int, default=0, help=argparse.SUPPRESS)
+p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+a = p.parse_args()
+
+if a.rank < 0:
+    import torch
+    import torch.distributed as dist
+
+    print("PyTorch %s (%s), %d CPUs" % (torch.__version__, sys.executable, os.cpu_count()), flush=True)
+    for world in [int(x) for x in a.ranks.split(",")]:
+        trs = a.transports.split(",")
+        for tr in trs:
+            if tr not in ("tcp", "shm"):
+                sys.exit("--transports: %r is not tcp or shm" % tr)
+        for tr in trs[:1] if world == 1 else trs:
+            host = dist.TCPStore("127.0.0.1", 0, world + 1, True, timeout=datetime.timedelta(seconds=120),
+                                 wait_for_workers=False)
+            env = dict(os.environ, TDIST_SHM="0" if tr == "tcp" else "1", OMP_NUM_THREADS="1")
+            base = [sys.executable, "-u", __file__, "--world", str(world), "--port", str(host.port),
+                    "--sizes", a.sizes, "--seconds", str(a.seconds), "--ddp-steps", str(a.ddp_steps)]
+            if a.skip_ddp:
+                base.append("--skip-ddp")
+            procs = [subprocess.Popen(base + ["--rank", str(r), "--transports", tr], env=env)
+                     for r in range(world)]
+            codes = [q.wait() for q in procs]
+            if any(codes):
+                sys.exit("ranks exited %s" % codes)
+            del host
+    sys.exit(0)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import tdist_torch  # noqa: E402
+
+RANK, WORLD = a.rank, a.world
+store = dist.TCPStore("127.0.0.1", a.port, WORLD + 1, False, timeout=datetime.timedelta(seconds=120))
+dist.init_process_group("tdist", store=store, rank=RANK, world_size=WORLD,
+                        timeout=datetime.timedelta(seconds=120))
+GLOO = dist.new_group(backend="gloo")
+TD = dist.group.WORLD
+torch.set_num_threads(1)
+
+
+def out(s=""):
+    if RANK == 0:
+        print(s, flush=True)
+
+
+def iters_for(fn):
+    """Iterations that take about a.seconds, agreed by all ranks (the slowest's count). Every
+    rank makes the same calls: blocks of 1, 2, 4, ... until the slowest rank's block took 50 ms."""
+    n = 1
+    while True:
+        spent = med_across(timed(fn, n) * n)
+        if spent >= 0.05 or n >= 4096:
+            return int(min(max(3, a.seconds / (spent / n)), 20000))
+        n *= 2
+
+
+def timed(fn, n):
+    dist.barrier(group=GLOO)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n
+
+
+def med_across(x):
+    """The slowest rank's figure (a collective ends for all when the last rank ends)."""
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=GLOO)
+    return t.item()
+
+
+L = tdist_torch._L
+c_allreduce = tdist_torch._BLOCKING["tdist_all_reduce"]
+c_allreduce_async = tdist_torch._ASYNC["tdist_all_reduce"]
+ASYNC_MIN = TD._async_min
+pg_handle = TD._pg
+
+out()
+if WORLD == 1:
+    out("== all_reduce float32 SUM per call from Python, 1 rank: the per-call cost alone ==")
+else:
+    out("== all_reduce float32 SUM per call from Python, %d ranks, tdist over %s (torch gloo: TCP) =="
+        % (WORLD, a.transports))
+out("%10s %11s %11s %11s %11s %10s %11s" % ("size", "tdist us", "C API us", "C async us", "gloo us", "gloo/tdist",
+                                             "binding us"))
+for size in [parse_size(s) for s in a.sizes.split(",")]:
+    n = max(size // 4, 1)
+    x = torch.ones(n)
+    ptr = x.data_ptr()
+
+    def f_td():
+        dist.all_reduce(x)
+
+    def f_c():
+        st = c_allreduce(pg_handle, ptr, n, 2, 0)
+        if st:
+            raise RuntimeError(L.tdist_pg_last_error(pg_handle))
+
+    def f_ca():
+        w = ctypes.c_void_p()
+        st = c_allreduce_async(pg_handle, ptr, n, 2, 0, ctypes.byref(w))
+        if st == 0:
+            st = L.tdist_work_wait(w, -1)
+            L.tdist_work_destroy(w)
+        if st:
+            raise RuntimeError(L.tdist_pg_last_error(pg_handle))
+
+    def f_gl():
+        dist.all_reduce(x, group=GLOO)
+
+    k = iters_for(f_td)
+    kg = iters_for(f_gl)
+    res = {"td": [], "c": [], "ca": [], "gl": []}
+    for _ in range(3):
+        res["td"].append(timed(f_td, k))
+        res["c"].append(timed(f_c, k))
+        res["ca"].append(timed(f_ca, k))
+        res["gl"].append(timed(f_gl, kg))
+    td, c, ca, gl = (med_across(statistics.median(res[key])) * 1e6 for key in ("td", "c", "ca", "gl"))
+    # The binding calls the blocking C function below TDIST_TORCH_ASYNC_BYTES, the _async one
+    # (completed on its own thread) from there up: its cost is measured against that call.
+    base = c if size < ASYNC_MIN else ca
+    out("%10s %11.1f %11.1f %11.1f %11.1f %10.2f %11.1f" % (human(size), td, c, ca, gl, gl / td, td - base))
+
+if not a.skip_ddp and WORLD > 1:
+    def mlp():
+        return torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                                   torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+
+    def conv():
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                   torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                   torch.nn.Flatten(), torch.nn.Linear(64 * 8 * 8, 256), torch.nn.ReLU(),
+                                   torch.nn.Linear(256, 10))
+
+    out()
+    out("== DDP step time on CPU, %d ranks, tdist over %s (median of %d steps, slowest rank) =="
+        % (WORLD, a.transports, a.ddp_steps))
+    out("%-34s %9s %9s %9s %9s %9s %9s" % ("model, batch per rank", "params", "no-comm", "tdist ms", "gloo ms",
+                                          "tdist/gloo", "comm share"))
+    for name, make, shape, batch in (("MLP 256-1024-1024-10, 16", mlp, (256,), 16),
+                                     ("MLP 256-1024-1024-10, 1", mlp, (256,), 1),
+                                     ("conv net 3x32x32 (2 conv), 8", conv, (3, 32, 32), 8)):
+        torch.manual_seed(0)
+        base = make()
+        models, optim = {}, {}
+        for key, grp in (("td", None), ("gl", GLOO)):
+            m = make()
+            m.load_state_dict(base.state_dict())
+            models[key] = torch.nn.parallel.DistributedDataParallel(m, process_group=grp)
+            optim[key] = torch.optim.SGD(models[key].parameters(), lr=0.01)
+        g = torch.Generator().manual_seed(RANK)
+        xb = torch.randn((batch,) + shape, generator=g)
+        yb = torch.randint(0, 10, (batch,), generator=g)
+        times = {"td": [], "gl": [], "nc": []}
+
+        def step(key):
+            optim[key].zero_grad()
+            loss = torch.nn.functional.cross_entropy(models[key](xb), yb)
+            loss.backward()
+            optim[key].step()
+
+        for i in range(a.ddp_steps + 3):
+            # "nc": the same step with DDP's gradient all_reduce skipped (no_sync): the compute.
+            for key in (("td", "gl", "nc") if i % 2 == 0 else ("nc", "gl", "td")):
+                dist.barrier(group=GLOO)
+                t0 = time.perf_counter()
+                if key == "nc":
+                    with models["td"].no_sync():
+                        step("td")
+                else:
+                    step(key)
+                if i >= 3:
+                    times[key].append(time.perf_counter() - t0)
+        td, gl, nc = (med_across(statistics.median(times[k])) * 1e3 for k in ("td", "gl", "nc"))
+        nparam = sum(p.numel() for p in base.parameters())
+        out("%-34s %9d %9.2f %9.2f %9.2f %9.2f %8.0f%%" % (name, nparam, nc, td, gl, td / gl,
+                                                          100.0 * max(gl - nc, 0.0) / gl))
+    out("(no-comm: the tdist model's step under DDP's no_sync(), no gradient all_reduce; comm share:"
+        " (gloo - no-comm) / gloo)")
+
+dist.barrier(group=GLOO)
+dist.destroy_process_group()
