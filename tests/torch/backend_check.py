@@ -403,6 +403,27 @@ def check_ddp():
         % (losses["tdist"][0], losses["tdist"][-1]))
 
 
+def check_device_map():
+    """2.x: "cpu:tdist,cuda:nccl" is accepted and CPU tensors run on tdist. PyTorch hands every
+    device's tensors to a backend written in Python (the group is ours), so a non-CPU tensor is
+    refused with a message saying how to reach nccl (no CUDA here: a meta tensor stands in)."""
+    if not V2:
+        return
+    grp = dist.new_group(backend="cpu:tdist,cuda:nccl")
+    if not isinstance(grp, tdist_torch.ProcessGroupTdist):
+        fail("cpu:tdist,cuda:nccl: the group is %s" % type(grp).__name__)
+    g = torch.Generator().manual_seed(77 + RANK)
+    t = torch.randn(1000, generator=g, dtype=torch.float64)
+    want = t.clone()
+    dist.all_reduce(want, group=GLOO)
+    dist.all_reduce(t, group=grp)
+    same(t, want, torch.float64, "all_reduce on cpu:tdist,cuda:nccl")
+    e = expect_error(RuntimeError, ["CPU tensors only", "new_group(backend='nccl')", "cpu:tdist,cuda:nccl"],
+                     lambda: dist.all_reduce(torch.ones(3, device="meta"), group=grp),
+                     "a non-CPU tensor on cpu:tdist,cuda:nccl")
+    log("cpu:tdist,cuda:nccl: CPU tensors run on tdist; others refused: " + e)
+
+
 def check_peer_death():
     victim = WORLD - 1
     dist.barrier()
@@ -434,6 +455,7 @@ check_moves()
 check_refusals()
 check_futures()
 check_ddp()
+check_device_map()
 log("%d cases against gloo, %d against the local reference, in %.1f s (PyTorch %s)"
     % (checked["gloo"], checked["local"], time.time() - t0, torch.__version__))
 check_peer_death()

@@ -244,7 +244,9 @@ def _check_tensor(t, what):
     if t.device.type != "cpu":
         raise RuntimeError(
             "tdist %s: the tensor is on %s; the tdist backend runs collectives on CPU tensors "
-            "only. Move it to CPU, or use the 'nccl' backend for CUDA tensors" % (what, t.device)
+            "only. Move it to CPU, or run it on an 'nccl' group (dist.new_group(backend='nccl')); "
+            "a device map such as 'cpu:tdist,cuda:nccl' does not send it there, because PyTorch "
+            "gives every device's tensors to a backend written in Python" % (what, t.device)
         )
     if t.is_sparse:
         raise RuntimeError("tdist %s: sparse tensors are not supported" % what)
