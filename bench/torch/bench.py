@@ -13,7 +13,8 @@ default) it starts that many ranks of this script, each with the default group o
      the async one from there up). 1 rank has no peer to wait for: its rows are the per-call
      cost alone, where the binding's share is measured best;
   2. DDP step time (forward, backward with DDP's bucketed all_reduce, SGD step) for a small MLP
-     (batch 16, and batch 1, where communication dominates) and a small conv net on CPU: tdist
+     (batch 16, and batch 1, where communication dominates), a wider MLP (8.4M parameters, batch
+     1: communication is nearly all of the step) and a small conv net on CPU: tdist
      against gloo, models and data identical, medians, with the step's compute alone (no_sync)
      and the share of gloo's step that is communication.
 tdist and gloo alternate block by block so drift of the machine hits both alike. Prints
@@ -72,7 +73,10 @@ if a.rank < 0:
         for tr in trs[:1] if world == 1 else trs:
             host = dist.TCPStore("127.0.0.1", 0, world + 1, True, timeout=datetime.timedelta(seconds=120),
                                  wait_for_workers=False)
-            env = dict(os.environ, TDIST_SHM="0" if tr == "tcp" else "1", OMP_NUM_THREADS="1")
+            # LOCAL_WORLD_SIZE as torchrun and tdist-agent set it (tdist_torch's async default
+            # reads it).
+            env = dict(os.environ, TDIST_SHM="0" if tr == "tcp" else "1", OMP_NUM_THREADS="1",
+                       LOCAL_WORLD_SIZE=str(world))
             base = [sys.executable, "-u", __file__, "--world", str(world), "--port", str(host.port),
                     "--sizes", a.sizes, "--seconds", str(a.seconds), "--ddp-steps", str(a.ddp_steps)]
             if a.skip_ddp:
@@ -137,6 +141,9 @@ ASYNC_MIN = TD._async_min
 pg_handle = TD._pg
 
 out()
+if RANK == 0 and WORLD > 1:
+    out("(tdist_torch runs collectives of %s on libtdist's worker thread)"
+        % ("no size" if ASYNC_MIN >= 1 << 62 else ">= %d bytes" % ASYNC_MIN))
 if WORLD == 1:
     out("== all_reduce float32 SUM per call from Python, 1 rank: the per-call cost alone ==")
 else:
@@ -199,8 +206,14 @@ if not a.skip_ddp and WORLD > 1:
         % (WORLD, a.transports, a.ddp_steps))
     out("%-34s %9s %9s %9s %9s %9s %9s" % ("model, batch per rank", "params", "no-comm", "tdist ms", "gloo ms",
                                           "tdist/gloo", "comm share"))
+    def wide():
+        return torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2048),
+                                   torch.nn.ReLU(), torch.nn.Linear(2048, 1024), torch.nn.ReLU(),
+                                   torch.nn.Linear(1024, 10))
+
     for name, make, shape, batch in (("MLP 256-1024-1024-10, 16", mlp, (256,), 16),
                                      ("MLP 256-1024-1024-10, 1", mlp, (256,), 1),
+                                     ("MLP 1024-2048-2048-1024-10, 1", wide, (1024,), 1),
                                      ("conv net 3x32x32 (2 conv), 8", conv, (3, 32, 32), 8)):
         torch.manual_seed(0)
         base = make()

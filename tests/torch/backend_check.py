@@ -403,6 +403,33 @@ def check_ddp():
         % (losses["tdist"][0], losses["tdist"][-1]))
 
 
+def check_async_policy():
+    """Which collectives run on libtdist's worker thread (tdist_torch._async_min_bytes)."""
+    saved = {k: os.environ.pop(k, None) for k in ("TDIST_TORCH_ASYNC_BYTES", "LOCAL_WORLD_SIZE")}
+    try:
+        cpus = tdist_torch._cpus()
+        cases = [({}, (262144, 262144)),
+                 ({"LOCAL_WORLD_SIZE": str(cpus)}, (tdist_torch._NEVER, 262144)),
+                 ({"TDIST_TORCH_ASYNC_BYTES": "4096", "LOCAL_WORLD_SIZE": str(cpus)}, (4096, 4096))]
+        if cpus >= 2:
+            cases.append(({"LOCAL_WORLD_SIZE": str(cpus // 2)}, (262144, 262144)))
+        for env, want in cases:
+            os.environ.update(env)
+            got = tdist_torch._async_min_bytes()
+            for k in env:
+                del os.environ[k]
+            if got != want:
+                fail("async thresholds with %s (%d CPUs): %s, expected %s" % (env, cpus, got, want))
+        os.environ["TDIST_TORCH_ASYNC_BYTES"] = "-1"
+        expect_error(ValueError, ["TDIST_TORCH_ASYNC_BYTES='-1'", "byte count"], tdist_torch._async_min_bytes,
+                     "TDIST_TORCH_ASYNC_BYTES=-1")
+        del os.environ["TDIST_TORCH_ASYNC_BYTES"]
+    finally:
+        for k, v in saved.items():
+            if v is not None:
+                os.environ[k] = v
+
+
 def check_device_map():
     """2.x: "cpu:tdist,cuda:nccl" is accepted and CPU tensors run on tdist. PyTorch hands every
     device's tensors to a backend written in Python (the group is ours), so a non-CPU tensor is
@@ -455,6 +482,7 @@ check_moves()
 check_refusals()
 check_futures()
 check_ddp()
+check_async_policy()
 check_device_map()
 log("%d cases against gloo, %d against the local reference, in %.1f s (PyTorch %s)"
     % (checked["gloo"], checked["local"], time.time() - t0, torch.__version__))

@@ -22,7 +22,9 @@ libtdist's message, which names the peer rank; the group is then unusable, as in
 Messages of at least TDIST_TORCH_ASYNC_BYTES (default 262144) bytes run on libtdist's worker
 thread, so DDP overlaps them with the backward pass: the work's wait() waits in libtdist on the
 calling thread, and a future asked for (DDP's communication hooks) is completed from this
-module's completion thread. Smaller ones run at once on the calling thread. Under
+module's completion thread. Smaller ones run at once on the calling thread. Without the
+variable, collectives run on the calling thread when the launcher's LOCAL_WORLD_SIZE is more
+than half the CPUs this process may use (no core is free to overlap on). Under
 tdist-agent each rank fills its stats file, so /metrics and /status cover PyTorch ranks.
 """
 
@@ -385,18 +387,43 @@ class _StoreBridge:
 # The process group
 
 
-def _async_min_bytes():
-    v = os.environ.get("TDIST_TORCH_ASYNC_BYTES", "262144")
+_ASYNC_DEFAULT = 262144
+_NEVER = 1 << 62
+
+
+def _cpus():
     try:
-        n = int(v)
-        if n < 0:
-            raise ValueError
-        return n
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _async_min_bytes():
+    """(collectives, send/recv): messages at least this large run on libtdist's worker thread.
+    TDIST_TORCH_ASYNC_BYTES sets both. Otherwise send/recv use 262144 (a blocking large send
+    before the matching recv could wait for ever), and collectives 262144 too unless the launcher
+    says this host runs more ranks (LOCAL_WORLD_SIZE) than half its CPUs: then no core is free
+    for the worker thread to overlap on, it only takes time from the backward pass (bench/torch:
+    DDP steps up to 20% slower), and collectives run on the calling thread."""
+    v = os.environ.get("TDIST_TORCH_ASYNC_BYTES")
+    if v is not None:
+        try:
+            n = int(v)
+            if n < 0:
+                raise ValueError
+            return n, n
+        except ValueError:
+            raise ValueError(
+                "TDIST_TORCH_ASYNC_BYTES=%r: expected a byte count >= 0 (messages at least this "
+                "large run asynchronously; default 262144)" % v
+            ) from None
+    try:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
     except ValueError:
-        raise ValueError(
-            "TDIST_TORCH_ASYNC_BYTES=%r: expected a byte count >= 0 (messages at least this "
-            "large run asynchronously; default 262144)" % v
-        ) from None
+        local = 0
+    if local > 0 and _cpus() < 2 * local:
+        return _NEVER, _ASYNC_DEFAULT
+    return _ASYNC_DEFAULT, _ASYNC_DEFAULT
 
 
 def _done_work(result):
@@ -514,6 +541,7 @@ class _AsyncWork(_Work):
                 self._fut = torch.futures.Future()
                 if self._ended:
                     self._settle()
+                    self._res.inflight.pop(id(self), None)  # ended; the future is what is held
                 else:
                     self._res.queue.put(self)
             return self._fut
@@ -558,7 +586,7 @@ class ProcessGroupTdist(_ProcessGroup):
         super().__init__(rank, size)
         timeout_ms = max(int(timeout.total_seconds() * 1000), 1)
         self._timeout_ms = timeout_ms
-        self._async_min = _async_min_bytes()
+        self._async_min, self._p2p_async_min = _async_min_bytes()
         self._lock = threading.Lock()  # libtdist: one thread at a time per group
         res = _Resources()
         res.bridge = _StoreBridge(store, timeout_ms)
@@ -599,11 +627,11 @@ class ProcessGroupTdist(_ProcessGroup):
     def abort(self):
         _L.tdist_pg_abort(self._pg)
 
-    def _run(self, what, fn, args, nbytes, result, finish=None, keep=None):
+    def _run(self, what, fn, args, nbytes, result, finish=None, keep=None, p2p=False):
         """Runs collective `fn`; returns a Work whose future's value is `result`."""
         if self._res.pg is None:
             raise RuntimeError("tdist %s: the process group was shut down" % what)
-        if nbytes < self._async_min:
+        if nbytes < (self._p2p_async_min if p2p else self._async_min):
             with self._lock:
                 st = _BLOCKING[fn](self._pg, *args)
             if st != _OK:
@@ -947,14 +975,15 @@ class ProcessGroupTdist(_ProcessGroup):
         what = "send"
         t = _contig(self._one(tensors, what))
         p, n = _bytes_view(t)
-        return self._run(what, "tdist_send", (p, n, _UINT8, int(dst), int(tag)), n, tensors, None, t)
+        return self._run(what, "tdist_send", (p, n, _UINT8, int(dst), int(tag)), n, tensors, None, t, p2p=True)
 
     def recv(self, tensors, src, tag=0):
         what = "recv"
         t = self._one(tensors, what)
         buf, finish = self._in_place(t)
         p, n = _bytes_view(buf)
-        return self._run(what, "tdist_recv", (p, n, _UINT8, int(src), int(tag)), n, tensors, finish, buf)
+        return self._run(what, "tdist_recv", (p, n, _UINT8, int(src), int(tag)), n, tensors, finish, buf,
+                         p2p=True)
 
     def recv_anysource(self, tensors, tag=0):
         raise RuntimeError("tdist recv: receiving from any source is not supported; name the source rank")
