@@ -22,24 +22,34 @@ bin="$root/bazel-out/k8-opt/bin"
 tmp="$(mktemp -d)"
 trap 'kill "$agent" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 
+# show_metrics TRIES READY WHAT FILTER: while $agent runs, reads its /metrics (the port from
+# $tmp/port) up to TRIES times, 0.1 s apart, until the function READY accepts $tmp/metrics; then
+# prints the lines matching FILTER that are not 0. Status 0 once it printed them.
+show_metrics() {
+  local tries=$1 ready=$2 what=$3 filter=$4 port
+  for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
+  port="$(cat "$tmp/port" 2>/dev/null || true)"
+  for _ in $(seq "$tries"); do
+    if curl -sf "http://127.0.0.1:$port/metrics" >"$tmp/metrics" 2>/dev/null && "$ready"; then
+      echo "== while it trains, http://127.0.0.1:$port/metrics $what:"
+      grep -E "$filter" "$tmp/metrics" | grep -v ' 0$' || true
+      return 0
+    fi
+    kill -0 "$agent" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
 echo "== tdist-agent --standalone --nproc-per-node ${DEMO_RANKS:-2} -- train"
 "$bin/operator-agent/tdist-agent" --standalone --nproc-per-node "${DEMO_RANKS:-2}" \
   --http-port "${DEMO_HTTP_PORT:-29600}" --http-port-file "$tmp/port" \
   -- "$bin/examples/train/train" --steps "${DEMO_STEPS:-200000}" --print-every 50000 "$@" &
 agent=$!
-for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
-port="$(cat "$tmp/port" 2>/dev/null || true)"
-for _ in $(seq 100); do
-  if curl -sf "http://127.0.0.1:$port/metrics" >"$tmp/metrics" 2>/dev/null &&
-     grep -q '^tdist_workers{state="running"} [1-9]' "$tmp/metrics"; then
-    echo "== while it trains, http://127.0.0.1:$port/metrics says:"
-    grep -E '^tdist_(agent_state|workers|world_size|rendezvous_round|restart_count|store_keys|store_clients)' \
-      "$tmp/metrics" | grep -v ' 0$' || true
-    break
-  fi
-  kill -0 "$agent" 2>/dev/null || break
-  sleep 0.1
-done
+workers_running() { grep -q '^tdist_workers{state="running"} [1-9]' "$tmp/metrics"; }
+show_metrics 100 workers_running "says" \
+  '^tdist_(agent_state|workers|world_size|rendezvous_round|restart_count|store_keys|store_clients)' ||
+  true
 wait "$agent"
 agent=
 echo "== the C job succeeded under tdist-agent"
@@ -58,20 +68,10 @@ if [ "${DEMO_TORCH:-0}" = 1 ]; then
     --http-port 0 --http-port-file "$tmp/port" \
     -- examples/torch/ddp_train.py --backend tdist --steps 400 --step-sleep 0.01 &
   agent=$!
-  for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
-  port="$(cat "$tmp/port" 2>/dev/null || true)"
+  both_ranks_counted() { [ "$(grep -c '^tdist_collective_ops_total{.*op="all_reduce"' "$tmp/metrics")" -ge 2 ]; }
   shown=0
-  for _ in $(seq 300); do
-    if curl -sf "http://127.0.0.1:$port/metrics" >"$tmp/metrics" 2>/dev/null &&
-       [ "$(grep -c '^tdist_collective_ops_total{.*op="all_reduce"' "$tmp/metrics")" -ge 2 ]; then
-      echo "== while it trains, per-rank collectives on http://127.0.0.1:$port/metrics:"
-      grep -E '^tdist_collective_(ops_total|bytes_total)\{' "$tmp/metrics" | grep -v ' 0$' || true
-      shown=1
-      break
-    fi
-    kill -0 "$agent" 2>/dev/null || break
-    sleep 0.1
-  done
+  show_metrics 300 both_ranks_counted "has per-rank collectives" \
+    '^tdist_collective_(ops_total|bytes_total)\{' && shown=1
   wait "$agent"
   agent=
   if [ "$shown" != 1 ]; then

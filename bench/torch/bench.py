@@ -141,9 +141,9 @@ ASYNC_MIN = TD._async_min
 pg_handle = TD._pg
 
 out()
-if RANK == 0 and WORLD > 1:
+if WORLD > 1:
     out("(tdist_torch runs collectives of %s on libtdist's worker thread)"
-        % ("no size" if ASYNC_MIN >= 1 << 62 else ">= %d bytes" % ASYNC_MIN))
+        % ("no size" if ASYNC_MIN >= tdist_torch._NEVER else ">= %d bytes" % ASYNC_MIN))
 if WORLD == 1:
     out("== all_reduce float32 SUM per call from Python, 1 rank: the per-call cost alone ==")
 else:
@@ -195,6 +195,11 @@ if not a.skip_ddp and WORLD > 1:
         return torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
                                    torch.nn.ReLU(), torch.nn.Linear(1024, 10))
 
+    def wide():
+        return torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2048),
+                                   torch.nn.ReLU(), torch.nn.Linear(2048, 1024), torch.nn.ReLU(),
+                                   torch.nn.Linear(1024, 10))
+
     def conv():
         return torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
                                    torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
@@ -206,11 +211,6 @@ if not a.skip_ddp and WORLD > 1:
         % (WORLD, a.transports, a.ddp_steps))
     out("%-34s %9s %9s %9s %9s %9s %9s" % ("model, batch per rank", "params", "no-comm", "tdist ms", "gloo ms",
                                           "tdist/gloo", "comm share"))
-    def wide():
-        return torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2048),
-                                   torch.nn.ReLU(), torch.nn.Linear(2048, 1024), torch.nn.ReLU(),
-                                   torch.nn.Linear(1024, 10))
-
     for name, make, shape, batch in (("MLP 256-1024-1024-10, 16", mlp, (256,), 16),
                                      ("MLP 256-1024-1024-10, 1", mlp, (256,), 1),
                                      ("MLP 1024-2048-2048-1024-10, 1", wide, (1024,), 1),

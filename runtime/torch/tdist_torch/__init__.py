@@ -223,11 +223,6 @@ _OP_BY_KEY = {_op_key(ro): (code, name) for ro, code, name in _OPS}
 def _reduce_op(op, dtype, what):
     hit = _OP_BY_KEY.get(_op_key(op))
     if hit is None:
-        for ro, code, name in _OPS:
-            if op == ro:
-                hit = (code, name)
-                break
-    if hit is None:
         raise ValueError(
             "tdist %s: ReduceOp %s is not supported by the tdist backend (supported: SUM, PRODUCT, "
             "MIN, MAX, AVG, BAND, BOR, BXOR)" % (what, op)
@@ -688,7 +683,7 @@ class ProcessGroupTdist(_ProcessGroup):
         """One all_reduce over the tensors flattened together (per dtype), as gloo does."""
         what = "all_reduce_coalesced"
         if not tensors:
-            return self._done([])
+            return _done_work([])
         for t in tensors:
             _check_tensor(t, what)
         dt = tensors[0].dtype
@@ -768,12 +763,9 @@ class ProcessGroupTdist(_ProcessGroup):
         works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]
         for w in works:
             w.wait()
-        return self._done(outputs)
+        return _done_work(outputs)
 
     # -- moving data ---------------------------------------------------------------------------
-
-    def _done(self, result):
-        return _done_work(result)
 
     def broadcast(self, tensors, opts=None):
         what = "broadcast"
@@ -804,7 +796,7 @@ class ProcessGroupTdist(_ProcessGroup):
         works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
         for w in works:
             w.wait()
-        return self._done(outputs)
+        return _done_work(outputs)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         what = "all_gather"
@@ -841,7 +833,7 @@ class ProcessGroupTdist(_ProcessGroup):
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         for outs, inp in zip(output_lists, input_list):
             self.allgather([outs], [inp], opts).wait()
-        return self._done(output_lists)
+        return _done_work(output_lists)
 
     def gather(self, output_tensors, input_tensors, opts=None):
         what = "gather"
