@@ -172,6 +172,7 @@ for _n, _a in _COLL.items():
     _BLOCKING[_n] = _proto(_n, _i, _vp, *_a)
     _ASYNC[_n] = _proto(_n + "_async", _i, _vp, *(_a + (ctypes.POINTER(_vp),)))
 _proto("tdist_monitored_barrier", _i, _vp, _i64)
+_ALL_REDUCE = _BLOCKING["tdist_all_reduce"]
 
 # ---------------------------------------------------------------------------------------------
 # dtypes and reduce ops
@@ -218,6 +219,22 @@ def _op_key(op):
 # RedOpType integer -> (libtdist code, name): one dict lookup per call (comparing ReduceOp
 # objects costs about 0.4 to 0.9 us each).
 _OP_BY_KEY = {_op_key(ro): (code, name) for ro, code, name in _OPS}
+# hash(ReduceOp) -> libtdist code, for allreduce's fast path: PyTorch's ReduceOp hashes to its
+# RedOpType's integer (1.13 and 2.x), and hash() costs 0.3 us where reading opts.reduceOp.op
+# and looking it up costs 0.7 to 1.4. Checked here for every op; if a PyTorch hashed otherwise
+# the fast path would look up nothing and the general path would run.
+def _codes_by_hash():
+    table = {}
+    opts = dist.AllreduceOptions()
+    for ro, code, _name in _OPS:
+        opts.reduceOp = ro
+        if hash(opts.reduceOp) != _op_key(ro):
+            return {}
+        table[hash(opts.reduceOp)] = code
+    return table
+
+
+_CODE_BY_HASH = _codes_by_hash()
 
 
 def _reduce_op(op, dtype, what):
@@ -426,9 +443,13 @@ def _done_work(result):
     completed Future, not a Python Work: C++ callers (DDP's parameter check, broadcast_coalesced)
     wait on works they got from Python after the Python object is gone, and a Python Work's
     overrides are gone with it (the base Work::wait then blocks for ever)."""
-    fut = torch.futures.Future()
+    fut = _CFuture(_NO_DEVICES)  # the C++ class: 0.5 us less than torch.futures.Future()
     fut.set_result(result)
     return _create_work_from_future(fut)
+
+
+_CFuture = torch._C.Future
+_NO_DEVICES = []
 
 
 def _completion_loop(q):
@@ -669,6 +690,29 @@ class ProcessGroupTdist(_ProcessGroup):
     # -- reductions ----------------------------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
+        # The hot path (dist.all_reduce, DDP's buckets): one contiguous CPU tensor, an op its
+        # dtype takes, below the async threshold. It is allreduce's general path below with the
+        # checks that pass folded together: about 2 us of Python less per call.
+        if opts is not None and len(tensors) == 1:
+            t = tensors[0]
+            code = _CODE_BY_HASH.get(hash(opts.reduceOp))
+            d = _DTYPES.get(t.dtype) if isinstance(t, torch.Tensor) else None
+            if (
+                code is not None
+                and d is not None
+                and (code < 5 or d >= 4)  # BAND, BOR, BXOR: integer dtypes only
+                and t.is_cpu
+                and not t.is_sparse
+                and t.is_contiguous()
+                and self._pg is not None
+            ):
+                n = t.numel()
+                if n * t.element_size() < self._async_min and self._res.pg is not None:
+                    with self._lock:
+                        st = _ALL_REDUCE(self._pg, t.data_ptr(), n, d, code)
+                    if st != _OK:
+                        raise _make_error(self._pg, "all_reduce", st)
+                    return _done_work(tensors)
         what = "all_reduce"
         t = self._one(tensors, what)
         op = _reduce_op(opts.reduceOp if opts is not None else _RO.SUM, t.dtype, what)
