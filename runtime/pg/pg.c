@@ -76,9 +76,12 @@ static void pg_free(tdist_pg_t *pg) {
 static tdist_status_t pg_connect(tdist_pg_t *pg, const char *name) {
   pg->name = strdup(name);
   if (!pg->name) return tdist__fail(TDIST_ERR_NO_MEMORY, "out of memory");
-  tdist_status_t st = tdist_prefix_store_create(pg->base_store, name, &pg->store);
-  if (st) return st;
-  tdist_store_set_timeout(pg->store, pg->timeout_ms);
+  tdist_status_t st;
+  if (pg->base_store) { /* none for backend "mpi": MPI connects the ranks */
+    st = tdist_prefix_store_create(pg->base_store, name, &pg->store);
+    if (st) return st;
+    tdist_store_set_timeout(pg->store, pg->timeout_ms);
+  }
   pg->magic = TDIST__PG_MAGIC;
   st = pg->be->connect(pg, tdist__now_ms() + pg->timeout_ms);
   if (st) {
@@ -111,9 +114,11 @@ TDIST_EXTERN tdist_status_t tdist_init_process_group(const tdist_pg_options_t *o
     be = &tdist__gloo_backend;
   } else if (strcmp(backend, "nccl") == 0) {
     be = &tdist__nccl_backend;
+  } else if (strcmp(backend, "mpi") == 0) {
+    be = NULL; /* below: the plugin gives it */
   } else {
     return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
-                       "backend '%s' is not supported; use 'gloo' or 'nccl'", backend);
+                       "backend '%s' is not supported; use 'gloo', 'nccl' or 'mpi'", backend);
   }
   if (opts->store && opts->init_method)
     return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
@@ -124,7 +129,10 @@ TDIST_EXTERN tdist_status_t tdist_init_process_group(const tdist_pg_options_t *o
   int64_t timeout = opts->timeout_ms ? opts->timeout_ms : TDIST__PG_DEFAULT_TIMEOUT_MS;
   tdist__rdzv_t r;
   memset(&r, 0, sizeof r);
-  if (opts->store) {
+  if (!be) {
+    /* mpi: MPI_COMM_WORLD numbers the ranks; a store or init_method is not used. */
+    if ((st = tdist__mpi_open(opts, &be, &r.rank, &r.world))) return st;
+  } else if (opts->store) {
     if (opts->rank < 0 || opts->world_size <= 0)
       return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
                          "tdist_init_process_group: with an explicit store, rank (%d) and "
@@ -147,7 +155,9 @@ TDIST_EXTERN tdist_status_t tdist_init_process_group(const tdist_pg_options_t *o
   pg->be = be;
   if (opts->socket_ifname && !(pg->socket_ifname = strdup(opts->socket_ifname)))
     st = tdist__fail(TDIST_ERR_NO_MEMORY, "tdist_init_process_group: out of memory");
-  if (st == TDIST_OK && opts->store) {
+  if (st == TDIST_OK && strcmp(be->name, "mpi") == 0) {
+    /* no store */
+  } else if (st == TDIST_OK && opts->store) {
     pg->base_store = opts->store;
   } else if (st == TDIST_OK) {
     st = tdist__pg_open_stores(pg, &r, timeout);

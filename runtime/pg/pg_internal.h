@@ -40,6 +40,7 @@ typedef struct tdist__coll {
   size_t *counts, *displs;       /* all_gather_v; all_to_all_v output side */
   size_t *in_counts, *in_displs; /* all_to_all_v input side */
   int owned_arrays;
+  int async;    /* 1: runs on the group's worker (an _async call); 0: on the caller's thread */
   uint64_t seq; /* sequence number in the group */
 } tdist__coll_t;
 
@@ -72,6 +73,13 @@ typedef struct tdist__backend {
 
 extern const tdist__backend_t tdist__gloo_backend;
 extern const tdist__backend_t tdist__nccl_backend;
+
+/* Backend "mpi" lives in a plugin (runtime/mpi/plugin.h, opened by runtime/pg/mpi_load.c): loads
+ * it, checks opts' rank and world size and RANK/WORLD_SIZE against MPI_COMM_WORLD, and gives the
+ * backend with this process's rank and size. On failure tdist_last_error() says why
+ * (TDIST_ERR_NOT_AVAILABLE: no plugin, or no MPI library for it). */
+tdist_status_t tdist__mpi_open(const tdist_pg_options_t *opts, const tdist__backend_t **be,
+                               int *rank, int *size);
 
 typedef struct tdist_work_s tdist_work_t;
 

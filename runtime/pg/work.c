@@ -62,6 +62,7 @@ tdist_status_t tdist__pg_submit(tdist_pg_t *pg, const tdist__coll_t *c, tdist_wo
   w->magic = TDIST__WORK_MAGIC;
   w->pg = pg;
   w->coll = *c;
+  w->coll.async = 1;
   pthread_mutex_lock(&pg->mu);
   if (!pg->worker_started) {
     if (pthread_create(&pg->worker, NULL, worker_main, pg) != 0) {

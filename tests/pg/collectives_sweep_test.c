@@ -47,7 +47,14 @@
  * every peer over shared memory (or, TCP only, none), and that each all_reduce that moved data
  * ran the forced algorithm (a forced ring with fewer elements than ranks runs recursive
  * doubling, as documented in runtime/gloo/gloo.c).
- * Sharding: the (world, phase, transport) jobs are spread over Bazel's shards (shard_count). */
+ * Sharding: the (world, phase, transport) jobs are spread over Bazel's shards (shard_count).
+ *
+ * Backend "mpi" (tests/mpi/mpi_sweep_test.sh): `collectives_sweep_test --mpi ARRIVALS_FILE`,
+ * started by mpirun, runs every phase in one group of backend "mpi" (rank and world from
+ * MPI_COMM_WORLD; the full op matrix at worlds 2, 3 and 5), all_reduce once blocking and once
+ * through tdist_all_reduce_async, with the same inputs, references and bitwise-identity checks.
+ * The barrier's arrival counters live in ARRIVALS_FILE (4096 zero bytes, shared by the ranks);
+ * the gloo-only log checks (transport, algorithm) are skipped. */
 #define _GNU_SOURCE
 #include <inttypes.h>
 #include <math.h>
@@ -57,6 +64,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -86,8 +94,26 @@ typedef struct {
   int full;         /* full dtype x op matrix */
   /* shared (MAP_SHARED) across the forked ranks: barrier arrival counters */
   _Atomic int *arrivals;
-  int shm; /* same-host peers must be linked over shared memory (else TCP only) */
+  int shm;            /* same-host peers must be linked over shared memory (else TCP only) */
+  tdist_pg_t *mpi_pg; /* --mpi: the one group every phase uses (NULL: gloo, a group per job) */
+  int async;          /* all_reduce through tdist_all_reduce_async + tdist_work_wait */
 } cfg_t;
+
+/* The job's group: the mpi group, or a new gloo group over the parent's store. */
+static tdist_pg_t *body_pg(const cfg_t *cfg, int *rank, int *world, int port,
+                           tdist_store_t **store) {
+  *store = NULL;
+  if (!cfg->mpi_pg) return tdist_test_init_pg(*rank, *world, port, TIMEOUT_MS, store);
+  *rank = tdist_pg_rank(cfg->mpi_pg);
+  *world = tdist_pg_size(cfg->mpi_pg);
+  return cfg->mpi_pg;
+}
+
+static void body_done(const cfg_t *cfg, tdist_pg_t *pg, tdist_store_t *store) {
+  if (cfg->mpi_pg) return;
+  tdist_pg_destroy(pg);
+  tdist_store_destroy(store);
+}
 
 /* ---------------------------------------------------------------------------------------- */
 /* dtypes, inputs and references                                                             */
@@ -390,10 +416,12 @@ static void check_identical(tdist_pg_t *pg, const char *what, const void *buf, s
 
 static int all_reduce_body(int rank, int world, int port, void *arg) {
   const cfg_t *cfg = arg;
-  setenv("TDIST_ALGO_ALLREDUCE", cfg->algo, 1);
-  logcap_begin("sweep");
+  if (!cfg->mpi_pg) {
+    setenv("TDIST_ALGO_ALLREDUCE", cfg->algo, 1);
+    logcap_begin("sweep");
+  }
   tdist_store_t *store;
-  tdist_pg_t *pg = tdist_test_init_pg(rank, world, port, TIMEOUT_MS, &store);
+  tdist_pg_t *pg = body_pg(cfg, &rank, &world, port, &store);
   uint8_t *buf = xmalloc(LARGE * 8 + GUARD);
   int case_no = 0, want_ring = 0, want_rd = 0;
   for (size_t d = 0; d < NDT; d++) {
@@ -406,16 +434,24 @@ static int all_reduce_body(int rank, int world, int port, void *arg) {
         uint64_t seed = case_seed(1, world, dt, (tdist_reduce_op_t)op, n, 0);
         fill(buf, n, dt, (tdist_reduce_op_t)op, seed, rank, 0);
         set_guard(buf, n * es);
-        tdist_status_t st = tdist_all_reduce(pg, n ? buf : NULL, n, dt, (tdist_reduce_op_t)op);
+        tdist_status_t st;
+        if (cfg->async) {
+          tdist_work_t *w = NULL;
+          st = tdist_all_reduce_async(pg, n ? buf : NULL, n, dt, (tdist_reduce_op_t)op, &w);
+          if (!st) st = tdist_work_wait(w, -1);
+          tdist_work_destroy(w);
+        } else {
+          st = tdist_all_reduce(pg, n ? buf : NULL, n, dt, (tdist_reduce_op_t)op);
+        }
         if (st) {
           fprintf(stderr, "rank %d: all_reduce world %d algo %s dtype %s op %s count %zu: %s: %s\n",
-                  rank, world, cfg->algo, tdist_dtype_name(dt),
+                  rank, world, cfg->algo ? cfg->algo : "mpi", tdist_dtype_name(dt),
                   tdist_reduce_op_name((tdist_reduce_op_t)op), n, tdist_status_name(st),
                   tdist_pg_last_error(pg));
           return 1;
         }
         if (n && world > 1) {
-          if (!strcmp(cfg->algo, "ring") && n >= (size_t)world)
+          if (cfg->algo && !strcmp(cfg->algo, "ring") && n >= (size_t)world)
             want_ring++;
           else
             want_rd++;
@@ -427,9 +463,9 @@ static int all_reduce_body(int rank, int world, int port, void *arg) {
       }
     }
   }
-  tdist_pg_destroy(pg);
-  tdist_store_destroy(store);
+  body_done(cfg, pg, store);
   free(buf);
+  if (cfg->mpi_pg) return 0;
   char *log = logcap_end();
   logcap_expect_transport(log, rank, world, cfg->shm, 1);
   logcap_expect_algos(log, rank, want_ring, want_rd);
@@ -743,9 +779,9 @@ static void run_send_recv(tdist_pg_t *pg, uint8_t *sbuf, uint8_t *rbuf) {
 
 static int other_body(int rank, int world, int port, void *arg) {
   const cfg_t *cfg = arg;
-  logcap_begin("sweep");
+  if (!cfg->mpi_pg) logcap_begin("sweep");
   tdist_store_t *store;
-  tdist_pg_t *pg = tdist_test_init_pg(rank, world, port, TIMEOUT_MS, &store);
+  tdist_pg_t *pg = body_pg(cfg, &rank, &world, port, &store);
   size_t cap = (size_t)world * 8 * LARGE + 4096; /* the largest buffer any case below needs */
   uint8_t *in = xmalloc(cap + GUARD), *out = xmalloc(cap + GUARD);
   run_broadcast(pg, out);
@@ -760,10 +796,10 @@ static int other_body(int rank, int world, int port, void *arg) {
   run_barrier(pg, cfg);
   run_send_recv(pg, in, out);
   OK(pg, tdist_barrier(pg));
-  tdist_pg_destroy(pg);
-  tdist_store_destroy(store);
+  body_done(cfg, pg, store);
   free(in);
   free(out);
+  if (cfg->mpi_pg) return 0;
   char *log = logcap_end();
   logcap_expect_transport(log, rank, world, cfg->shm, 1);
   free(log);
@@ -772,7 +808,47 @@ static int other_body(int rank, int world, int port, void *arg) {
 
 /* ---------------------------------------------------------------------------------------- */
 
-int main(void) {
+/* --mpi ARRIVALS: this process is one rank of an mpirun job (see the header). */
+static int mpi_main(const char *arrivals_path) {
+  int fd = open(arrivals_path, O_RDWR);
+  CHECK(fd >= 0);
+  _Atomic int *arrivals = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  CHECK(arrivals != MAP_FAILED);
+  close(fd);
+  tdist_pg_options_t o = TDIST_PG_OPTIONS_INIT;
+  o.backend = "mpi";
+  o.timeout_ms = TIMEOUT_MS;
+  cfg_t cfg = {.arrivals = arrivals};
+  tdist_status_t st = tdist_init_process_group(&o, &cfg.mpi_pg);
+  if (st) {
+    fprintf(stderr, "init_process_group(mpi): %s: %s\n", tdist_status_name(st), tdist_last_error());
+    return 1;
+  }
+  int rank = tdist_pg_rank(cfg.mpi_pg), world = tdist_pg_size(cfg.mpi_pg);
+  cfg.full = world == 2 || world == 3 || world == 5;
+  double t0 = now_s();
+  int rc = all_reduce_body(rank, world, 0, &cfg);
+  if (rank == 0)
+    TEST_LOG("mpi world %d all_reduce: %s in %.1f s", world, rc ? "FAILED" : "ok", now_s() - t0);
+  cfg.async = 1;
+  t0 = now_s();
+  rc |= all_reduce_body(rank, world, 0, &cfg);
+  if (rank == 0)
+    TEST_LOG("mpi world %d all_reduce async: %s in %.1f s", world, rc ? "FAILED" : "ok",
+             now_s() - t0);
+  t0 = now_s();
+  rc |= other_body(rank, world, 0, &cfg);
+  if (rank == 0)
+    TEST_LOG("mpi world %d other collectives: %s in %.1f s", world, rc ? "FAILED" : "ok",
+             now_s() - t0);
+  CHECK(!strcmp(tdist_pg_backend(cfg.mpi_pg), "mpi"));
+  tdist_pg_destroy(cfg.mpi_pg);
+  munmap((void *)arrivals, 4096);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "--mpi")) return mpi_main(argv[2]);
   logcap_enable_debug();
   /* Jobs in an order that spreads the heavy (large world) ones over the shards. */
   static const struct {
