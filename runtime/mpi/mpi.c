@@ -71,8 +71,8 @@ static pthread_mutex_t g_call_mu = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct mstate {
   tdist_pg_t *pg;
-  MPI_Comm comm;     /* collectives and send/recv */
-  MPI_Comm mb_comm;  /* monitored_barrier's point-to-point messages */
+  MPI_Comm comm;    /* collectives and send/recv */
+  MPI_Comm mb_comm; /* monitored_barrier's point-to-point messages */
   int64_t timeout_ms;
   /* The call in flight, for the watchdog: 0 when none. */
   _Atomic int64_t busy_since_ms;
@@ -162,9 +162,9 @@ static tdist_dtype_t user_dtype(MPI_Datatype dt) {
 }
 
 /* MPI: inout[i] = in[i] op inout[i]; every op here is commutative. */
-#define USER_OP(name, OP)                                                     \
-  static void name(void *in, void *inout, int *len, MPI_Datatype *dt) {       \
-    H->reduce(inout, in, (size_t)*len, user_dtype(*dt), OP);                  \
+#define USER_OP(name, OP)                                               \
+  static void name(void *in, void *inout, int *len, MPI_Datatype *dt) { \
+    H->reduce(inout, in, (size_t)*len, user_dtype(*dt), OP);            \
   }
 USER_OP(uop_sum, TDIST_SUM)
 USER_OP(uop_prod, TDIST_PROD)
@@ -212,8 +212,7 @@ static MPI_Op mpi_op(tdist_dtype_t d, tdist_reduce_op_t op) {
   /* 8-bit SUM and PROD too: Open MPI 4.1's op/avx component adds int8/uint8 vectors with
    * saturation (127 + 1 = 127; torch and gloo wrap to -128). */
   int byte_arith = (d == TDIST_INT8 || d == TDIST_UINT8) && (op == TDIST_SUM || op == TDIST_PROD);
-  if (half || byte_arith || (is_float(d) && (op == TDIST_MIN || op == TDIST_MAX)))
-    return g_uop[op];
+  if (half || byte_arith || (is_float(d) && (op == TDIST_MIN || op == TDIST_MAX))) return g_uop[op];
   switch (op) {
     case TDIST_SUM: return MPI_SUM;
     case TDIST_PROD: return MPI_PROD;
@@ -444,9 +443,9 @@ static int issue(mstate_t *s, const tdist__coll_t *c, MPI_Request *req, int **sc
   MPI_Comm comm = s->comm;
   MPI_Datatype dt = mpi_dtype(c->dtype);
   size_t esz = c->dtype == TDIST_FLOAT16 || c->dtype == TDIST_BFLOAT16 ? 2
-               : c->dtype == TDIST_FLOAT32 || c->dtype == TDIST_INT32 ? 4
-               : c->dtype == TDIST_FLOAT64 || c->dtype == TDIST_INT64 ? 8
-                                                                      : 1;
+               : c->dtype == TDIST_FLOAT32 || c->dtype == TDIST_INT32  ? 4
+               : c->dtype == TDIST_FLOAT64 || c->dtype == TDIST_INT64  ? 8
+                                                                       : 1;
   int n = (int)c->count, me = pg->rank, size = pg->size;
   char *out = c->out;
   const char *in = c->in;
@@ -457,7 +456,8 @@ static int issue(mstate_t *s, const tdist__coll_t *c, MPI_Request *req, int **sc
                  : MPI_Allreduce(MPI_IN_PLACE, out, n, dt, op, comm);
     }
     case TDIST__COLL_BROADCAST:
-      return req ? MPI_Ibcast(out, n, dt, c->root, comm, req) : MPI_Bcast(out, n, dt, c->root, comm);
+      return req ? MPI_Ibcast(out, n, dt, c->root, comm, req)
+                 : MPI_Bcast(out, n, dt, c->root, comm);
     case TDIST__COLL_REDUCE: {
       MPI_Op op = mpi_op(c->dtype, c->op);
       const void *sb = me == c->root ? MPI_IN_PLACE : out;

@@ -142,9 +142,9 @@ tdist_status_t tdist__mpi_open(const tdist_pg_options_t *opts, const tdist__back
   pthread_mutex_unlock(&g_mu);
   if (st) return tdist__fail(st, "backend 'mpi': %s", err);
   if (tdist__param_error(TDIST__P_MPI_SPIN_US))
-    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "%s",
-                       tdist__param_error(TDIST__P_MPI_SPIN_US));
-  if ((st = p->world(rank, size, err, sizeof err))) return tdist__fail(st, "backend 'mpi': %s", err);
+    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "%s", tdist__param_error(TDIST__P_MPI_SPIN_US));
+  if ((st = p->world(rank, size, err, sizeof err)))
+    return tdist__fail(st, "backend 'mpi': %s", err);
   /* The caller and the environment may only confirm MPI's numbering. */
   if (opts->rank >= 0 && opts->rank != *rank)
     return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
