@@ -2,9 +2,9 @@
  * interface is runtime/mpi/plugin.h, the semantics are PyTorch's mpi backend's):
  *   - rank and size are MPI_COMM_WORLD's; no store. MPI is initialised on first use
  *     (MPI_Init_thread, MPI_THREAD_MULTIPLE asked) unless the program did it, and finalised
- *     when the last group is destroyed, only if tdist initialised it and no group failed (a
- *     finalize waits for every rank: after a failure the process exits without it and the
- *     launcher ends the job).
+ *     when the last group is destroyed, only if tdist initialised it and no collective failed
+ *     (a finalize waits for every rank: after a failure the process exits without it and the
+ *     launcher ends the job); the watchdog bounds the finalize by the group's timeout.
  *   - Each group has its own communicator: the world group a duplicate of MPI_COMM_WORLD,
  *     subgroups MPI_Comm_create_group of the parent's (only the members call it), so tdist's
  *     traffic never matches the program's own MPI calls. Errors return (MPI_ERRORS_RETURN) and
@@ -83,6 +83,7 @@ typedef struct mstate {
 
 static mstate_t *g_watched;
 static int g_watchdog_started;
+static _Atomic int64_t g_finalize_since_ms, g_finalize_timeout_ms; /* MPI_Finalize in progress */
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -133,6 +134,17 @@ static void *watchdog_main(void *arg) {
       }
     }
     pthread_mutex_unlock(&g_mu);
+    int64_t fin = atomic_load(&g_finalize_since_ms), fto = atomic_load(&g_finalize_timeout_ms);
+    if (fin && now - fin > fto) {
+      H->log(LOG_ERROR, "mpi",
+             "MPI_Finalize has not finished after %lld ms (the last group's timeout): a rank "
+             "has not finalized; ending the job with MPI_Abort(MPI_COMM_WORLD, %d)",
+             (long long)(now - fin), ABORT_CODE);
+      fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, ABORT_CODE);
+      _exit(ABORT_CODE);
+    }
+    if (fin && fto / 20 < period) period = fto / 20 < 1 ? 1 : fto / 20;
     struct timespec ts = {(time_t)(period / 1000), (long)(period % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
@@ -355,7 +367,8 @@ static void mpi_destroy(tdist_pg_t *pg) {
       break;
     }
   }
-  if (atomic_load(&pg->aborted)) g_failed = 1;
+  /* A collective failed (not a deliberate tdist_pg_abort): peers may never finalize. */
+  if (atomic_load(&pg->aborted) && pg->sticky != TDIST_ERR_ABORTED) g_failed = 1;
   int fin = 0;
   MPI_Finalized(&fin);
   if (!fin) {
@@ -364,12 +377,20 @@ static void mpi_destroy(tdist_pg_t *pg) {
     if (s->comm != MPI_COMM_NULL) MPI_Comm_free(&s->comm);
     MPI_UNLOCK();
   }
-  if (--g_groups == 0 && g_we_initialized && !g_failed && !fin) {
-    H->log(LOG_DEBUG, "mpi", "last mpi group destroyed: MPI_Finalize");
-    MPI_Finalize();
+  int finalize = --g_groups == 0 && g_we_initialized && !g_failed && !fin;
+  if (finalize) {
+    /* MPI_Finalize waits for every rank: the watchdog ends the job if it outlives the
+     * group's timeout (g_mu is released, so the watchdog can run). */
+    atomic_store(&g_finalize_timeout_ms, s->timeout_ms);
+    atomic_store(&g_finalize_since_ms, now_ms());
   }
   pthread_mutex_unlock(&g_mu);
   free(s);
+  if (finalize) {
+    H->log(LOG_DEBUG, "mpi", "last mpi group destroyed: MPI_Finalize");
+    MPI_Finalize();
+    atomic_store(&g_finalize_since_ms, 0);
+  }
 }
 
 /* ---- checks before a call is queued ---------------------------------------------------------- */
