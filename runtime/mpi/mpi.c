@@ -341,7 +341,7 @@ static tdist_status_t mpi_connect(tdist_pg_t *pg, int64_t deadline_ms) {
     if (rc == MPI_SUCCESS) {
       /* Only the members call it; concurrent creations of one parent are told apart by the
        * parent's subgroup count, which every parent rank keeps in step. */
-      rc = MPI_Comm_create_group(ps->comm, sub, pg->parent->subgroups % (g_tag_ub + 1), &s->comm);
+      rc = MPI_Comm_create_group(ps->comm, sub, pg->parent->subgroups % g_tag_ub, &s->comm);
       MPI_Group_free(&sub);
     }
   } else {
@@ -541,7 +541,7 @@ static int issue(mstate_t *s, const tdist__coll_t *c, MPI_Request *req, int **sc
 static tdist_status_t monitored_barrier(mstate_t *s, const tdist__coll_t *c) {
   tdist_pg_t *pg = s->pg;
   int size = pg->size, me = pg->rank;
-  int tag = (int)(c->seq % (uint64_t)((g_tag_ub + 1) / 2)) * 2;
+  int tag = (int)(c->seq % (uint64_t)(g_tag_ub / 2)) * 2;
   int64_t deadline = now_ms() + c->timeout_ms;
   int nreq = me == 0 ? size - 1 : 2;
   MPI_Request *reqs = calloc((size_t)(nreq > 0 ? nreq : 1), sizeof *reqs);

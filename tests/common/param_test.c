@@ -43,6 +43,8 @@ static const expect_t k_expect[] = {
     {"TDIST_NCCL_SPIN_US", 'i', "10000", "0..10000000"},
     {"TDIST_NCCL_LIBRARY", 's', NULL, "1..4095"},
     {"TDIST_CUDART_LIBRARY", 's', NULL, "1..4095"},
+    {"TDIST_MPI_PLUGIN", 's', NULL, "1..4095"},
+    {"TDIST_MPI_SPIN_US", 'i', "50", "0..10000000"},
     {"TDIST_PYTHON", 's', "python3", "1..4095"},
     {"TDIST_STALL_REPORT_SECONDS", 'd', "5", "0.001..86400"},
 };

@@ -78,7 +78,8 @@ static void scenario_async(void) {
   }
   /* broadcast from every root, async */
   for (int root = 0; root < p; root++) {
-    for (int i = 0; i < N; i++) a[i] = me == root ? (int64_t)rnd(3, (uint64_t)root, (uint64_t)i) : -1;
+    for (int i = 0; i < N; i++)
+      a[i] = me == root ? (int64_t)rnd(3, (uint64_t)root, (uint64_t)i) : -1;
     wait_ok(pg, tdist_broadcast_async(pg, a, N, TDIST_INT64, root, &w), &w, "broadcast");
     for (int i = 0; i < N; i++) CHECK_EQ_INT(a[i], (int64_t)rnd(3, (uint64_t)root, (uint64_t)i));
   }
@@ -101,7 +102,8 @@ static void scenario_async(void) {
     wait_ok(pg, tdist_all_gather_async(pg, b, in, N, TDIST_INT64, &w), &w, "all_gather");
     for (int r = 0; r < p; r++)
       for (int i = 0; i < N; i++)
-        CHECK_EQ_INT(b[(size_t)r * N + i], (int64_t)rnd(5, (uint64_t)r, (uint64_t)i + (uint64_t)pass));
+        CHECK_EQ_INT(b[(size_t)r * N + i],
+                     (int64_t)rnd(5, (uint64_t)r, (uint64_t)i + (uint64_t)pass));
   }
   /* all_gather_v, uneven (rank r gives r * 7 elements, blocks in reverse order) */
   {
@@ -129,9 +131,11 @@ static void scenario_async(void) {
   if (me == 1)
     for (int r = 0; r < p; r++)
       for (int i = 0; i < N; i++) b[(size_t)r * N + i] = (int64_t)rnd(8, (uint64_t)r, (uint64_t)i);
-  wait_ok(pg, tdist_scatter_async(pg, b + (size_t)me * N, me == 1 ? b : NULL, N, TDIST_INT64, 1, &w),
+  wait_ok(pg,
+          tdist_scatter_async(pg, b + (size_t)me * N, me == 1 ? b : NULL, N, TDIST_INT64, 1, &w),
           &w, "scatter");
-  for (int i = 0; i < N; i++) CHECK_EQ_INT(b[(size_t)me * N + i], (int64_t)rnd(8, (uint64_t)me, (uint64_t)i));
+  for (int i = 0; i < N; i++)
+    CHECK_EQ_INT(b[(size_t)me * N + i], (int64_t)rnd(8, (uint64_t)me, (uint64_t)i));
   /* reduce_scatter SUM float64 (small integers: exact) */
   {
     double *din = (double *)a, *dout = (double *)b;
@@ -140,7 +144,8 @@ static void scenario_async(void) {
             "reduce_scatter");
     for (int i = 0; i < N; i++) {
       double want = 0;
-      for (int r = 0; r < p; r++) want += (double)(rnd(9, (uint64_t)r, (uint64_t)(me * N + i)) % 1000);
+      for (int r = 0; r < p; r++)
+        want += (double)(rnd(9, (uint64_t)r, (uint64_t)(me * N + i)) % 1000);
       CHECK(dout[i] == want);
     }
   }
@@ -210,7 +215,8 @@ static void scenario_async(void) {
   if (g2) {
     CHECK_EQ_INT(tdist_pg_rank(g2), me - 1);
     a[0] = me * 10;
-    wait_ok(g2, tdist_all_reduce_async(g2, a, 1, TDIST_INT64, TDIST_PROD, &w), &w, "sub all_reduce");
+    wait_ok(g2, tdist_all_reduce_async(g2, a, 1, TDIST_INT64, TDIST_PROD, &w), &w,
+            "sub all_reduce");
     CHECK_EQ_INT(a[0], 10 * 20 * 30);
   }
   tdist_pg_destroy(g1);
@@ -303,12 +309,19 @@ static void scenario_monitored(void) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *s = argc > 1 ? argv[1] : "";
-  if (!strcmp(s, "async")) scenario_async();
-  else if (!strcmp(s, "options")) scenario_options();
-  else if (!strcmp(s, "initfail")) scenario_initfail();
-  else if (!strcmp(s, "stall")) scenario_stall();
-  else if (!strcmp(s, "kill")) scenario_kill();
-  else if (!strcmp(s, "monitored")) scenario_monitored();
-  else TEST_FAIL("unknown scenario '%s'", s);
+  if (!strcmp(s, "async"))
+    scenario_async();
+  else if (!strcmp(s, "options"))
+    scenario_options();
+  else if (!strcmp(s, "initfail"))
+    scenario_initfail();
+  else if (!strcmp(s, "stall"))
+    scenario_stall();
+  else if (!strcmp(s, "kill"))
+    scenario_kill();
+  else if (!strcmp(s, "monitored"))
+    scenario_monitored();
+  else
+    TEST_FAIL("unknown scenario '%s'", s);
   return 0;
 }

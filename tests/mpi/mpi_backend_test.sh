@@ -56,7 +56,8 @@ took=$(( ($(date +%s%N) - start) / 1000000 ))
 has "all_reduce #6 has not finished after"
 has "(the group's timeout is 1500 ms)"
 has "MPI_Abort(MPI_COMM_WORLD, 124)"
-[ "$took" -lt 15000 ] || fail "the stalled job took $took ms to end (timeout 1500 ms)"
+# Grace: mpirun's teardown (seconds under the sanitizers, with a stopped rank to end).
+[ "$took" -lt 30000 ] || fail "the stalled job took $took ms to end (timeout 1500 ms + 28.5 s grace)"
 echo "   ended in $took ms (rc $rc)"
 
 echo "== a killed rank: the job ends, the launcher names the rank"
@@ -67,7 +68,7 @@ took=$(( ($(date +%s%N) - start) / 1000000 ))
 [ "$rc" -ne 0 ] || fail "the job with a killed rank exited 0"
 has "rank 1: SIGKILL"
 grep -qE "process rank 1 .*exited on signal 9|rank 1 .*signal 9" "$tmp/out" || fail "mpirun did not name rank 1"
-[ "$took" -lt 25000 ] || fail "took $took ms (timeout 20000 + grace)"
+[ "$took" -lt 45000 ] || fail "took $took ms (timeout 20000 ms + 25 s grace)"
 echo "   ended in $took ms (rc $rc)"
 
 echo "== monitored_barrier: rank 0 names the rank that did not arrive"

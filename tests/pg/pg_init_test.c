@@ -170,8 +170,13 @@ static void test_option_errors(void) {
   /* sizes and versions: test_option_sizes */
 
   /* backends: validated before the init method (so with RANK etc. unset too) */
+  o.backend = "mpx";
+  EXPECT_FAIL(&o, TDIST_ERR_INVALID_ARGUMENT, CONTAINS, "use 'gloo', 'nccl' or 'mpi'");
+  /* mpi without its plugin: not available, naming the path tried (tests/mpi runs it for real) */
+  setenv("TDIST_MPI_PLUGIN", "/nonexistent/libtdist-mpi.so", 1);
   o.backend = "mpi";
-  EXPECT_FAIL(&o, TDIST_ERR_INVALID_ARGUMENT, CONTAINS, "mpi");
+  EXPECT_FAIL(&o, TDIST_ERR_NOT_AVAILABLE, CONTAINS,
+              "cannot load the MPI plugin: tried /nonexistent/libtdist-mpi.so (");
   o.backend = "nccl"; /* a known backend: the init method is checked next (whether NCCL and a
                        * GPU are there is //tests/nccl's business) */
   EXPECT_FAIL(&o, TDIST_ERR_INVALID_ARGUMENT, CONTAINS, "RANK");
