@@ -11,7 +11,8 @@
  * vector and checks that it is bitwise identical on all ranks, and that the loss went down; the
  * exit status is 0 only if both hold.
  *
- * Backend: --backend, else TDIST_BACKEND (which tdist-agent exports), else gloo. With nccl every
+ * Backend: --backend, else TDIST_BACKEND (which tdist-agent exports), else gloo. With mpi the
+ * ranks are MPI's (start them with mpirun; RANK etc. are not needed). With nccl every
  * collective runs on GPU memory of the group's device (tdist_pg_device): the values are copied
  * there with cudaMemcpy, reduced by NCCL and copied back, as a program whose model lived on the
  * GPU would skip doing. The model itself is computed on the CPU; the point is the wiring. The CUDA
@@ -71,8 +72,10 @@ static void usage(FILE *f) {
       "  --model M          linear (mean squared error, default) or logistic (cross-entropy)\n"
       "  --print-every N    rank 0 prints the loss every N steps (default 20; 0: only first/last)\n"
       "  --timeout-ms N     deadline of joining and of every collective (default 120000)\n"
-      "  --backend B        gloo (host memory) or nccl (GPU memory of device LOCAL_RANK, through\n"
-      "                     NCCL; the CUDA runtime is loaded at run time); default: the\n"
+      "  --backend B        gloo (host memory), nccl (GPU memory of device LOCAL_RANK, through\n"
+      "                     NCCL; the CUDA runtime is loaded at run time) or mpi (the machine's\n"
+      "                     MPI through libtdist-mpi.so: start the ranks with mpirun; rank and\n"
+      "                     world size are MPI's, env:// is not used); default: the\n"
       "                     TDIST_BACKEND variable (tdist-agent sets it), else gloo\n"
       "  --crash-until-attempt N  (restart tests) while TORCHELASTIC_RESTART_COUNT < N, one\n"
       "                     rank dies at one step, both picked from --seed and the attempt;\n"
@@ -156,7 +159,7 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       if (parse_int(v, 0, 1000000, &n)) goto bad;
       o->crash_until_attempt = (int)n;
     } else if (!strcmp(k, "--backend")) {
-      if (strcmp(v, "gloo") && strcmp(v, "nccl")) goto bad;
+      if (strcmp(v, "gloo") && strcmp(v, "nccl") && strcmp(v, "mpi")) goto bad;
       o->backend = v;
     } else {
       fprintf(stderr, "train: unknown option %s (see --help)\n", k);
@@ -171,8 +174,8 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
   if (!o->backend) {
     const char *e = getenv("TDIST_BACKEND");
     o->backend = e && *e ? e : "gloo";
-    if (strcmp(o->backend, "gloo") && strcmp(o->backend, "nccl")) {
-      fprintf(stderr, "train: TDIST_BACKEND='%s' is not gloo or nccl\n", o->backend);
+    if (strcmp(o->backend, "gloo") && strcmp(o->backend, "nccl") && strcmp(o->backend, "mpi")) {
+      fprintf(stderr, "train: TDIST_BACKEND='%s' is not gloo, nccl or mpi\n", o->backend);
       return -1;
     }
   }
@@ -451,14 +454,14 @@ int main(int argc, char **argv) {
   }
 
   tdist_pg_options_t po = TDIST_PG_OPTIONS_INIT;
-  po.init_method = "env://";
+  po.init_method = strcmp(o.backend, "mpi") ? "env://" : NULL; /* mpi: MPI_COMM_WORLD */
   po.backend = o.backend;
   po.timeout_ms = o.timeout_ms;
   tdist_pg_t *pg = NULL;
   tdist_status_t st = tdist_init_process_group(&po, &pg);
   if (st) {
-    fprintf(stderr, "train: init_process_group(%s, env://) failed: %s: %s\n", o.backend,
-            tdist_strerror(st), tdist_last_error());
+    fprintf(stderr, "train: init_process_group(%s%s) failed: %s: %s\n", o.backend,
+            po.init_method ? ", env://" : "", tdist_strerror(st), tdist_last_error());
     return 3;
   }
   int rank = tdist_pg_rank(pg), world = tdist_pg_size(pg);
