@@ -146,10 +146,21 @@ static int worker_main(int argc, char **argv) {
 /* Driver: options and plan                                                                  */
 
 /* Table order. Ratios: the TCP peers against tdist-tcp, ompi-shm against tdist-shm. */
-enum { IMPL_TDIST_TCP, IMPL_TORCH, IMPL_OMPI_TCP, IMPL_TDIST_SHM, IMPL_OMPI_SHM, IMPL_COUNT };
+/* tdist-mpi (tdist's mpi backend on Open MPI's shared memory) is judged against ompi-shm the
+ * other way round: its time / Open MPI's, and the microseconds it adds. */
+enum {
+  IMPL_TDIST_TCP,
+  IMPL_TORCH,
+  IMPL_OMPI_TCP,
+  IMPL_TDIST_SHM,
+  IMPL_OMPI_SHM,
+  IMPL_TDIST_MPI,
+  IMPL_COUNT
+};
 static const char *const impl_names[IMPL_COUNT] = {"tdist-tcp", "torch-gloo", "ompi-tcp",
-                                                   "tdist-shm", "ompi-shm"};
-static const int ratio_base[IMPL_COUNT] = {-1, IMPL_TDIST_TCP, IMPL_TDIST_TCP, -1, IMPL_TDIST_SHM};
+                                                   "tdist-shm", "ompi-shm",   "tdist-mpi"};
+static const int ratio_base[IMPL_COUNT] = {-1, IMPL_TDIST_TCP, IMPL_TDIST_TCP,
+                                           -1, IMPL_TDIST_SHM, IMPL_OMPI_SHM};
 
 #define MAX_WORLDS 8
 
@@ -183,7 +194,9 @@ static void usage(FILE *f) {
       "  --transports LIST   tdist transports: tcp,shm (default both). tcp = TDIST_SHM=0 "
       "(loopback\n"
       "                      TCP); shm = TDIST_SHM=1 (same-host shared-memory rings)\n"
-      "  --peers LIST        torch,ompi-tcp,ompi-shm (default all) or none\n"
+      "  --peers LIST        torch,ompi-tcp,ompi-shm,tdist-mpi (default all) or none; tdist-mpi\n"
+      "                      is tdist's mpi backend on Open MPI (btl self,vader), against "
+      "ompi-shm\n"
       "  --repeat R          run every implementation R times, interleaved, and keep each cell's\n"
       "                      best time (machines like this one are shared and noisy; default 2,\n"
       "                      --quick: 1)\n"
@@ -321,6 +334,7 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
       }
     } else if (!strcmp(k, "--peers")) {
       o->use[IMPL_TORCH] = o->use[IMPL_OMPI_TCP] = o->use[IMPL_OMPI_SHM] = 0;
+      o->use[IMPL_TDIST_MPI] = 0;
       char buf[128];
       snprintf(buf, sizeof buf, "%s", v);
       for (char *s = NULL, *t = strtok_r(buf, ",", &s); t; t = strtok_r(NULL, ",", &s)) {
@@ -331,6 +345,8 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
           o->use[IMPL_OMPI_TCP] = 1;
         else if (!strcmp(t, "ompi-shm"))
           o->use[IMPL_OMPI_SHM] = 1;
+        else if (!strcmp(t, "tdist-mpi"))
+          o->use[IMPL_TDIST_MPI] = 1;
         else
           return fprintf(stderr, "coll_bench: unknown peer %s\n", t), -1;
       }
@@ -614,6 +630,10 @@ static void print_tables(const opts_t *o, int world, const char *notes[IMPL_COUN
   printf(
       "# tdist-shm: gloo backend over same-host shared-memory rings (TDIST_SHM=1); peer "
       "ompi-shm (Open MPI, btl self,vader)\n");
+  if (o->use[IMPL_TDIST_MPI])
+    printf(
+        "# tdist-mpi: tdist's mpi backend (libtdist-mpi.so) over the same Open MPI, btl "
+        "self,vader; ratio = tdist-mpi / ompi-shm, +us = what the backend adds\n");
   printf(
       "# time = median of the timed iterations of each rank, slowest rank%s; algbw = size/time;"
       " busbw = algbw x nccl-tests factor\n",
@@ -636,6 +656,8 @@ static void print_tables(const opts_t *o, int world, const char *notes[IMPL_COUN
       if (!o->use[i]) continue;
       if (i == IMPL_TDIST_SHM)
         printf(" |%10s %8s %6s", "tdist-shm", "busbw", "#wrong");
+      else if (i == IMPL_TDIST_MPI)
+        printf(" |%10s %6s %7s", impl_names[i], "ratio", "+us");
       else
         printf(" |%10s %6s", impl_names[i], "ratio");
     }
@@ -644,6 +666,8 @@ static void print_tables(const opts_t *o, int world, const char *notes[IMPL_COUN
       if (!o->use[i]) continue;
       if (i == IMPL_TDIST_SHM)
         printf(" |%10s %8s %6s", "us", "GB/s", "");
+      else if (i == IMPL_TDIST_MPI)
+        printf(" |%10s %6s %7s", "us", "", "");
       else
         printf(" |%10s %6s", "us", "");
     }
@@ -674,6 +698,17 @@ static void print_tables(const opts_t *o, int world, const char *notes[IMPL_COUN
           continue;
         }
         const cell_t *base = result(ratio_base[i], world, c, b);
+        if (i == IMPL_TDIST_MPI) {
+          if (pr && base)
+            printf(" |%10.2f %6.3f %7.2f", pr->best_ns / 1e3,
+                   (double)pr->best_ns / (double)base->best_ns,
+                   (pr->best_ns - base->best_ns) / 1e3);
+          else if (pr)
+            printf(" |%10.2f %6s %7s", pr->best_ns / 1e3, "-", "-");
+          else
+            printf(" |%10s %6s %7s", "-", "-", "-");
+          continue;
+        }
         if (pr)
           printf(" |%10.2f", pr->best_ns / 1e3);
         else
@@ -837,8 +872,11 @@ static int run_torch(const opts_t *o, int world, const char *dir, const plan_arg
   return rc;
 }
 
-static int run_ompi(const opts_t *o, int world, const char *dir, const plan_args_t *pa, int shm) {
-  const char *name = shm ? "ompi-shm" : "ompi-tcp";
+/* Open MPI's own collectives (tdist 0), or tdist's mpi backend on them (tdist 1: over shared
+ * memory), under the same mpirun set-up. */
+static int run_ompi(const opts_t *o, int world, const char *dir, const plan_args_t *pa, int shm,
+                    int tdist) {
+  const char *name = tdist ? "tdist-mpi" : shm ? "ompi-shm" : "ompi-tcp";
   char log[4200], np[16];
   snprintf(log, sizeof log, "%s/%s.%d.log", dir, name, world);
   snprintf(np, sizeof np, "%d", world);
@@ -874,6 +912,7 @@ static int run_ompi(const opts_t *o, int world, const char *dir, const plan_args
                   (char *)pa->iters,
                   "--warmup",
                   (char *)pa->warmup,
+                  tdist ? "--tdist" : NULL, /* NULL: the end, for Open MPI alone */
                   NULL};
   pid_t pid = spawn(argv, NULL, log);
   int rc = wait_all(&pid, 1, now_ms() + o->timeout_s * 1000, name);
@@ -890,12 +929,16 @@ int main(int argc, char **argv) {
     notes[IMPL_TORCH] = "skipped (torch_peer.py not found; pass --torch-peer)";
     o.use[IMPL_TORCH] = 0;
   }
-  if ((o.use[IMPL_OMPI_TCP] || o.use[IMPL_OMPI_SHM]) && (!o.mpi_peer || access(o.mpi_peer, X_OK))) {
-    if (o.use[IMPL_OMPI_TCP])
-      notes[IMPL_OMPI_TCP] = "skipped (no --mpi-peer binary; bench/collectives/run.sh builds it)";
-    if (o.use[IMPL_OMPI_SHM])
-      notes[IMPL_OMPI_SHM] = "skipped (no --mpi-peer binary; bench/collectives/run.sh builds it)";
-    o.use[IMPL_OMPI_TCP] = o.use[IMPL_OMPI_SHM] = 0;
+  if ((o.use[IMPL_OMPI_TCP] || o.use[IMPL_OMPI_SHM] || o.use[IMPL_TDIST_MPI]) &&
+      (!o.mpi_peer || access(o.mpi_peer, X_OK))) {
+    for (int i = IMPL_OMPI_TCP; i < IMPL_COUNT; i++)
+      if (o.use[i] && (i == IMPL_OMPI_TCP || i == IMPL_OMPI_SHM || i == IMPL_TDIST_MPI))
+        notes[i] = "skipped (no --mpi-peer binary; bench/collectives/run.sh builds it)";
+    o.use[IMPL_OMPI_TCP] = o.use[IMPL_OMPI_SHM] = o.use[IMPL_TDIST_MPI] = 0;
+  }
+  if (o.use[IMPL_TDIST_MPI] && !getenv("TDIST_MPI_PLUGIN")) {
+    notes[IMPL_TDIST_MPI] = "skipped (TDIST_MPI_PLUGIN unset; bench/collectives/run.sh sets it)";
+    o.use[IMPL_TDIST_MPI] = 0;
   }
   const char *tmpenv = getenv("TEST_TMPDIR");
   char dir[4096];
@@ -941,7 +984,7 @@ int main(int argc, char **argv) {
         else if (impl == IMPL_TORCH)
           rc = run_torch(&o, world, dir, &pa);
         else
-          rc = run_ompi(&o, world, dir, &pa, impl == IMPL_OMPI_SHM);
+          rc = run_ompi(&o, world, dir, &pa, impl != IMPL_OMPI_TCP, impl == IMPL_TDIST_MPI);
         fprintf(stderr, "[coll_bench] %s, %d ranks: %s in %.1f s\n", impl_names[impl], world,
                 rc ? "FAILED" : "done", (now_ms() - t0) / 1e3);
         if (rc) {

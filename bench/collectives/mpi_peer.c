@@ -4,7 +4,12 @@
  * Bazel build never needs Open MPI), and started by coll_bench through mpirun with the transport
  * chosen there (--mca btl self,tcp or self,vader).
  *
- * usage: mpi_peer --impl NAME --out DIR --colls LIST --sizes LIST --iters LIST --warmup LIST
+ * With --tdist it runs the same sweep through tdist's "mpi" backend instead (libtdist.so and
+ * libtdist-mpi.so, which run.sh builds and links), in the same mpirun set-up: the difference
+ * between the two is what the backend adds over raw MPI.
+ *
+ * usage: mpi_peer [--tdist] --impl NAME --out DIR --colls LIST --sizes LIST --iters LIST
+ *                 --warmup LIST
  * Each rank writes DIR/NAME.RANK.tsv. */
 #include <mpi.h>
 #include <stdio.h>
@@ -12,6 +17,25 @@
 #include <string.h>
 
 #include "bench_common.h"
+#include "tdist/tdist.h"
+
+static int run_tdist(void *ctx, bench_coll_t c, float *out, const float *in, size_t count) {
+  tdist_pg_t *pg = ctx;
+  tdist_status_t st;
+  switch (c) {
+    case COLL_ALL_REDUCE: st = tdist_all_reduce(pg, out, count, TDIST_FLOAT32, TDIST_SUM); break;
+    case COLL_ALL_GATHER: st = tdist_all_gather(pg, out, in, count, TDIST_FLOAT32); break;
+    case COLL_REDUCE_SCATTER:
+      st = tdist_reduce_scatter(pg, out, in, count, TDIST_FLOAT32, TDIST_SUM);
+      break;
+    case COLL_BROADCAST: st = tdist_broadcast(pg, out, count, TDIST_FLOAT32, 0); break;
+    default: st = tdist_all_to_all(pg, out, in, count, TDIST_FLOAT32);
+  }
+  if (st)
+    fprintf(stderr, "mpi_peer --tdist: %s failed: %s\n", bench_coll_names[c],
+            tdist_pg_last_error(pg));
+  return st != TDIST_OK;
+}
 
 static int run_mpi(void *ctx, bench_coll_t c, float *out, const float *in, size_t count) {
   (void)ctx;
@@ -36,9 +60,16 @@ static int run_mpi(void *ctx, bench_coll_t c, float *out, const float *in, size_
 
 int main(int argc, char **argv) {
   const char *impl = "mpi", *dir = ".", *colls = NULL, *sizes = NULL, *iters = NULL, *warmup = NULL;
+  int tdist = 0;
   MPI_Init(&argc, &argv);
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--impl"))
+  for (int i = 1; i < argc; i += 2) {
+    if (!strcmp(argv[i], "--tdist")) {
+      tdist = 1;
+      i--;
+    } else if (i + 1 >= argc) {
+      fprintf(stderr, "mpi_peer: %s needs a value\n", argv[i]);
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    } else if (!strcmp(argv[i], "--impl"))
       impl = argv[i + 1];
     else if (!strcmp(argv[i], "--out"))
       dir = argv[i + 1];
@@ -67,8 +98,19 @@ int main(int argc, char **argv) {
     perror(path);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  int rc = bench_sweep(&plan, n, rank, run_mpi, NULL, f, impl);
+  tdist_pg_t *pg = NULL;
+  if (tdist) {
+    tdist_pg_options_t po = TDIST_PG_OPTIONS_INIT;
+    po.backend = "mpi";
+    if (tdist_init_process_group(&po, &pg)) {
+      fprintf(stderr, "mpi_peer --tdist: %s\n", tdist_last_error());
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+  }
+  int rc = tdist ? bench_sweep(&plan, n, rank, run_tdist, pg, f, impl)
+                 : bench_sweep(&plan, n, rank, run_mpi, NULL, f, impl);
   fclose(f);
+  tdist_pg_destroy(pg); /* MPI_Init was the program's: tdist does not finalize it */
   if (rc) MPI_Abort(MPI_COMM_WORLD, 1);
   MPI_Finalize();
   return 0;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Collectives benchmark: tdist's gloo backend (loopback TCP and shared memory) against PyTorch 1.13
-# gloo and Open MPI (TCP and shared memory), nccl-tests style tables with tdist/peer ratios.
+# gloo and Open MPI (TCP and shared memory), nccl-tests style tables with tdist/peer ratios; and
+# tdist's mpi backend on Open MPI against Open MPI itself (column tdist-mpi: ratio and +us).
 #
 #   bash bench/collectives/run.sh            full run: 2 and 4 ranks, 8 B .. 64 MiB, 2 passes
 #                                            (~7 min on 2 cores)
@@ -17,7 +18,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=bench/collectives
 
-bazel build -c opt --color=no --curses=no //bench/collectives:coll_bench </dev/null
+if command -v mpicc >/dev/null; then
+  # tdist's mpi backend for the tdist-mpi column: libtdist.so and the plugin, -c opt.
+  bazel build -c opt --color=no --curses=no //bench/collectives:coll_bench //runtime:libtdist.so \
+    //runtime/mpi:libtdist-mpi.so </dev/null
+else
+  bazel build -c opt --color=no --curses=no //bench/collectives:coll_bench </dev/null
+fi
 # The bazel-bin symlink follows whichever configuration built last in this shared workspace;
 # ask for the -c opt output directory instead.
 bin="$(bazel info -c opt bazel-bin 2>/dev/null)/$here/coll_bench"
@@ -26,7 +33,11 @@ tmp="$(mktemp -d /tmp/coll_bench_run.XXXXXX)"
 trap 'rm -rf "$tmp"' EXIT
 args=(--torch-peer "$here/torch_peer.py")
 if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
-  mpicc -O2 -std=gnu11 -Wall -Wextra -o "$tmp/mpi_peer" "$here/mpi_peer.c" "$here/bench_common.c"
+  lib="$(bazel info -c opt bazel-bin 2>/dev/null)/runtime"
+  # Linked against libtdist.so: with --tdist it runs the sweep through backend "mpi".
+  mpicc -O2 -std=gnu11 -Wall -Wextra -Iinclude -o "$tmp/mpi_peer" "$here/mpi_peer.c" \
+    "$here/bench_common.c" -L"$lib" -ltdist -Wl,-rpath,"$lib"
+  export TDIST_MPI_PLUGIN="$lib/mpi/libtdist-mpi.so"
   args+=(--mpi-peer "$tmp/mpi_peer")
 else
   echo "run.sh: mpicc/mpirun not found: Open MPI peers skipped" \
