@@ -40,7 +40,23 @@
  *     parent must call tdist_new_group, as the API already requires. TDIST_NCCL_COMM_SPLIT=0
  *     gives each subgroup a communicator of its own instead.
  *   - Tuning: TDIST_NCCL_SPIN_US (default 10000) is how long a waiting thread polls the GPU
- *     before it sleeps in 50 us steps. NCCL's own variables (NCCL_DEBUG, ...) apply as usual. */
+ *     before it sleeps in 50 us steps. NCCL's own variables (NCCL_DEBUG, ...) apply as usual.
+ *
+ * Backend "mpi" (the machine's MPI; start the ranks with mpirun):
+ *   - Rank and world size are MPI_COMM_WORLD's; store and init_method are not used; a rank or
+ *     world_size in the options, or RANK/WORLD_SIZE, that contradicts MPI is
+ *     TDIST_ERR_INVALID_ARGUMENT naming both. MPI is initialised at the first group unless the
+ *     program did it, and finalised with the last group if tdist initialised it.
+ *   - The plugin libtdist-mpi.so (built against the MPI's mpi.h) is opened with dlopen:
+ *     TDIST_MPI_PLUGIN, else beside libtdist, else the loader path. Missing, or without its
+ *     libmpi: TDIST_ERR_NOT_AVAILABLE naming every path tried.
+ *   - Every collective, dtype and op; f16/bf16, float MIN/MAX and int8/uint8 SUM/PROD reduce
+ *     with gloo's kernels (same rounding). Tags match by (peer, tag) in any order. Counts and
+ *     displacements are limited to INT_MAX elements.
+ *   - Timeouts: MPI cannot cancel a collective; a call older than the group's timeout ends the
+ *     job (MPI_Abort(MPI_COMM_WORLD, 124)) after logging which collective. monitored_barrier
+ *     fails with TDIST_ERR_TIMEOUT naming the absent ranks. tdist_pg_abort fails later calls
+ *     only. */
 #ifndef TDIST_PG_H
 #define TDIST_PG_H
 
@@ -91,7 +107,7 @@ TDIST_EXTERN const char *tdist_reduce_op_name(tdist_reduce_op_t op);
 typedef struct {
   size_t size;         /* sizeof(tdist_pg_options_t) */
   int version;         /* 1 */
-  const char *backend; /* "gloo" (default) or "nccl" (device buffers; see above) */
+  const char *backend; /* "gloo" (default), "nccl" (device buffers) or "mpi" (see above) */
   /* Where ranks meet: exactly one of `store` or `init_method` ("env://", the default when both
    * are NULL; "tcp://HOST:PORT[?rank=R&world_size=N]"; "file:///path?rank=R&world_size=N"). */
   const char *init_method;
