@@ -81,6 +81,8 @@ typedef struct mstate {
   struct mstate *next; /* the watchdog's list, under g_mu */
 } mstate_t;
 
+#define BUSY_CONNECT (-1) /* busy_kind while the group's communicator is made */
+
 static mstate_t *g_watched;
 static int g_watchdog_started;
 static _Atomic int64_t g_finalize_since_ms, g_finalize_timeout_ms; /* MPI_Finalize in progress */
@@ -118,9 +120,12 @@ static void *watchdog_main(void *arg) {
       if (p < period) period = p < 1 ? 1 : p;
       int64_t since = atomic_load(&s->busy_since_ms);
       if (since && now - since > s->timeout_ms) {
-        char what[TDIST__WHAT_MAX];
-        H->coll_what(what, (tdist__coll_kind_t)atomic_load(&s->busy_kind),
-                     atomic_load(&s->busy_seq));
+        char what[TDIST__WHAT_MAX + 64];
+        int kind = atomic_load(&s->busy_kind);
+        if (kind == BUSY_CONNECT)
+          snprintf(what, sizeof what, "creating the group's communicator (a rank has not joined)");
+        else
+          H->coll_what(what, (tdist__coll_kind_t)kind, atomic_load(&s->busy_seq));
         H->log(LOG_ERROR, "mpi",
                "rank %d of group '%s' (%d ranks): %s has not finished after %lld ms (the "
                "group's timeout is %lld ms); a rank of the group has not called it or has "
@@ -153,8 +158,8 @@ static void *watchdog_main(void *arg) {
 }
 
 static inline void busy_begin(mstate_t *s, const tdist__coll_t *c) {
-  atomic_store_explicit(&s->busy_kind, (int)c->kind, memory_order_relaxed);
-  atomic_store_explicit(&s->busy_seq, c->seq, memory_order_relaxed);
+  atomic_store_explicit(&s->busy_kind, c ? (int)c->kind : BUSY_CONNECT, memory_order_relaxed);
+  atomic_store_explicit(&s->busy_seq, c ? c->seq : 0, memory_order_relaxed);
   atomic_store_explicit(&s->busy_since_ms, now_ms(), memory_order_release);
 }
 
@@ -326,8 +331,7 @@ static tdist_status_t mpi_connect(tdist_pg_t *pg, int64_t deadline_ms) {
   pg->be_state = s;
   if (!started) return H->pg_fail(pg, TDIST_ERR_SYSTEM, "mpi: cannot start the watchdog thread");
   /* The watchdog covers connecting too: a rank that never joins ends the job at the timeout. */
-  tdist__coll_t c = {.kind = TDIST__COLL_BARRIER, .seq = 0};
-  busy_begin(s, &c);
+  busy_begin(s, NULL);
   int rc;
   MPI_LOCK();
   if (pg->parent) {

@@ -11,7 +11,9 @@
  *              watchdog ends the job, naming the collective;
  *   kill       rank 1 is killed (SIGKILL) mid-loop; the job must end within timeout + grace;
  *   monitored  rank 2 skips a monitored_barrier: rank 0 names it, rank 1 says rank 0 did not
- *              release it; both within the barrier's timeout. */
+ *              release it; both within the barrier's timeout;
+ *   nojoin     rank 2 never calls tdist_new_group for a subgroup it is in: the others' group
+ *              creation outlives the 1.5 s timeout and the watchdog ends the job, saying so. */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdint.h>
@@ -306,6 +308,20 @@ static void scenario_monitored(void) {
   _exit(0);
 }
 
+static void scenario_nojoin(void) {
+  tdist_pg_t *pg = init_mpi(1500);
+  int me = tdist_pg_rank(pg);
+  CHECK_OK(tdist_barrier(pg));
+  if (me == 2) {
+    sleep(30);
+    _exit(0);
+  }
+  int ranks[] = {0, 1, 2};
+  tdist_pg_t *sub = NULL;
+  tdist_new_group(pg, ranks, 3, &sub);
+  TEST_FAIL("rank %d: tdist_new_group returned without rank 2", me);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *s = argc > 1 ? argv[1] : "";
@@ -321,6 +337,8 @@ int main(int argc, char **argv) {
     scenario_kill();
   else if (!strcmp(s, "monitored"))
     scenario_monitored();
+  else if (!strcmp(s, "nojoin"))
+    scenario_nojoin();
   else
     TEST_FAIL("unknown scenario '%s'", s);
   return 0;

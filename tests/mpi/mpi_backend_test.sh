@@ -60,6 +60,17 @@ has "MPI_Abort(MPI_COMM_WORLD, 124)"
 [ "$took" -lt 30000 ] || fail "the stalled job took $took ms to end (timeout 1500 ms + 28.5 s grace)"
 echo "   ended in $took ms (rc $rc)"
 
+echo "== a rank that never joins a subgroup: the watchdog ends the job at the timeout"
+start=$(date +%s%N)
+rc=0
+timeout 60 "${MPIRUN[@]}" -n 3 "$bin" nojoin > "$tmp/out" 2>&1 || rc=$?
+took=$(( ($(date +%s%N) - start) / 1000000 ))
+[ "$rc" -ne 0 ] || fail "the job exited 0"
+has "creating the group's communicator (a rank has not joined) has not finished after"
+has "MPI_Abort(MPI_COMM_WORLD, 124)"
+[ "$took" -lt 30000 ] || fail "took $took ms to end (timeout 1500 ms + 28.5 s grace)"
+echo "   ended in $took ms (rc $rc)"
+
 echo "== a killed rank: the job ends, the launcher names the rank"
 start=$(date +%s%N)
 rc=0
