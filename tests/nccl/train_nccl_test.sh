@@ -64,9 +64,9 @@ grep -q "$want" "$tmp/missing.out" ||
   { cat "$tmp/missing.out"; fail "the error does not name the library path"; }
 # A bad TDIST_BACKEND is a usage error naming the value.
 set +e
-TDIST_BACKEND=mpi "$train" --steps 1 >"$tmp/bad.out" 2>&1
+TDIST_BACKEND=ucc "$train" --steps 1 >"$tmp/bad.out" 2>&1
 rc=$?
 set -e
-[ $rc -eq 2 ] && grep -q "TDIST_BACKEND='mpi'" "$tmp/bad.out" ||
-  { cat "$tmp/bad.out"; fail "TDIST_BACKEND=mpi: exit $rc"; }
+[ $rc -eq 2 ] && grep -q "TDIST_BACKEND='ucc' is not gloo, nccl or mpi" "$tmp/bad.out" ||
+  { cat "$tmp/bad.out"; fail "TDIST_BACKEND=ucc: exit $rc"; }
 echo "PASS"
