@@ -32,30 +32,11 @@
 #include <unistd.h>
 
 #include "bench_common.h"
+#include "bench_tdist.h"
 #include "tdist/tdist.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Worker: one tdist rank                                                                    */
-
-static int run_tdist(void *ctx, bench_coll_t c, float *out, const float *in, size_t count) {
-  tdist_pg_t *pg = ctx;
-  tdist_status_t st;
-  switch (c) {
-    case COLL_ALL_REDUCE: st = tdist_all_reduce(pg, out, count, TDIST_FLOAT32, TDIST_SUM); break;
-    case COLL_ALL_GATHER: st = tdist_all_gather(pg, out, in, count, TDIST_FLOAT32); break;
-    case COLL_REDUCE_SCATTER:
-      st = tdist_reduce_scatter(pg, out, in, count, TDIST_FLOAT32, TDIST_SUM);
-      break;
-    case COLL_BROADCAST: st = tdist_broadcast(pg, out, count, TDIST_FLOAT32, 0); break;
-    default: st = tdist_all_to_all(pg, out, in, count, TDIST_FLOAT32);
-  }
-  if (st) {
-    fprintf(stderr, "rank %d: %s: %s: %s\n", tdist_pg_rank(pg), bench_coll_names[c],
-            tdist_strerror(st), tdist_pg_last_error(pg));
-    return 1;
-  }
-  return 0;
-}
 
 /* --worker [--impl NAME] [--group G] [--rank R --world N --store-port P] --out DIR --colls ..
  * --sizes .. --iters ..
@@ -128,7 +109,7 @@ static int worker_main(int argc, char **argv) {
     perror(path);
     return 1;
   }
-  int rc = bench_sweep(&plan, tdist_pg_size(pg), rank, run_tdist, pg, f, impl);
+  int rc = bench_sweep(&plan, tdist_pg_size(pg), rank, bench_run_tdist, pg, f, impl);
   fclose(f);
   /* A root that returns from its last broadcast may be far ahead of the receivers: meet them
    * before closing the connections. */

@@ -17,25 +17,8 @@
 #include <string.h>
 
 #include "bench_common.h"
+#include "bench_tdist.h"
 #include "tdist/tdist.h"
-
-static int run_tdist(void *ctx, bench_coll_t c, float *out, const float *in, size_t count) {
-  tdist_pg_t *pg = ctx;
-  tdist_status_t st;
-  switch (c) {
-    case COLL_ALL_REDUCE: st = tdist_all_reduce(pg, out, count, TDIST_FLOAT32, TDIST_SUM); break;
-    case COLL_ALL_GATHER: st = tdist_all_gather(pg, out, in, count, TDIST_FLOAT32); break;
-    case COLL_REDUCE_SCATTER:
-      st = tdist_reduce_scatter(pg, out, in, count, TDIST_FLOAT32, TDIST_SUM);
-      break;
-    case COLL_BROADCAST: st = tdist_broadcast(pg, out, count, TDIST_FLOAT32, 0); break;
-    default: st = tdist_all_to_all(pg, out, in, count, TDIST_FLOAT32);
-  }
-  if (st)
-    fprintf(stderr, "mpi_peer --tdist: %s failed: %s\n", bench_coll_names[c],
-            tdist_pg_last_error(pg));
-  return st != TDIST_OK;
-}
 
 static int run_mpi(void *ctx, bench_coll_t c, float *out, const float *in, size_t count) {
   (void)ctx;
@@ -107,7 +90,7 @@ int main(int argc, char **argv) {
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
   }
-  int rc = tdist ? bench_sweep(&plan, n, rank, run_tdist, pg, f, impl)
+  int rc = tdist ? bench_sweep(&plan, n, rank, bench_run_tdist, pg, f, impl)
                  : bench_sweep(&plan, n, rank, run_mpi, NULL, f, impl);
   fclose(f);
   tdist_pg_destroy(pg); /* MPI_Init was the program's: tdist does not finalize it */

@@ -36,7 +36,7 @@ if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
   lib="$(bazel info -c opt bazel-bin 2>/dev/null)/runtime"
   # Linked against libtdist.so: with --tdist it runs the sweep through backend "mpi".
   mpicc -O2 -std=gnu11 -Wall -Wextra -Iinclude -o "$tmp/mpi_peer" "$here/mpi_peer.c" \
-    "$here/bench_common.c" -L"$lib" -ltdist -Wl,-rpath,"$lib"
+    "$here/bench_common.c" "$here/bench_tdist.c" -L"$lib" -ltdist -Wl,-rpath,"$lib"
   export TDIST_MPI_PLUGIN="$lib/mpi/libtdist-mpi.so"
   args+=(--mpi-peer "$tmp/mpi_peer")
 else

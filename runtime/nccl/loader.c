@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "runtime/common/param.h"
+#include "runtime/common/dl_reason.h"
 
 #define MAX_CANDIDATES 8
 
@@ -43,16 +44,6 @@ static void candidates(candidates_t *c, tdist__param_id_t env, const char *const
   add(c, c->bufs[1]);
 }
 
-/* The loader's reason without the file name it repeats ("x.so: cannot open shared object file:
- * No such file or directory" -> "cannot open shared object file: No such file or directory"). */
-static const char *reason(const char *dlerr, const char *name) {
-  if (!dlerr) return "unknown error";
-  size_t nl = strlen(name);
-  if (strncmp(dlerr, name, nl) == 0 && dlerr[nl] == ':' && dlerr[nl + 1] == ' ')
-    return dlerr + nl + 2;
-  return dlerr;
-}
-
 static void append(char *buf, size_t cap, const char *fmt, const char *a, const char *b) {
   size_t l = strlen(buf);
   if (l < cap) snprintf(buf + l, cap - l, fmt, a, b);
@@ -73,7 +64,7 @@ static void *open_first(const candidates_t *c, const char *what, const char *env
       return h;
     }
     append(tried, sizeof tried, "%s%s", *tried ? "; " : "", c->names[i]);
-    append(tried, sizeof tried, "%s%s)", " (", reason(dlerror(), c->names[i]));
+    append(tried, sizeof tried, "%s%s)", " (", tdist__dl_reason(dlerror(), c->names[i]));
   }
   snprintf(err, cap, "cannot load the %s: tried %s; install it in the image or set %s to its path",
            what, tried, env);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/common/dl_reason.h"
 #include "runtime/common/log.h"
 #include "runtime/common/param.h"
 #include "runtime/mpi/plugin.h"
@@ -46,21 +47,13 @@ static tdist__mpi_host_t g_host = {
     .coll_what = tdist__coll_what,
 };
 
-/* The loader's reason without the file name it repeats. */
-static const char *reason(const char *dlerr, const char *name) {
-  if (!dlerr) return "unknown error";
-  size_t nl = strlen(name);
-  if (strncmp(dlerr, name, nl) == 0 && dlerr[nl] == ':' && dlerr[nl + 1] == ' ')
-    return dlerr + nl + 2;
-  return dlerr;
-}
-
 static void *try_open(const char *path, char *tried, size_t cap) {
   void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE);
   if (h) return h;
   size_t l = strlen(tried);
   if (l < cap)
-    snprintf(tried + l, cap - l, "%s%s (%s)", l ? "; " : "", path, reason(dlerror(), path));
+    snprintf(tried + l, cap - l, "%s%s (%s)", l ? "; " : "", path,
+             tdist__dl_reason(dlerror(), path));
   return NULL;
 }
 

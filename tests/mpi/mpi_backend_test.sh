@@ -11,6 +11,15 @@ export TDIST_MPI_PLUGIN=$plugin
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*"; [ -f "$tmp/out" ] && sed 's/^/  | /' "$tmp/out"; exit 1; }
 has() { grep -qF -- "$1" "$tmp/out" || fail "expected '$1' in the output"; }
+# job NP SCENARIO: runs a job that must fail; sets rc (its exit status) and took (ms).
+job() {
+  local start
+  start=$(date +%s%N)
+  rc=0
+  timeout 60 "${MPIRUN[@]}" -n "$1" "$bin" "$2" > "$tmp/out" 2>&1 || rc=$?
+  took=$(( ($(date +%s%N) - start) / 1000000 ))
+  [ "$rc" -ne 0 ] || fail "the $2 job exited 0"
+}
 
 echo "== async forms, subgroups, tags, abort (4 ranks)"
 timeout 120 "${MPIRUN[@]}" -n 4 "$bin" async > "$tmp/out" 2>&1 || fail "async scenario"
@@ -47,11 +56,7 @@ else
 fi
 
 echo "== a stalled rank: the watchdog ends the job at the timeout, naming the collective"
-start=$(date +%s%N)
-rc=0
-timeout 60 "${MPIRUN[@]}" -n 3 "$bin" stall > "$tmp/out" 2>&1 || rc=$?
-took=$(( ($(date +%s%N) - start) / 1000000 ))
-[ "$rc" -ne 0 ] || fail "the stalled job exited 0"
+job 3 stall
 # (124 is also timeout(1)'s code: the elapsed time below tells the watchdog's 124 from a hang)
 has "all_reduce #6 has not finished after"
 has "(the group's timeout is 1500 ms)"
@@ -61,22 +66,14 @@ has "MPI_Abort(MPI_COMM_WORLD, 124)"
 echo "   ended in $took ms (rc $rc)"
 
 echo "== a rank that never joins a subgroup: the watchdog ends the job at the timeout"
-start=$(date +%s%N)
-rc=0
-timeout 60 "${MPIRUN[@]}" -n 3 "$bin" nojoin > "$tmp/out" 2>&1 || rc=$?
-took=$(( ($(date +%s%N) - start) / 1000000 ))
-[ "$rc" -ne 0 ] || fail "the job exited 0"
+job 3 nojoin
 has "creating the group's communicator (a rank has not joined) has not finished after"
 has "MPI_Abort(MPI_COMM_WORLD, 124)"
 [ "$took" -lt 30000 ] || fail "took $took ms to end (timeout 1500 ms + 28.5 s grace)"
 echo "   ended in $took ms (rc $rc)"
 
 echo "== a killed rank: the job ends, the launcher names the rank"
-start=$(date +%s%N)
-rc=0
-timeout 60 "${MPIRUN[@]}" -n 3 "$bin" kill > "$tmp/out" 2>&1 || rc=$?
-took=$(( ($(date +%s%N) - start) / 1000000 ))
-[ "$rc" -ne 0 ] || fail "the job with a killed rank exited 0"
+job 3 kill
 has "rank 1: SIGKILL"
 grep -qE "process rank 1 .*exited on signal 9|rank 1 .*signal 9" "$tmp/out" || fail "mpirun did not name rank 1"
 [ "$took" -lt 45000 ] || fail "took $took ms (timeout 20000 ms + 25 s grace)"
