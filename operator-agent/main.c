@@ -348,15 +348,52 @@ typedef enum {
   RDZV_TIMEOUT,
   RDZV_STOPPED,
   RDZV_FATAL,
-  RDZV_BAD_RECORD
+  RDZV_BAD_RECORD,
+  RDZV_JOB_DONE,  /* standby: every member finished */
+  RDZV_JOB_FAILED /* the job gave up (a standby, or an agent that arrived after) */
 } rdzv_outcome_t;
 
 static rdzv_outcome_t join_outcome(int jr) {
   return jr == -2 ? RDZV_FATAL : jr == -3 ? RDZV_BAD_RECORD : RDZV_STORE_LOST;
 }
 
-/* Joins rounds until this agent is a member of one. */
-static rdzv_outcome_t rendezvous(agent_t *a, int64_t deadline_ns) {
+/* Node 0: the round's standbys into /status and /metrics. */
+static void publish_standbys(agent_t *a) {
+  if (a->node_rank != 0) return;
+  agent_member_info_t *m = calloc((size_t)a->rd.nstandby + 1, sizeof *m);
+  if (!m) return;
+  for (int i = 0; i < a->rd.nstandby; i++) {
+    m[i].node_rank = a->rd.standby[i].node_rank;
+    m[i].group_rank = -1;
+    snprintf(m[i].addr, sizeof m[i].addr, "%s", a->rd.standby[i].addr);
+    snprintf(m[i].host, sizeof m[i].host, "%s", a->rd.standby[i].host);
+  }
+  agent_state_lock(&a->st);
+  free(a->st.standbys);
+  a->st.standbys = m;
+  a->st.nstandbys = a->rd.nstandby;
+  a->st.standbys_live = a->rd.nstandby_live;
+  agent_state_unlock(&a->st);
+}
+
+/* A standby: this agent waits in a closed round without workers (see rdzv.h). */
+static void publish_standby(agent_t *a) {
+  agent_state_lock(&a->st);
+  a->st.state = AGENT_STATE_STANDBY;
+  a->st.round = a->rd.round;
+  a->st.group_rank = -1;
+  a->st.group_world_size = (int)a->rd.closed_n;
+  a->st.world_size = 0;
+  a->st.worker_master_port = 0;
+  free(a->st.members);
+  a->st.members = NULL;
+  a->st.nmembers = 0;
+  agent_state_unlock(&a->st);
+}
+
+/* Joins rounds until this agent is a member of one. A standby waits as long as its round runs:
+ * *deadline_ns moves on while it does. */
+static rdzv_outcome_t rendezvous(agent_t *a, int64_t *deadline) {
   set_state(a, AGENT_STATE_RENDEZVOUS);
   int64_t t0 = now_ns();
   int jr = join_round(a);
@@ -368,19 +405,32 @@ static rdzv_outcome_t rendezvous(agent_t *a, int64_t deadline_ns) {
   int waiter_logged = 0;
   for (;;) {
     res = agent_rdzv_join_poll(&a->rd, now_ns());
+    if (res == AGENT_RDZV_WAITER) {
+      /* Closed without us: a standby until the round ends or the job does. */
+      if (!waiter_logged) {
+        AGENT_INFO("round %" PRId64 " closed with %" PRId64
+                   " node(s) without this one: standby (no workers) until a member is lost or "
+                   "the job ends",
+                   a->rd.round, a->rd.closed_n);
+        publish_standby(a);
+        waiter_logged = 1;
+      }
+      res = agent_rdzv_standby_poll(&a->rd, now_ns());
+      if (res == AGENT_RDZV_WAITER || res == AGENT_RDZV_PENDING) res = AGENT_RDZV_WAITER;
+      *deadline = now_ns() + (int64_t)(a->cfg.rdzv_timeout_s * 1e9);
+    }
+    if (res == AGENT_RDZV_ALL_DONE) return RDZV_JOB_DONE;
+    if (res == AGENT_RDZV_JOB_FAILED) return RDZV_JOB_FAILED;
     if (res < 0) return res == AGENT_RDZV_STORE_ERROR ? RDZV_STORE_LOST : RDZV_BAD_RECORD;
     if (res == AGENT_RDZV_MEMBER) break;
     if (res == AGENT_RDZV_ROUND_MOVED) {
+      if (waiter_logged) set_state(a, AGENT_STATE_RENDEZVOUS);
+      waiter_logged = 0;
       a->next_round = a->rd.round + 1;
       jr = join_round(a);
       if (jr) return join_outcome(jr);
     }
-    if (res == AGENT_RDZV_WAITER && !waiter_logged) {
-      AGENT_INFO("round %" PRId64 " closed without this node; waiting for the next round",
-                 a->rd.round);
-      waiter_logged = 1;
-    }
-    if (now_ns() >= deadline_ns) {
+    if (now_ns() >= *deadline) {
       char msg[300];
       snprintf(msg, sizeof msg,
                "rendezvous timed out after %.0f s in round %" PRId64
@@ -562,6 +612,8 @@ static round_outcome_t run_round(agent_t *a, int *local_failed) {
       publish_progress(a);
       res = agent_rdzv_monitor(&a->rd, now_ns());
     }
+    if (a->rd.nstandby != a->st.nstandbys || a->rd.nstandby_live != a->st.standbys_live)
+      publish_standbys(a);
     if (res == AGENT_RDZV_NO_MEMORY) {
       rdzv_error_log(a, a->rd.err); /* transient: the next turn tries again */
       continue;
@@ -590,10 +642,15 @@ static void linger_for_peers(agent_t *a) {
   if (!a->store) return;
   int64_t exited = 0;
   if (agent_rdzv_mark_exited(&a->rd, &exited) < 0 || a->node_rank != 0) return;
-  int64_t deadline = now_ns() + 10000000000LL;
+  int64_t deadline = now_ns() + 10000000000LL, sb_exited = 0;
   while (exited < a->rd.nmembers && now_ns() < deadline && !a->stop_sig) {
     wait_events(a, 20);
     if (agent_rdzv_exited_count(&a->rd, &exited) < 0) break;
+  }
+  /* and for the standbys that heartbeat to see the outcome (they poll every 100 ms) */
+  while (sb_exited < a->rd.nstandby_live && now_ns() < deadline && !a->stop_sig) {
+    if (agent_rdzv_standby_exited(&a->rd, 0, &sb_exited) < 0) break;
+    if (sb_exited < a->rd.nstandby_live) wait_events(a, 20);
   }
 }
 
@@ -644,8 +701,24 @@ static int run(agent_t *a) {
       if (r == -2) return 128 + a->stop_sig;
       if (r) return EXIT_UNAVAILABLE;
     }
-    rdzv_outcome_t ro = rendezvous(a, deadline);
+    rdzv_outcome_t ro = rendezvous(a, &deadline);
     if (ro == RDZV_STOPPED) return 128 + a->stop_sig;
+    if (ro == RDZV_JOB_DONE || ro == RDZV_JOB_FAILED) {
+      int64_t ex = 0;
+      if (ro == RDZV_JOB_DONE) {
+        AGENT_INFO("every member of round %" PRId64 " finished: the job succeeded; this %s exits 0",
+                   a->rd.round, a->rd.closed_n ? "standby" : "agent");
+        set_state(a, AGENT_STATE_SUCCEEDED);
+      } else {
+        char msg[600];
+        snprintf(msg, sizeof msg, "the job gave up: %s", a->rd.end_text);
+        AGENT_ERROR("%s", msg);
+        set_error(a, msg);
+        set_state(a, AGENT_STATE_FAILED);
+      }
+      agent_rdzv_standby_exited(&a->rd, 1, &ex); /* node 0 waits for it before leaving */
+      return ro == RDZV_JOB_DONE ? 0 : EXIT_PEER_FAILED;
+    }
     if (ro == RDZV_TIMEOUT) return EXIT_UNAVAILABLE;
     if (ro == RDZV_FATAL) return EXIT_INTERNAL;
     if (ro == RDZV_STORE_LOST || ro == RDZV_BAD_RECORD) {
@@ -723,7 +796,10 @@ static int run(agent_t *a) {
       AGENT_ERROR("%s", msg);
       set_error(a, msg);
       set_state(a, AGENT_STATE_FAILED);
-      if (out != ROUND_STORE_LOST) linger_for_peers(a);
+      if (out != ROUND_STORE_LOST) {
+        agent_rdzv_job_failed(&a->rd, msg); /* standbys leave on it */
+        linger_for_peers(a);
+      }
       return local_failed ? exit_code_of_local_failure(a) : EXIT_PEER_FAILED;
     }
     agent_state_lock(&a->st);
@@ -785,9 +861,10 @@ static int check_start(agent_t *a) {
     }
   }
   agent_log_set_node_rank(a->node_rank);
-  if (a->node_rank >= c->nnodes_max) {
-    AGENT_ERROR("node rank %d is outside --nnodes %d:%d (node ranks are 0..%d)", a->node_rank,
-                c->nnodes_min, c->nnodes_max, c->nnodes_max - 1);
+  if (a->node_rank >= c->nnodes_max + c->spares) {
+    AGENT_ERROR("node rank %d is outside --nnodes %d:%d with %d spare(s) (node ranks are 0..%d)",
+                a->node_rank, c->nnodes_min, c->nnodes_max, c->spares,
+                c->nnodes_max + c->spares - 1);
     return EXIT_USAGE;
   }
   a->master_port = c->master_port;
@@ -822,6 +899,7 @@ static int setup(agent_t *a) {
   st->nnodes_min = c->nnodes_min;
   st->nnodes_max = c->nnodes_max;
   st->max_restarts = c->max_restarts;
+  st->spares = c->spares;
   st->is_store_host = a->node_rank == 0;
   snprintf(st->run_id, sizeof st->run_id, "%s", c->run_id);
   snprintf(st->role, sizeof st->role, "%s", c->role ? c->role : "default");
@@ -878,6 +956,7 @@ static int setup(agent_t *a) {
              c->keep_run_dir ? "kept: --keep-run-dir" : "removed");
   a->rd.nnodes_min = c->nnodes_min;
   a->rd.nnodes_max = c->nnodes_max;
+  a->rd.spares = c->spares;
   a->rd.last_call_s = c->nnodes_min == c->nnodes_max ? 0 : c->last_call_s;
   a->rd.heartbeat_interval_s = c->heartbeat_interval_s;
   a->rd.heartbeat_timeout_s = c->heartbeat_timeout_s;

@@ -810,10 +810,28 @@ static int cross_checks(cfg_ctx_t *ctx) {
                            "when nnodes is MIN:MAX",
                            a, ctx->where[CFG_LAST_CALL], b, ctx->where[CFG_RDZV_TIMEOUT]);
   }
-  if (cfg->node_rank >= cfg->nnodes_max)
+  if (cfg->spares > 0 && cfg->standalone)
+    return agent_cfg__fail(ctx,
+                           "%s: '%d' conflicts with standalone (%s), which runs exactly one node "
+                           "and no spare; remove one of them",
+                           ctx->where[CFG_SPARES], cfg->spares, ctx->where[CFG_STANDALONE]);
+  if ((long)cfg->nnodes_max + cfg->spares > 65536)
+    return agent_cfg__fail(ctx,
+                           "%s: %d spare(s) and %d node(s) (%s) make %ld pods, more than 65536 "
+                           "node ranks; lower one of them",
+                           ctx->where[CFG_SPARES], cfg->spares, cfg->nnodes_max,
+                           ctx->where[CFG_NNODES], (long)cfg->nnodes_max + cfg->spares);
+  if (cfg->node_rank >= cfg->nnodes_max + cfg->spares && cfg->spares)
+    return agent_cfg__fail(ctx,
+                           "%s: node rank %d must be below the number of nodes %d (%s) plus the "
+                           "spares %d (%s); node ranks are 0..%d",
+                           ctx->where[CFG_NODE_RANK], cfg->node_rank, cfg->nnodes_max,
+                           ctx->where[CFG_NNODES], cfg->spares, ctx->where[CFG_SPARES],
+                           cfg->nnodes_max + cfg->spares - 1);
+  if (cfg->node_rank >= cfg->nnodes_max && !cfg->spares)
     return agent_cfg__fail(ctx,
                            "%s: node rank %d must be below the number of nodes %d (%s); node "
-                           "ranks are 0..%d",
+                           "ranks are 0..%d (or give --spares)",
                            ctx->where[CFG_NODE_RANK], cfg->node_rank, cfg->nnodes_max,
                            ctx->where[CFG_NNODES], cfg->nnodes_max - 1);
   if (cfg->http_port > 0 && cfg->http_port == cfg->master_port)

@@ -34,6 +34,7 @@ typedef struct {
 typedef struct {
   /* --- job shape --- */
   int nnodes_min, nnodes_max; /* --nnodes N or MIN:MAX; default 1:1 */
+  int spares;                 /* --spares K: standby pods, node ranks nnodes_max.. ; default 0 */
   int nproc_per_node;         /* --nproc-per-node N|cpu|gpu|auto; default 1. cpu = online CPUs;
                                * gpu = number of /dev/nvidia<N> (error if none); auto = gpu if any,
                                * else cpu */

@@ -10,6 +10,7 @@
 
 typedef enum {
   CFG_NNODES,
+  CFG_SPARES,
   CFG_NPROC,
   CFG_NODE_RANK,
   CFG_MASTER_ADDR,

@@ -16,6 +16,12 @@ const cfg_opt_t agent_cfg__opts[CFG_NOPTS] = {
                     .metavar = "N|MIN:MAX", .def = "1:1",
                     .help = "Number of nodes, 1..65536. With MIN:MAX the job starts once MIN "
                             "nodes joined and admits up to MAX."},
+    [CFG_SPARES] = {.flag = "spares", .yaml = "spares", .type = CFG_T_INT, .min = 0,
+                    .max = 65535, .off = OFF(spares), .metavar = "K", .def = "0",
+                    .help = "Warm spare pods beyond the nodes, 0..65535: pods with node ranks "
+                            "nnodes..nnodes+K-1 join as standbys (started, store reached, no "
+                            "workers) and take the place of a lost member at the next round. "
+                            "A standby exits 0 once the job succeeded."},
     [CFG_NPROC] = {.flag = "nproc-per-node", .yaml = "nproc_per_node",
                    .pet = "PET_NPROC_PER_NODE", .type = CFG_T_NPROC, .off = OFF(nproc_per_node),
                    .metavar = "N|cpu|gpu|auto", .def = "1",

@@ -15,18 +15,21 @@
  *                  "max_restarts","group_rank","group_world_size","world_size","master_addr",
  *                  "master_port","worker_master_port","is_store_host",
  *                  "members":[{"node_rank","group_rank","addr","host"}],
+ *                  "spares","standbys_live","standbys":[{"node_rank","addr","host"}],
  *                  "workers":[{"local_rank","global_rank","pid","state","exit_code"}],
  *                  "last_error"}
  *                 Numbers are the struct's values as they are (-1 = not known yet for node_rank,
  *                 group_rank and round; pid 0 = not started). A worker's exit_code is null until
  *                 it has exited: it is a number only when pid > 0 and its state is succeeded,
  *                 failed or stopped (>= 0 exit status, -N killed by signal N). last_error is null
- *                 when empty. Strings are made valid UTF-8 (malformed bytes become U+FFFD).
- *   GET /         a small HTML page linking the above.
- * HEAD is answered like GET without a body. A path that is none of these: 404 whatever the
- * method; a known path with another method: 405 with an "Allow: GET, HEAD" header. The query
- * string is ignored. Every answer carries "Cache-Control: no-store".
- * Reads agent_state_t under its lock only.
+ *                 when empty. "spares" is --spares; on node 0 "standbys" lists the standby
+ *                 agents of the round (waiters that start no workers) and "standbys_live" how
+ *                 many of them still heartbeat; elsewhere [] and null. A standby's own "state"
+ *                 is "standby" (group_rank -1, no members). Strings are made valid UTF-8 (malformed
+ * bytes become U+FFFD). GET /         a small HTML page linking the above. HEAD is answered like
+ * GET without a body. A path that is none of these: 404 whatever the method; a known path with
+ * another method: 405 with an "Allow: GET, HEAD" header. The query string is ignored. Every answer
+ * carries "Cache-Control: no-store". Reads agent_state_t under its lock only.
  *
  * Connections: at most 8192 at once (half of RLIMIT_NOFILE when that is lower; start-up raises
  * the soft limit to the hard one), at most 1024 from one IP address; each closed after 10 s

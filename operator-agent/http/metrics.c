@@ -24,12 +24,13 @@
 #define TDIST_GIT_REVISION "unknown"
 #endif
 
-#define NSTATES 6
+#define NSTATES AGENT_NSTATES
 
 typedef struct {
   agent_run_state_t state;
   int node_rank, group_rank, group_world_size, world_size, nproc_per_node;
   int restart_count, max_restarts;
+  int is_store_host, spares, standbys, standbys_live;
   int64_t round;
   uint64_t workers[AGENT_WORKER_NSTATES];
   uint64_t worker_exits[3];
@@ -54,6 +55,10 @@ static void take_snapshot(agent_state_t *st, snapshot_t *s) {
   s->restart_count = st->restart_count;
   s->max_restarts = st->max_restarts;
   s->round = st->round;
+  s->is_store_host = st->is_store_host;
+  s->spares = st->spares;
+  s->standbys = st->nstandbys;
+  s->standbys_live = st->standbys_live;
   for (int i = 0; st->workers && i < st->nworkers; i++) {
     unsigned ws = (unsigned)st->workers[i].state;
     if (ws < AGENT_WORKER_NSTATES) s->workers[ws]++;
@@ -250,6 +255,14 @@ static void render_agent(agent_buf_t *b, const snapshot_t *s) {
           "Restart attempt of the running workers (their TORCHELASTIC_RESTART_COUNT).",
           s->restart_count);
   gauge_i(b, "tdist_max_restarts", "Restarts allowed before the agent gives up.", s->max_restarts);
+  gauge_i(b, "tdist_spares", "Warm spare pods configured (--spares).", s->spares);
+  if (s->is_store_host) {
+    /* Only node 0 follows the standbys (the other nodes would report a stale 0). */
+    gauge_i(b, "tdist_standbys",
+            "Node 0: standby agents of the current round that still heartbeat (ready to take a "
+            "lost member's place).",
+            s->standbys_live);
+  }
 
   family(b, "tdist_workers", "gauge", "Number of local workers in each state.");
   for (int i = 0; i < AGENT_WORKER_NSTATES; i++)

@@ -49,6 +49,20 @@ static void render(agent_buf_t *b, const agent_state_t *st) {
     JSON_FIELD(b, m, host);
     agent_buf_puts(b, "}");
   }
+  agent_buf_printf(b, "],\"spares\":%d,\"standbys_live\":", st->spares);
+  if (st->is_store_host)
+    agent_buf_printf(b, "%d", st->standbys_live);
+  else
+    agent_buf_puts(b, "null");
+  agent_buf_puts(b, ",\"standbys\":[");
+  for (int i = 0; st->standbys && i < st->nstandbys; i++) {
+    const agent_member_info_t *m = &st->standbys[i];
+    agent_buf_printf(b, "%s{\"node_rank\":%d,\"addr\":", i ? "," : "", m->node_rank);
+    JSON_FIELD(b, m, addr);
+    agent_buf_puts(b, ",\"host\":");
+    JSON_FIELD(b, m, host);
+    agent_buf_puts(b, "}");
+  }
   agent_buf_puts(b, "],\"workers\":[");
   for (int i = 0; st->workers && i < st->nworkers; i++) {
     const agent_worker_info_t *w = &st->workers[i];

@@ -19,12 +19,23 @@ void agent_rdzv_init(agent_rdzv_t *r) {
   r->group_rank = -1;
 }
 
+static void free_standbys(agent_rdzv_t *r) {
+  free(r->standby);
+  free(r->sb_hb);
+  free(r->sb_change_ns);
+  r->standby = NULL;
+  r->sb_hb = r->sb_change_ns = NULL;
+  r->nstandby = r->nstandby_live = 0;
+}
+
 void agent_rdzv_reset_round(agent_rdzv_t *r) {
   free(r->members);
   free(r->peer_hb);
   free(r->peer_hb_change_ns);
   r->members = NULL;
   r->peer_hb = r->peer_hb_change_ns = NULL;
+  free_standbys(r);
+  r->closed_n = 0;
   r->idx = 0;
   r->min_seen_ns = 0;
   r->nmembers = 0;
@@ -135,8 +146,50 @@ int agent_rdzv_parse_end(const char *v, agent_restart_reason_t *reason, const ch
   return -1;
 }
 
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+int agent_rdzv_parse_closed(const char *s, int nnodes_max, int64_t *n, int64_t **list) {
+  *list = NULL;
+  const char *sp = strchr(s, ' ');
+  char head[24];
+  size_t hl = sp ? (size_t)(sp - s) : strlen(s);
+  if (hl >= sizeof head) return -1;
+  memcpy(head, s, hl);
+  head[hl] = 0;
+  if (agent_rdzv_parse_int(head, 1, nnodes_max, n)) return -1;
+  if (!sp) return 0;
+  int64_t *l = calloc((size_t)*n, sizeof *l), *sorted = calloc((size_t)*n, sizeof *sorted);
+  if (!l || !sorted) goto bad;
+  const char *p = sp + 1;
+  for (int64_t i = 0; i < *n; i++) {
+    char tok[24];
+    const char *e = strchr(p, ',');
+    size_t tl = e ? (size_t)(e - p) : strlen(p);
+    if ((e == NULL) != (i == *n - 1) || tl >= sizeof tok) goto bad;
+    memcpy(tok, p, tl);
+    tok[tl] = 0;
+    if (agent_rdzv_parse_int(tok, 1, AGENT_RDZV_MAX_COUNT, &l[i])) goto bad;
+    p = e ? e + 1 : p + tl;
+  }
+  memcpy(sorted, l, (size_t)*n * sizeof *l);
+  qsort(sorted, (size_t)*n, sizeof *sorted, cmp_i64);
+  for (int64_t i = 1; i < *n; i++)
+    if (sorted[i] == sorted[i - 1]) goto bad;
+  free(sorted);
+  *list = l;
+  return 0;
+bad:
+  free(l);
+  free(sorted);
+  return -1;
+}
+
 static agent_rdzv_result_t get_opt(agent_rdzv_t *r, const char *key, char *out, size_t cap,
                                    int *found);
+static void copy_trunc(char *dst, size_t cap, const char *src);
 
 static agent_rdzv_result_t add(agent_rdzv_t *r, const char *key, int64_t delta, int64_t *out) {
   tdist_status_t st = tdist_store_add(r->store, key, delta, out);
@@ -206,17 +259,17 @@ static agent_rdzv_result_t get_opt(agent_rdzv_t *r, const char *key, char *out, 
   return AGENT_RDZV_PENDING;
 }
 
-/* Reads records idx first..last (1-based, inclusive) into recs. An agent sets its record right
- * after taking its index, so a missing one is about to appear, or belongs to a fake joiner (an ADD
- * on <r>/joined by something else): then *missing = 1 and nothing is read, never a blocking wait.
- */
-static agent_rdzv_result_t read_records(agent_rdzv_t *r, int64_t first, int64_t last,
-                                        agent_rdzv_member_t *recs, int *missing) {
-  size_t n = (size_t)(last - first + 1);
+/* Reads the records of round `round` of arrivals idx[0..n-1] into recs. An agent sets its record
+ * right after taking its index, so a missing one is about to appear, or belongs to a fake joiner
+ * (an ADD on <r>/joined by something else): then *missing = 1 and nothing is read, never a
+ * blocking wait. */
+static agent_rdzv_result_t read_idx(agent_rdzv_t *r, int64_t round, const int64_t *idx, size_t n,
+                                    agent_rdzv_member_t *recs, int *missing) {
   char **keys = calloc(n, sizeof *keys);
   void **vals = calloc(n, sizeof *vals);
   size_t *lens = calloc(n, sizeof *lens);
   agent_rdzv_result_t res = AGENT_RDZV_PENDING;
+  int npods = r->nnodes_max + r->spares;
   *missing = 0;
   if (!keys || !vals || !lens) {
     snprintf(r->err, sizeof r->err, "out of memory reading %zu rendezvous records", n);
@@ -224,7 +277,7 @@ static agent_rdzv_result_t read_records(agent_rdzv_t *r, int64_t first, int64_t 
     goto out;
   }
   for (size_t i = 0; i < n; i++) {
-    if (asprintf(&keys[i], "%" PRId64 "/node/%" PRId64, r->round, first + (int64_t)i) < 0) {
+    if (asprintf(&keys[i], "%" PRId64 "/node/%" PRId64, round, idx[i]) < 0) {
       keys[i] = NULL;
       snprintf(r->err, sizeof r->err, "out of memory reading rendezvous records");
       res = AGENT_RDZV_NO_MEMORY;
@@ -253,12 +306,12 @@ static agent_rdzv_result_t read_records(agent_rdzv_t *r, int64_t first, int64_t 
     buf[l] = 0;
     agent_rdzv_member_t *m = &recs[i];
     memset(m, 0, sizeof *m);
-    m->idx = (int)(first + (int64_t)i);
-    if (l != lens[i] || strlen(buf) != l || agent_rdzv_parse_record(buf, r->nnodes_max, m)) {
+    m->idx = (int)idx[i];
+    if (l != lens[i] || strlen(buf) != l || agent_rdzv_parse_record(buf, npods, m)) {
       char want[160];
       snprintf(want, sizeof want,
                "a record 'node_rank(0..%d) nproc attempt failures addr host worker_port'",
-               r->nnodes_max - 1);
+               npods - 1);
       res = bad_value(r, keys[i], vals[i], lens[i], want);
       goto out;
     }
@@ -271,6 +324,21 @@ out:
   free(keys);
   free(vals);
   free(lens);
+  return res;
+}
+
+/* read_idx of arrivals first..last (1-based, inclusive) of the current round. */
+static agent_rdzv_result_t read_records(agent_rdzv_t *r, int64_t first, int64_t last,
+                                        agent_rdzv_member_t *recs, int *missing) {
+  size_t n = (size_t)(last - first + 1);
+  int64_t *idx = calloc(n, sizeof *idx);
+  if (!idx) {
+    snprintf(r->err, sizeof r->err, "out of memory reading %zu rendezvous records", n);
+    return AGENT_RDZV_NO_MEMORY;
+  }
+  for (size_t i = 0; i < n; i++) idx[i] = first + (int64_t)i;
+  agent_rdzv_result_t res = read_idx(r, r->round, idx, n, recs, missing);
+  free(idx);
   return res;
 }
 
@@ -318,25 +386,54 @@ static int member_cmp(const void *a, const void *b) {
   return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-/* The records of the agents that arrived after round r closed (arrivals nmembers+1..joined) into
- * *w (caller frees; NULL when there are none), their count into *nw: at most
- * AGENT_RDZV_MAX_WAITERS, -1 when some record is missing (none read). */
+/* The records of the agents of round r that are not members (arrivals 1..joined, members
+ * skipped; of several arrivals with one node rank the latest) into *w (caller frees; NULL when
+ * there are none), their count into *nw: at most AGENT_RDZV_MAX_WAITERS, -1 when some record is
+ * missing (none read). */
 static agent_rdzv_result_t read_waiters(agent_rdzv_t *r, int64_t joined, agent_rdzv_member_t **w,
                                         int64_t *nw) {
   *w = NULL;
-  int64_t first = r->nmembers + 1;
-  *nw = joined >= first ? joined - first + 1 : 0;
+  *nw = 0;
   /* Fake joiners can push the count up without records: read a bounded window. */
-  if (*nw > AGENT_RDZV_MAX_WAITERS) *nw = AGENT_RDZV_MAX_WAITERS;
-  if (!*nw) return AGENT_RDZV_PENDING;
-  if (!(*w = calloc((size_t)*nw, sizeof **w))) {
-    snprintf(r->err, sizeof r->err, "out of memory reading %" PRId64 " waiter records", *nw);
+  int64_t m = joined;
+  if (m > r->nmembers + AGENT_RDZV_MAX_WAITERS) m = r->nmembers + AGENT_RDZV_MAX_WAITERS;
+  if (m <= r->nmembers) return AGENT_RDZV_PENDING;
+  agent_rdzv_member_t *all = calloc((size_t)m, sizeof *all);
+  int64_t *mi = calloc((size_t)(r->nmembers ? r->nmembers : 1), sizeof *mi);
+  if (!all || !mi) {
+    free(all);
+    free(mi);
+    snprintf(r->err, sizeof r->err, "out of memory reading %" PRId64 " records", m);
     return AGENT_RDZV_NO_MEMORY;
   }
   int missing = 0;
-  agent_rdzv_result_t res = read_records(r, first, first + *nw - 1, *w, &missing);
-  if (res >= 0 && missing) *nw = -1; /* not all written yet (or fake joiners): next poll */
-  return res;
+  agent_rdzv_result_t res = read_records(r, 1, m, all, &missing);
+  if (res < 0 || missing) {
+    if (res >= 0) *nw = -1; /* not all written yet (or fake joiners): next poll */
+    free(all);
+    free(mi);
+    return res;
+  }
+  for (int64_t i = 0; i < r->nmembers; i++) mi[i] = r->members[i].idx;
+  qsort(mi, (size_t)r->nmembers, sizeof *mi, cmp_i64);
+  qsort(all, (size_t)m, sizeof *all, member_cmp);
+  int64_t k = 0;
+  for (int64_t i = 0; i < m && k < AGENT_RDZV_MAX_WAITERS; i++) {
+    int64_t idx = all[i].idx;
+    if (r->nmembers && bsearch(&idx, mi, (size_t)r->nmembers, sizeof *mi, cmp_i64)) continue;
+    if (k && all[k - 1].node_rank == all[i].node_rank)
+      all[k - 1] = all[i]; /* a later arrival of that node rank */
+    else
+      all[k++] = all[i];
+  }
+  free(mi);
+  if (!k) {
+    free(all);
+    return AGENT_RDZV_PENDING;
+  }
+  *w = all;
+  *nw = k;
+  return AGENT_RDZV_PENDING;
 }
 
 static agent_rdzv_result_t joined_count(agent_rdzv_t *r, int64_t *joined) {
@@ -372,7 +469,9 @@ static void free_members(agent_rdzv_t *r) {
   r->peer_hb = r->peer_hb_change_ns = NULL;
 }
 
-static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns) {
+/* The members of the closed round: arrivals list[0..n-1] in group-rank order, or (list NULL, a
+ * bare "N") the first n arrivals in (node_rank, idx) order. */
+static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns, const int64_t *list) {
   int64_t n = r->nmembers;
   free_members(r); /* an earlier poll that failed (a bad record) may have left them */
   r->members = calloc((size_t)n, sizeof *r->members);
@@ -383,7 +482,8 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns) {
     return AGENT_RDZV_NO_MEMORY;
   }
   int missing = 0;
-  agent_rdzv_result_t res = read_records(r, 1, n, r->members, &missing);
+  agent_rdzv_result_t res = list ? read_idx(r, r->round, list, (size_t)n, r->members, &missing)
+                                 : read_records(r, 1, n, r->members, &missing);
   if (res >= 0 && missing) {
     /* A member's record is not there yet (or <r>/closed counts fake joiners): poll again. */
     free_members(r);
@@ -391,7 +491,7 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns) {
     return AGENT_RDZV_PENDING;
   }
   if (res < 0) return res;
-  qsort(r->members, (size_t)n, sizeof *r->members, member_cmp);
+  if (!list) qsort(r->members, (size_t)n, sizeof *r->members, member_cmp);
   int attempt = 0, failures = 0, ws = 0;
   r->worker_store_port = 0;
   for (int64_t i = 0; i < n; i++) {
@@ -415,41 +515,217 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns) {
   return AGENT_RDZV_MEMBER;
 }
 
+/* The value of key, allocated (NUL-terminated; the caller frees), or *out = NULL if absent. */
+static agent_rdzv_result_t get_alloc(agent_rdzv_t *r, const char *key, char **out) {
+  const char *keys[1] = {key};
+  int ready = 0;
+  *out = NULL;
+  tdist_status_t st = tdist_store_check(r->store, keys, 1, &ready);
+  if (st != TDIST_OK) return fail(r, key, st);
+  if (!ready) return AGENT_RDZV_PENDING;
+  void *v = NULL;
+  size_t n = 0;
+  st = tdist_store_get(r->store, key, &v, &n);
+  if (st != TDIST_OK) return fail(r, key, st);
+  *out = malloc(n + 1);
+  if (*out) {
+    memcpy(*out, v, n);
+    (*out)[n] = 0;
+  }
+  tdist_free(v);
+  if (!*out) {
+    snprintf(r->err, sizeof r->err, "out of memory reading %s (%zu bytes)", key, n);
+    return AGENT_RDZV_NO_MEMORY;
+  }
+  return AGENT_RDZV_PENDING;
+}
+
+/* prev[node_rank] = the group rank that node had in round r-1 (-1: none). Best effort: a round
+ * r-1 this store does not hold (a fresh store) or cannot be read leaves -1s; only a store
+ * failure is an error. */
+static agent_rdzv_result_t prev_ranks(agent_rdzv_t *r, int *prev, int npods) {
+  for (int i = 0; i < npods; i++) prev[i] = -1;
+  if (r->round <= 0) return AGENT_RDZV_PENDING;
+  char key[96], *val = NULL;
+  snprintf(key, sizeof key, "%" PRId64 "/closed", r->round - 1);
+  agent_rdzv_result_t res = get_alloc(r, key, &val);
+  if (res == AGENT_RDZV_STORE_ERROR || !val) {
+    free(val);
+    return res == AGENT_RDZV_STORE_ERROR ? res : AGENT_RDZV_PENDING;
+  }
+  int64_t n, *list = NULL;
+  agent_rdzv_member_t *m = NULL;
+  int missing = 0;
+  if (!agent_rdzv_parse_closed(val, r->nnodes_max, &n, &list) &&
+      (m = calloc((size_t)n, sizeof *m))) {
+    if (list) {
+      res = read_idx(r, r->round - 1, list, (size_t)n, m, &missing);
+    } else {
+      int64_t *idx = calloc((size_t)n, sizeof *idx);
+      for (int64_t i = 0; idx && i < n; i++) idx[i] = i + 1;
+      res = idx ? read_idx(r, r->round - 1, idx, (size_t)n, m, &missing) : AGENT_RDZV_NO_MEMORY;
+      if (res >= 0 && !missing) qsort(m, (size_t)n, sizeof *m, member_cmp);
+      free(idx);
+    }
+    for (int64_t i = 0; res >= 0 && !missing && i < n; i++) prev[m[i].node_rank] = (int)i;
+  }
+  free(val);
+  free(list);
+  free(m);
+  if (res == AGENT_RDZV_STORE_ERROR) return res;
+  r->err[0] = 0; /* a bad record of round r-1 only costs the ranks' continuity */
+  return AGENT_RDZV_PENDING;
+}
+
+typedef struct {
+  agent_rdzv_member_t rec;
+  int64_t key; /* priority: node 0, then the members of r-1 by their group rank, then node rank */
+  int prev;
+} cand_t;
+
+static int cand_cmp(const void *a, const void *b) {
+  const cand_t *x = a, *y = b;
+  return x->key < y->key ? -1 : x->key > y->key;
+}
+
+/* Picks the members of the current round among arrivals 1..count (see rdzv.h) and formats the
+ * <r>/closed value into *val (the caller frees); *val = NULL when the round cannot close yet (a
+ * record not written, node 0 not there, fewer than MIN distinct nodes). */
+static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, char **val) {
+  *val = NULL;
+  int npods = r->nnodes_max + r->spares;
+  int64_t m = count;
+  if (m > r->nnodes_max + AGENT_RDZV_MAX_WAITERS) m = r->nnodes_max + AGENT_RDZV_MAX_WAITERS;
+  agent_rdzv_member_t *recs = calloc((size_t)m, sizeof *recs);
+  cand_t *c = calloc((size_t)m, sizeof *c);
+  int *prev = calloc((size_t)npods, sizeof *prev);
+  int64_t *slot = NULL;
+  char *out = NULL;
+  int missing = 0;
+  agent_rdzv_result_t res = AGENT_RDZV_NO_MEMORY;
+  snprintf(r->err, sizeof r->err, "out of memory choosing the members of %" PRId64 " arrivals", m);
+  if (!recs || !c || !prev) goto done;
+  res = read_records(r, 1, m, recs, &missing);
+  if (res < 0 || missing) goto done;
+  /* One candidate per node rank: its latest arrival (an earlier one is a pod since replaced). */
+  qsort(recs, (size_t)m, sizeof *recs, member_cmp);
+  int64_t u = 0;
+  int have0 = 0;
+  for (int64_t i = 0; i < m; i++) {
+    if (i + 1 < m && recs[i + 1].node_rank == recs[i].node_rank) continue;
+    c[u++].rec = recs[i];
+    have0 |= recs[i].node_rank == 0;
+  }
+  if (!have0 || u < r->nnodes_min) goto done;
+  if ((res = prev_ranks(r, prev, npods)) < 0) goto done;
+  for (int64_t i = 0; i < u; i++) {
+    int nr = c[i].rec.node_rank, g = prev[nr];
+    c[i].prev = g;
+    c[i].key = nr == 0 ? 0 : g >= 0 ? 1 + g : 1 + (int64_t)npods + nr;
+  }
+  qsort(c, (size_t)u, sizeof *c, cand_cmp);
+  int64_t n = u < r->nnodes_max ? u : r->nnodes_max;
+  slot = malloc((size_t)n * sizeof *slot);
+  out = malloc(24 + (size_t)n * 21);
+  res = AGENT_RDZV_NO_MEMORY;
+  if (!slot || !out) goto done;
+  for (int64_t g = 0; g < n; g++) slot[g] = 0;
+  slot[0] = c[0].rec.idx; /* node 0 */
+  for (int64_t i = 1; i < n; i++)
+    if (c[i].prev > 0 && c[i].prev < n && !slot[c[i].prev]) {
+      slot[c[i].prev] = c[i].rec.idx;
+      c[i].rec.idx = 0; /* placed */
+    }
+  int64_t g = 1;
+  for (int64_t i = 1; i < n; i++) {
+    if (!c[i].rec.idx) continue;
+    while (slot[g]) g++;
+    slot[g] = c[i].rec.idx;
+  }
+  size_t len = (size_t)sprintf(out, "%" PRId64, n);
+  for (int64_t k = 0; k < n; k++)
+    len += (size_t)sprintf(out + len, "%c%" PRId64, k ? ',' : ' ', slot[k]);
+  *val = out;
+  out = NULL;
+  res = AGENT_RDZV_PENDING;
+done:
+  free(recs);
+  free(c);
+  free(prev);
+  free(slot);
+  free(out);
+  return res;
+}
+
 agent_rdzv_result_t agent_rdzv_join_poll(agent_rdzv_t *r, int64_t now_ns) {
   agent_rdzv_result_t res;
   int64_t cur;
   if ((res = read_round(r, &cur)) < 0) return res;
   if (cur > r->round) return AGENT_RDZV_ROUND_MOVED;
-  char key[96], val[64];
-  int found = 0;
+  if (r->closed_n) return AGENT_RDZV_WAITER; /* closed without us: standby_poll follows it */
+  char key[96], *val = NULL;
   snprintf(key, sizeof key, "%" PRId64 "/closed", r->round);
-  if ((res = get_opt(r, key, val, sizeof val, &found)) < 0) return res;
-  if (!found) {
+  if ((res = get_alloc(r, key, &val)) < 0) return res;
+  if (!val) {
+    /* A job that gave up never closes another round: say so instead of waiting it out. */
+    char text[sizeof r->end_text];
+    int found = 0;
+    if ((res = get_opt(r, "failed", text, sizeof text, &found)) < 0) return res;
+    if (found) {
+      copy_trunc(r->end_text, sizeof r->end_text, text);
+      return AGENT_RDZV_JOB_FAILED;
+    }
     int64_t count;
     char jkey[96];
     snprintf(jkey, sizeof jkey, "%" PRId64 "/joined", r->round);
     if ((res = add_in(r, jkey, 0, 0, AGENT_RDZV_MAX_COUNT, &count)) < 0) return res;
-    int64_t close_n = 0;
+    int close = 0;
     if (count >= r->nnodes_max) {
-      close_n = r->nnodes_max;
+      close = 1;
     } else if (count >= r->nnodes_min) {
       if (!r->min_seen_ns) r->min_seen_ns = now_ns;
-      if (now_ns - r->min_seen_ns >= (int64_t)(r->last_call_s * NS_PER_S)) close_n = count;
+      close = now_ns - r->min_seen_ns >= (int64_t)(r->last_call_s * NS_PER_S);
     }
-    if (!close_n) return AGENT_RDZV_PENDING;
-    char des[32];
-    snprintf(des, sizeof des, "%" PRId64, close_n);
-    if ((res = cas(r, key, "", des, val, sizeof val)) < 0) return res;
+    if (!close) return AGENT_RDZV_PENDING;
+    char *des = NULL;
+    if ((res = choose_members(r, count, &des)) < 0) return res;
+    if (!des) return AGENT_RDZV_PENDING;
+    void *v = NULL;
+    size_t n = 0;
+    tdist_status_t st = tdist_store_compare_set(r->store, key, "", 0, des, strlen(des), &v, &n);
+    free(des);
+    if (st != TDIST_OK) return fail(r, key, st);
+    val = malloc(n + 1);
+    if (val) {
+      memcpy(val, v, n);
+      val[n] = 0;
+    }
+    tdist_free(v);
+    if (!val) {
+      snprintf(r->err, sizeof r->err, "out of memory reading %s (%zu bytes)", key, n);
+      return AGENT_RDZV_NO_MEMORY;
+    }
   }
-  int64_t n;
-  if (agent_rdzv_parse_int(val, 1, r->nnodes_max, &n)) {
-    char want[64];
-    snprintf(want, sizeof want, "a member count in 1..%d", r->nnodes_max);
-    return bad_value(r, key, val, strlen(val), want);
+  int64_t n, *list = NULL;
+  if (agent_rdzv_parse_closed(val, r->nnodes_max, &n, &list)) {
+    char want[96];
+    snprintf(want, sizeof want, "a member count in 1..%d and its distinct arrivals", r->nnodes_max);
+    res = bad_value(r, key, val, strlen(val), want);
+    free(val);
+    return res;
   }
-  if (r->idx > n) return AGENT_RDZV_WAITER;
+  free(val);
+  int member = !list && r->idx <= n;
+  for (int64_t i = 0; list && i < n; i++) member |= list[i] == r->idx;
+  if (!member) {
+    free(list);
+    r->closed_n = n;
+    return AGENT_RDZV_WAITER;
+  }
   r->nmembers = n;
-  return load_members(r, now_ns);
+  res = load_members(r, now_ns, list);
+  free(list);
+  return res;
 }
 
 static void copy_trunc(char *dst, size_t cap, const char *src) {
@@ -597,9 +873,46 @@ static agent_rdzv_result_t heartbeat(agent_rdzv_t *r, int64_t now_ns) {
   return res;
 }
 
+/* Keeps the waiters that are not a member's node rank as this round's standbys; the heartbeat
+ * state of those seen before carries over. */
+static void keep_standbys(agent_rdzv_t *r, const agent_rdzv_member_t *w, int64_t nw,
+                          int64_t now_ns) {
+  agent_rdzv_member_t *sb = calloc((size_t)(nw ? nw : 1), sizeof *sb);
+  int64_t *hb = calloc((size_t)(nw ? nw : 1), sizeof *hb);
+  int64_t *ch = calloc((size_t)(nw ? nw : 1), sizeof *ch);
+  if (!sb || !hb || !ch) {
+    free(sb);
+    free(hb);
+    free(ch);
+    return; /* the count is only shown: try again when the waiters change */
+  }
+  int k = 0;
+  for (int64_t i = 0; i < nw; i++) {
+    int is_member = 0;
+    for (int64_t m = 0; m < r->nmembers && !is_member; m++)
+      is_member = r->members[m].node_rank == w[i].node_rank;
+    if (is_member) continue;
+    sb[k] = w[i];
+    hb[k] = -1;
+    ch[k] = now_ns;
+    for (int j = 0; j < r->nstandby; j++)
+      if (r->standby[j].idx == w[i].idx) {
+        hb[k] = r->sb_hb[j];
+        ch[k] = r->sb_change_ns[j];
+      }
+    k++;
+  }
+  free_standbys(r);
+  r->standby = sb;
+  r->sb_hb = hb;
+  r->sb_change_ns = ch;
+  r->nstandby = r->nstandby_live = k;
+}
+
 /* Agents that arrived after the round closed: admit them by ending the round when there is room,
- * or when one carries the node rank of a member (that member's pod was replaced). */
-static agent_rdzv_result_t check_waiters(agent_rdzv_t *r) {
+ * or when one carries the node rank of a member (that member's pod was replaced); the others are
+ * standbys. */
+static agent_rdzv_result_t check_waiters(agent_rdzv_t *r, int64_t now_ns) {
   int64_t joined, nw;
   agent_rdzv_result_t res = joined_count(r, &joined);
   /* Spare agents that can't be admitted stay in the count: read their records once. */
@@ -607,7 +920,10 @@ static agent_rdzv_result_t check_waiters(agent_rdzv_t *r) {
   agent_rdzv_member_t *w;
   res = read_waiters(r, joined, &w, &nw);
   /* All records there: read once. Some missing (being written, or fake joiners): next poll. */
-  if (res >= 0 && nw >= 0) r->waiters_checked = joined;
+  if (res >= 0 && nw >= 0) {
+    r->waiters_checked = joined;
+    keep_standbys(r, w, nw, now_ns);
+  }
   char text[200] = "";
   for (int64_t i = 0; res >= 0 && i < nw && !text[0]; i++) {
     for (int64_t m = 0; m < r->nmembers; m++)
@@ -625,13 +941,89 @@ static agent_rdzv_result_t check_waiters(agent_rdzv_t *r) {
       r, strstr(text, "replaced") ? AGENT_RESTART_PEER_LOST : AGENT_RESTART_MEMBERSHIP, text);
 }
 
+/* The leader: which standbys still heartbeat (r->nstandby_live). Best effort, like the count. */
+static agent_rdzv_result_t standby_liveness(agent_rdzv_t *r, int64_t now_ns) {
+  if (!r->nstandby) return AGENT_RDZV_PENDING;
+  size_t n = (size_t)r->nstandby;
+  char **keys = calloc(n, sizeof *keys);
+  void **vals = calloc(n, sizeof *vals);
+  size_t *lens = calloc(n, sizeof *lens);
+  int ok = keys && vals && lens;
+  for (size_t i = 0; ok && i < n; i++)
+    ok = asprintf(&keys[i], "%" PRId64 "/hb/%d", r->round, r->standby[i].idx) >= 0 ||
+         (keys[i] = NULL, 0);
+  agent_rdzv_result_t res = AGENT_RDZV_PENDING;
+  tdist_status_t st = ok ? tdist_store_multi_get(r->store, (const char *const *)keys, n, vals, lens)
+                         : TDIST_ERR_NO_MEMORY;
+  if (st == TDIST_OK) {
+    int live = 0;
+    for (size_t i = 0; i < n; i++) {
+      char buf[32];
+      size_t l = lens[i] < sizeof buf - 1 ? lens[i] : sizeof buf - 1;
+      memcpy(buf, vals[i], l);
+      buf[l] = 0;
+      int64_t v;
+      if (agent_rdzv_parse_int(buf, 0, INT64_MAX, &v)) v = -2; /* not a beat: never alive */
+      if (v != r->sb_hb[i] && v != -2) {
+        r->sb_hb[i] = v;
+        r->sb_change_ns[i] = now_ns;
+      }
+      live +=
+          v != -2 && now_ns - r->sb_change_ns[i] <= (int64_t)(r->heartbeat_timeout_s * NS_PER_S);
+    }
+    r->nstandby_live = live;
+  } else if (st != TDIST_ERR_NO_MEMORY) {
+    res = fail(r, "multi_get of standby heartbeats", st);
+  }
+  for (size_t i = 0; keys && i < n; i++) {
+    free(keys[i]);
+    if (vals) tdist_free(vals[i]);
+  }
+  free(keys);
+  free(vals);
+  free(lens);
+  return res;
+}
+
 agent_rdzv_result_t agent_rdzv_monitor(agent_rdzv_t *r, int64_t now_ns) {
   agent_rdzv_result_t res;
   int64_t cur;
   if ((res = read_round(r, &cur)) < 0) return res;
   if (cur > r->round) return read_end(r, cur);
+  int64_t due = r->next_hb_ns;
   if ((res = heartbeat(r, now_ns)) != AGENT_RDZV_PENDING) return res;
-  return check_waiters(r);
+  if (r->group_rank == 0 && now_ns >= due && (res = standby_liveness(r, now_ns)) < 0) return res;
+  return check_waiters(r, now_ns);
+}
+
+agent_rdzv_result_t agent_rdzv_standby_poll(agent_rdzv_t *r, int64_t now_ns) {
+  agent_rdzv_result_t res;
+  int64_t cur, done;
+  if ((res = read_round(r, &cur)) < 0) return res;
+  if (cur > r->round) return AGENT_RDZV_ROUND_MOVED;
+  char key[96], val[32], text[sizeof r->end_text];
+  if (now_ns >= r->next_hb_ns) {
+    r->next_hb_ns = now_ns + (int64_t)(r->heartbeat_interval_s * NS_PER_S);
+    snprintf(key, sizeof key, "%" PRId64 "/hb/%" PRId64, r->round, r->idx);
+    snprintf(val, sizeof val, "%" PRId64, ++r->hb_counter);
+    if ((res = set_str(r, key, val)) < 0) return res;
+  }
+  snprintf(key, sizeof key, "%" PRId64 "/done", r->round);
+  if ((res = add_in(r, key, 0, 0, AGENT_RDZV_MAX_COUNT, &done)) < 0) return res;
+  if (r->closed_n && done >= r->closed_n) return AGENT_RDZV_ALL_DONE;
+  int found = 0;
+  if ((res = get_opt(r, "failed", text, sizeof text, &found)) < 0) return res;
+  if (!found) return AGENT_RDZV_PENDING;
+  copy_trunc(r->end_text, sizeof r->end_text, text);
+  return AGENT_RDZV_JOB_FAILED;
+}
+
+agent_rdzv_result_t agent_rdzv_job_failed(agent_rdzv_t *r, const char *text) {
+  return set_str(r, "failed", text[0] ? text : "the job gave up");
+}
+
+agent_rdzv_result_t agent_rdzv_standby_exited(agent_rdzv_t *r, int64_t delta, int64_t *exited) {
+  return add_in(r, "standby_exited", delta, 0, AGENT_RDZV_MAX_COUNT, exited);
 }
 
 agent_rdzv_result_t agent_rdzv_done_poll(agent_rdzv_t *r, int64_t now_ns, int *marked) {

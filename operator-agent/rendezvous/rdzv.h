@@ -6,16 +6,29 @@
  *   <r>/joined               ADD counter: arrival index of each agent that joined round r
  *   <r>/node/<idx>           the record of arrival idx:
  *                            "node_rank nproc attempt failures addr host worker_port"
- *   <r>/closed               N: the first N arrivals are the members (first compare_set wins)
+ *   <r>/closed               "N a1,...,aN": the members are arrivals a1..aN, in group-rank order
+ *                            (first compare_set wins); a bare "N" means the first N arrivals,
+ *                            in (node_rank, idx) order
+ *   failed                   the job gave up (restarts exhausted): the text; standbys exit on it
+ *   standby_exited           ADD counter: standbys that left after the job ended
  *   <r>/hb/<idx>             heartbeat counter of arrival idx (set every heartbeat interval)
  *   <r>/end                  why round r ended: "<reason> <text>" (first compare_set wins)
  *   <r>/done, <r>/exited     exit barrier: members whose workers all succeeded; members leaving
  *
  * A round closes when MAX agents joined, or when at least MIN joined and last_call seconds passed
- * since this agent first saw MIN. Later arrivals wait for round r+1; members see them and, when
- * there is room (N < MAX) or a waiter has the node rank of a member (a rescheduled pod), end the
- * round so it can be admitted. Group rank = position of the member in (node_rank, idx) order;
- * global rank base = sum of nproc of the lower group ranks.
+ * since this agent first saw MIN, and in either case only once the store host (node 0) joined.
+ * The agent that closes it picks the members from the records (one per node rank, the latest
+ * arrival of each): node 0 first, then the members of round r-1, then the others by node rank,
+ * MAX at most. Group ranks: node 0 is 0, a member of round r-1 keeps its group rank, the others
+ * fill the free ones in node-rank order; so a lost member's group rank goes to a standby and
+ * every healthy node keeps its own. Global rank base = sum of nproc of the lower group ranks.
+ *
+ * Spares (--spares K, node ranks MAX..MAX+K-1) and other agents that arrive when the round is
+ * full are standbys: waiters that heartbeat (<r>/hb/<idx>) and start no workers. Members see the
+ * waiters and, when there is room (N < MAX) or a waiter has the node rank of a member (a
+ * rescheduled pod), end the round so it can be admitted; otherwise the waiters stay standbys
+ * until a round ends. A standby leaves with 0 once every member is done (<r>/done = N) and with
+ * the job's failure once "failed" is set.
  *
  * Attempt isolation: the store host (node rank 0) starts a fresh, empty store for the workers of
  * every round it joins and puts its port in its record (worker_port; 0 in everybody else's).
@@ -50,6 +63,7 @@ typedef enum {
   AGENT_RDZV_ROUND_MOVED = 3,  /* the round counter moved past ours: join again */
   AGENT_RDZV_ENDED = 4,        /* monitor: round ended (reason/text in r->end_*) */
   AGENT_RDZV_ALL_DONE = 5,     /* exit barrier: every member finished */
+  AGENT_RDZV_JOB_FAILED = 6,   /* standby: the job gave up ("failed"; its text in r->end_text) */
   AGENT_RDZV_STORE_ERROR = -1, /* the store failed (connection, timeout): r->err */
   AGENT_RDZV_PROTOCOL_ERROR = -2, /* a record this agent would never write: r->err names it */
   AGENT_RDZV_NO_MEMORY = -3
@@ -67,6 +81,7 @@ typedef struct {
 typedef struct {
   tdist_store_t *store; /* borrowed prefix store */
   int nnodes_min, nnodes_max;
+  int spares; /* node ranks go up to nnodes_max + spares - 1 */
   double last_call_s, heartbeat_interval_s, heartbeat_timeout_s;
 
   /* this agent */
@@ -93,6 +108,13 @@ typedef struct {
   int64_t *peer_hb_change_ns;
 
   int64_t waiters_checked; /* joined count whose waiters were already examined */
+  int64_t closed_n;        /* waiters: the member count of the round that closed without us */
+
+  /* standbys: the waiters of this round (one per node rank, not a member's), as last read; the
+   * leader follows their heartbeats and counts those alive */
+  agent_rdzv_member_t *standby;
+  int nstandby, nstandby_live;
+  int64_t *sb_hb, *sb_change_ns;
 
   /* why the round ended */
   agent_restart_reason_t end_reason;
@@ -125,6 +147,17 @@ agent_rdzv_result_t agent_rdzv_end(agent_rdzv_t *r, agent_restart_reason_t reaso
  * ENDED if the round ended first, PENDING otherwise (heartbeats continue). */
 agent_rdzv_result_t agent_rdzv_done_poll(agent_rdzv_t *r, int64_t now_ns, int *marked);
 
+/* One poll of a standby (a waiter of a closed round): heartbeats, then ALL_DONE once every member
+ * of the round is done, JOB_FAILED once the job gave up, ROUND_MOVED when the round ended (join
+ * the next), PENDING otherwise. */
+agent_rdzv_result_t agent_rdzv_standby_poll(agent_rdzv_t *r, int64_t now_ns);
+
+/* The job gave up: sets "failed" to text (standbys read it and leave). */
+agent_rdzv_result_t agent_rdzv_job_failed(agent_rdzv_t *r, const char *text);
+
+/* Standbys leaving at the job's end: ADD standby_exited (delta 1, or 0 to read it). */
+agent_rdzv_result_t agent_rdzv_standby_exited(agent_rdzv_t *r, int64_t delta, int64_t *exited);
+
 /* Counts this agent as gone (ADD <r>/exited) and returns the count so far in *exited. */
 agent_rdzv_result_t agent_rdzv_mark_exited(agent_rdzv_t *r, int64_t *exited);
 agent_rdzv_result_t agent_rdzv_exited_count(agent_rdzv_t *r, int64_t *exited);
@@ -134,6 +167,9 @@ agent_rdzv_result_t agent_rdzv_exited_count(agent_rdzv_t *r, int64_t *exited);
 int agent_rdzv_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int agent_rdzv_parse_record(const char *s, int nnodes_max, agent_rdzv_member_t *m);
 int agent_rdzv_parse_end(const char *s, agent_restart_reason_t *reason, const char **text);
+/* "<r>/closed": *n members in 1..nnodes_max; *list (caller frees) the arrivals in group-rank order,
+ * distinct, in 1..AGENT_RDZV_MAX_COUNT, or NULL for a bare "N". */
+int agent_rdzv_parse_closed(const char *s, int nnodes_max, int64_t *n, int64_t **list);
 
 /* "malformed record", "fake joiner", ...: the name of a negative result, for log lines. */
 const char *agent_rdzv_result_name(agent_rdzv_result_t res);

@@ -17,6 +17,7 @@ void agent_state_init(agent_state_t *st) {
 
 void agent_state_destroy(agent_state_t *st) {
   free(st->members);
+  free(st->standbys);
   free(st->workers);
   pthread_mutex_destroy(&st->mu);
 }
@@ -25,8 +26,8 @@ void agent_state_lock(agent_state_t *st) { pthread_mutex_lock(&st->mu); }
 void agent_state_unlock(agent_state_t *st) { pthread_mutex_unlock(&st->mu); }
 
 const char *agent_run_state_name(agent_run_state_t s) {
-  static const char *const n[] = {"starting", "rendezvous", "running",
-                                  "stopping", "succeeded",  "failed"};
+  static const char *const n[] = {"starting",  "rendezvous", "running", "stopping",
+                                  "succeeded", "failed",     "standby"};
   return (unsigned)s < sizeof n / sizeof n[0] ? n[s] : "unknown";
 }
 

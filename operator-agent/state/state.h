@@ -17,7 +17,9 @@ typedef enum {
   AGENT_STATE_RUNNING = 2,    /* workers running */
   AGENT_STATE_STOPPING = 3,   /* stopping workers (restart or shutdown) */
   AGENT_STATE_SUCCEEDED = 4,  /* all workers exited 0; exit barrier done */
-  AGENT_STATE_FAILED = 5      /* giving up; the agent is about to exit non-zero */
+  AGENT_STATE_FAILED = 5,     /* giving up; the agent is about to exit non-zero */
+  AGENT_STATE_STANDBY = 6, /* a spare: in the rendezvous, no workers, takes a lost member's place */
+  AGENT_NSTATES = 7
 } agent_run_state_t;
 
 /* Why a round ended and workers were restarted (label values of tdist_restarts_total{reason}). */
@@ -87,6 +89,11 @@ typedef struct {
 
   agent_member_info_t *members; /* group_world_size entries (owned; replace under the lock) */
   int nmembers;
+  /* Node 0 (group rank 0): the standbys of the current round (group_rank -1), as last read, and
+   * how many of them still heartbeat. Others: none. */
+  agent_member_info_t *standbys; /* owned; replace under the lock */
+  int nstandbys, standbys_live;
+  int spares; /* --spares */
 
   agent_worker_info_t *workers; /* nproc_per_node entries */
   int nworkers;

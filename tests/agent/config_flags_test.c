@@ -389,7 +389,17 @@ static void test_flag_env_errors(void) {
              "TDIST_RDZV_TIMEOUT) when nnodes is MIN:MAX");
   EXPECT_ERR(ARGS("--node-rank", "3", "--nnodes", "3", "x"), NOENV,
              "--node-rank: node rank 3 must be below the number of nodes 3 (--nnodes); node "
-             "ranks are 0..2");
+             "ranks are 0..2 (or give --spares)");
+  EXPECT_ERR(ARGS("--node-rank", "5", "--nnodes", "3", "--spares", "2", "x"), NOENV,
+             "--node-rank: node rank 5 must be below the number of nodes 3 (--nnodes) plus the "
+             "spares 2 (--spares); node ranks are 0..4");
+  EXPECT_ERR(ARGS("--standalone", "--spares", "1", "x"), NOENV,
+             "--spares: '1' conflicts with standalone (--standalone), which runs exactly one node "
+             "and no spare; remove one of them");
+  EXPECT_ERR(ARGS("--nnodes", "65000", "--spares", "600", "x"), NOENV,
+             "--spares: 600 spare(s) and 65000 node(s) (--nnodes) make 65600 pods, more than "
+             "65536 node ranks; lower one of them");
+  EXPECT_ERR(ARGS("--spares", "-1", "x"), NOENV, "--spares: '-1' is out of range 0..65535");
   EXPECT_ERR(ARGS("--http-port", "29500", "x"), NOENV,
              "--http-port: HTTP port 29500 is also the master port (default); choose another one");
   EXPECT_ERR(ARGS("--config", "/nonexistent/a.yaml", "x"), NOENV,

@@ -50,7 +50,7 @@ static void fill_state(agent_state_t *st) {
   st->is_store_host = 0;
   st->loop_tick_ns = now_ns();
   st->ready = 1;
-  st->state = (agent_run_state_t)rnd_below(6);
+  st->state = (agent_run_state_t)rnd_below(AGENT_NSTATES);
   st->round = (int64_t)rnd_below(1000);
   st->restart_count = (int)rnd_below(10);
   st->max_restarts = 10 + (int)rnd_below(10);
@@ -69,6 +69,18 @@ static void fill_state(agent_state_t *st) {
     snprintf(st->members[i].addr, sizeof st->members[i].addr, "10.%u.%u.%u",
              (unsigned)rnd_below(256), (unsigned)rnd_below(256), (unsigned)rnd_below(256));
     snprintf(st->members[i].host, sizeof st->members[i].host, i == 1 ? "pod\\\"%d\"" : "pod-%d", i);
+  }
+  st->spares = (int)rnd_below(4);
+  st->nstandbys = st->spares ? (int)rnd_below((uint64_t)st->spares + 1) : 0;
+  st->standbys_live = st->nstandbys ? (int)rnd_below((uint64_t)st->nstandbys + 1) : 0;
+  st->standbys = calloc((size_t)st->nstandbys + 1, sizeof *st->standbys);
+  CHECK(st->standbys != NULL);
+  for (int i = 0; i < st->nstandbys; i++) {
+    st->standbys[i].node_rank = 64 + i;
+    st->standbys[i].group_rank = -1;
+    snprintf(st->standbys[i].addr, sizeof st->standbys[i].addr, "10.9.%u.%d",
+             (unsigned)rnd_below(256), i);
+    snprintf(st->standbys[i].host, sizeof st->standbys[i].host, "spare\"-%d", i);
   }
   st->nworkers = st->nproc_per_node;
   st->workers = calloc((size_t)st->nworkers, sizeof *st->workers);
@@ -110,7 +122,7 @@ static void check_metrics_values(const char *body, agent_state_t *st) {
   snprintf(key, sizeof key, "tdist_build_info{version=\"%s\",revision=\"unknown\"}",
            tdist_version());
   prom_check(body, key, 1);
-  for (int i = 0; i < 6; i++) {
+  for (int i = 0; i < AGENT_NSTATES; i++) {
     snprintf(key, sizeof key, "tdist_agent_state{state=\"%s\"}",
              agent_run_state_name((agent_run_state_t)i));
     prom_check(body, key, (int)st->state == i);
@@ -123,6 +135,11 @@ static void check_metrics_values(const char *body, agent_state_t *st) {
   prom_check(body, "tdist_rendezvous_round", (double)st->round);
   prom_check(body, "tdist_restart_attempt", st->restart_count);
   prom_check(body, "tdist_max_restarts", st->max_restarts);
+  prom_check(body, "tdist_spares", st->spares);
+  if (st->is_store_host)
+    prom_check(body, "tdist_standbys", st->standbys_live);
+  else
+    CHECK(strstr(body, "\ntdist_standbys ") == NULL);
   for (int s = 0; s < AGENT_WORKER_NSTATES; s++) {
     int n = 0;
     for (int i = 0; i < st->nworkers; i++) n += (int)st->workers[i].state == s;
@@ -203,6 +220,10 @@ static const char kStatusPy[] =
     "for m in d['members']:\n"
     "    print('member', ','.join(m.keys()), i(m['node_rank']), i(m['group_rank']), h(m['addr']),"
     " h(m['host']))\n"
+    "print('spares', i(d['spares']))\n"
+    "print('standbys_live', 'null' if d['standbys_live'] is None else i(d['standbys_live']))\n"
+    "for m in d['standbys']:\n"
+    "    print('standby', ','.join(m.keys()), i(m['node_rank']), h(m['addr']), h(m['host']))\n"
     "for w in d['workers']:\n"
     "    e = w['exit_code']\n"
     "    print('worker', ','.join(w.keys()), i(w['local_rank']), i(w['global_rank']),"
@@ -229,7 +250,7 @@ static void check_status_json(const char *body, size_t len, agent_state_t *st) {
       "keys state,node_rank,run_id,role,backend,round,restart_count,max_restarts,"
       "group_rank,group_world_size,world_size,master_addr,master_port,worker_master_port,"
       "is_store_host,"
-      "members,workers,last_error,ranks,collectives\n");
+      "members,spares,standbys_live,standbys,workers,last_error,ranks,collectives\n");
   agent_buf_printf(&want,
                    "node_rank %d\nround %lld\nrestart_count %d\nmax_restarts %d\ngroup_rank %d\n"
                    "group_world_size %d\nworld_size %d\nmaster_port %d\nworker_master_port %d\n"
@@ -256,6 +277,18 @@ static void check_status_json(const char *body, size_t len, agent_state_t *st) {
     hexs(hh, sizeof hh, m->host);
     agent_buf_printf(&want, "member node_rank,group_rank,addr,host %d %d %s %s\n", m->node_rank,
                      m->group_rank, ha, hh);
+  }
+  agent_buf_printf(&want, "spares %d\n", st->spares);
+  if (st->is_store_host)
+    agent_buf_printf(&want, "standbys_live %d\n", st->standbys_live);
+  else
+    agent_buf_puts(&want, "standbys_live null\n");
+  for (int i = 0; i < st->nstandbys; i++) {
+    const agent_member_info_t *m = &st->standbys[i];
+    char ha[256], hh[256];
+    hexs(ha, sizeof ha, m->addr);
+    hexs(hh, sizeof hh, m->host);
+    agent_buf_printf(&want, "standby node_rank,addr,host %d %s %s\n", m->node_rank, ha, hh);
   }
   for (int i = 0; i < st->nworkers; i++) {
     const agent_worker_info_t *w = &st->workers[i];
@@ -818,12 +851,10 @@ int main(void) {
   test_promtool_check(m, len, "fresh");
   free(m);
   char *s = agent_status_render(&st, &len);
-  CHECK(
-      s != NULL &&
-      strstr(
-          s,
-          "\"members\":[],\"workers\":[],\"last_error\":null,\"ranks\":[],\"collectives\":null}") !=
-          NULL);
+  CHECK(s != NULL &&
+        strstr(s,
+               "\"members\":[],\"spares\":0,\"standbys_live\":null,\"standbys\":[],\"workers\":[],"
+               "\"last_error\":null,\"ranks\":[],\"collectives\":null}") != NULL);
   free(s);
 
   fill_state(&st);

@@ -118,26 +118,39 @@ static void test_fixed(unsigned seed) {
   for (int i = 0; i < N; i++) sim_close(&a[i]);
 }
 
-/* Attempt isolation needs the store host in every round that runs workers: an elastic round that
- * closes without it is ended (membership) and the next one, with it, names the store host's new
- * workers' store. */
+/* Attempt isolation needs the store host in every round that runs workers: an elastic round with
+ * MIN nodes but without it does not close; it closes once the store host joined, naming its
+ * workers' store. A bare "N" in <r>/closed (first N arrivals) that leaves the store host out
+ * ends the round (membership) so the next one includes it. */
 static void test_round_without_store_host(void) {
   sim_t a[3];
   for (int i = 0; i < 3; i++) sim_open(&a[i], "nohost", i, 1, 2, 3);
   join_all(a + 1, 2, 0); /* nodes 1 and 2 */
   CHECK(agent_rdzv_join_poll(&a[1].r, 10 * S) == AGENT_RDZV_PENDING);
   CHECK(agent_rdzv_join_poll(&a[2].r, 10 * S) == AGENT_RDZV_PENDING);
-  CHECK(agent_rdzv_join_poll(&a[1].r, 13 * S) == AGENT_RDZV_ROUND_MOVED);
-  CHECK(a[1].r.end_reason == AGENT_RESTART_MEMBERSHIP);
-  CHECK(strstr(a[1].r.end_text, "store host") != NULL);
-  CHECK(agent_rdzv_join_poll(&a[2].r, 13 * S) == AGENT_RDZV_ROUND_MOVED);
+  CHECK(agent_rdzv_join_poll(&a[1].r, 13 * S) == AGENT_RDZV_PENDING); /* past last call */
+  CHECK(agent_rdzv_join_poll(&a[2].r, 30 * S) == AGENT_RDZV_PENDING);
   a[0].r.worker_port = 30001; /* the store host's workers' store for the round it joins */
-  for (int i = 0; i < 3; i++) CHECK(agent_rdzv_join(&a[i].r, 1, 0, 0) == AGENT_RDZV_PENDING);
-  CHECK_EQ_INT(poll_until_closed(a, 3, 14 * S), 3);
+  CHECK(agent_rdzv_join(&a[0].r, 0, 0, 0) == AGENT_RDZV_PENDING);
+  CHECK_EQ_INT(poll_until_closed(a, 3, 31 * S), 3); /* MAX joined */
   for (int i = 0; i < 3; i++) {
-    CHECK_EQ_INT(a[i].r.round, 1);
+    CHECK_EQ_INT(a[i].r.round, 0);
+    CHECK_EQ_INT(a[i].r.group_rank, i);
     CHECK_EQ_INT(a[i].r.worker_store_port, 30001);
   }
+  for (int i = 0; i < 3; i++) sim_close(&a[i]);
+
+  /* The bare form, written by hand: the first two arrivals, not the store host. */
+  for (int i = 0; i < 3; i++) sim_open(&a[i], "nohost2", i, 1, 2, 3);
+  join_all(a + 1, 2, 0);
+  CHECK(tdist_store_set(a[1].store, "0/closed", "2", 1) == TDIST_OK);
+  CHECK(agent_rdzv_join_poll(&a[1].r, 0) == AGENT_RDZV_ROUND_MOVED);
+  CHECK(a[1].r.end_reason == AGENT_RESTART_MEMBERSHIP);
+  CHECK(strstr(a[1].r.end_text, "store host") != NULL);
+  CHECK(agent_rdzv_join_poll(&a[2].r, 0) == AGENT_RDZV_ROUND_MOVED);
+  for (int i = 0; i < 3; i++) CHECK(agent_rdzv_join(&a[i].r, 1, 0, 0) == AGENT_RDZV_PENDING);
+  CHECK_EQ_INT(poll_until_closed(a, 3, 1 * S), 3);
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(a[i].r.worker_store_port, 30000);
   for (int i = 0; i < 3; i++) sim_close(&a[i]);
 }
 
@@ -270,6 +283,147 @@ static void test_end_done_fresh(void) {
   for (int i = 0; i < 2; i++) sim_close(&a[i]);
 }
 
+/* Every sim in a[0..n-1] that is not `skip` beats (monitor / standby poll) from t0 to t1. */
+static void beat_all(sim_t *a, int n, int skip, int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t <= t1; t += S / 2)
+    for (int i = 0; i < n; i++) {
+      if (i == skip) continue;
+      agent_rdzv_result_t res = a[i].r.group_rank >= 0 ? agent_rdzv_monitor(&a[i].r, t)
+                                                       : agent_rdzv_standby_poll(&a[i].r, t);
+      CHECK(res == AGENT_RDZV_PENDING);
+    }
+}
+
+/* Spares: 3 nodes + 1 spare (node rank 3) joined in random order: the members are nodes 0..2 in
+ * node-rank order and the spare is a standby the leader counts while it heartbeats. Node 1 is
+ * lost: the spare takes its group rank 1, nodes 0 and 2 keep 0 and 2, global ranks stay prefix
+ * sums, attempt and failures are agreed. Node 1's replacement arrives: it is a standby, the round
+ * goes on. The members finish: the standby sees it. */
+static void test_spares(unsigned seed) {
+  enum { N = 4 };
+  sim_t a[N + 1];
+  int order[N] = {0, 1, 2, 3}, nproc[N + 1];
+  srand(seed);
+  for (int i = N - 1; i > 0; i--) {
+    int j = rand() % (i + 1), t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  char run[32];
+  snprintf(run, sizeof run, "spares%u", seed);
+  for (int i = 0; i < N + 1; i++) {
+    nproc[i] = 1 + rand() % 3;
+    sim_open(&a[i], run, i < N ? i : 1, nproc[i], 3, 3);
+    a[i].r.spares = 1;
+  }
+  for (int k = 0; k < N; k++)
+    CHECK(agent_rdzv_join(&a[order[k]].r, 0, order[k] == 2 ? 1 : 0, 0) == AGENT_RDZV_PENDING);
+  CHECK_EQ_INT(poll_until_closed(a, N, 0), 3);
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(a[i].r.group_rank, i);
+  CHECK_EQ_INT(a[3].r.group_rank, -1);
+  CHECK_EQ_INT(a[3].r.closed_n, 3);
+  CHECK(agent_rdzv_join_poll(&a[3].r, 0) == AGENT_RDZV_WAITER);
+  beat_all(a, N, -1, 0, 3 * S);
+  CHECK_EQ_INT(a[0].r.nstandby, 1);
+  CHECK_EQ_INT(a[0].r.standby[0].node_rank, 3);
+  CHECK_EQ_INT(a[0].r.nstandby_live, 1);
+  /* The standby goes quiet: the leader stops counting it, the round goes on. */
+  for (int64_t t = 3 * S + S / 2; t <= 8 * S; t += S / 2)
+    for (int i = 0; i < 3; i++) CHECK(agent_rdzv_monitor(&a[i].r, t) == AGENT_RDZV_PENDING);
+  CHECK_EQ_INT(a[0].r.nstandby_live, 0);
+  beat_all(a, N, -1, 8 * S + S / 2, 10 * S);
+  CHECK_EQ_INT(a[0].r.nstandby_live, 1);
+  /* Node 1 is lost. */
+  agent_rdzv_result_t res = AGENT_RDZV_PENDING;
+  int64_t t;
+  for (t = 10 * S + S / 2; t <= 20 * S && res == AGENT_RDZV_PENDING; t += S / 2) {
+    CHECK(agent_rdzv_monitor(&a[2].r, t) == AGENT_RDZV_PENDING);
+    CHECK(agent_rdzv_standby_poll(&a[3].r, t) == AGENT_RDZV_PENDING);
+    res = agent_rdzv_monitor(&a[0].r, t);
+  }
+  CHECK(res == AGENT_RDZV_ENDED);
+  CHECK(strstr(a[0].r.end_text, "node 1") != NULL);
+  CHECK(agent_rdzv_monitor(&a[2].r, t) == AGENT_RDZV_ENDED);
+  CHECK(agent_rdzv_standby_poll(&a[3].r, t) == AGENT_RDZV_ROUND_MOVED);
+  CHECK(agent_rdzv_join(&a[3].r, 1, 0, 0) == AGENT_RDZV_PENDING);
+  CHECK(agent_rdzv_join(&a[0].r, 1, 1, 1) == AGENT_RDZV_PENDING);
+  CHECK(agent_rdzv_join_poll(&a[0].r, t) == AGENT_RDZV_PENDING); /* 2 of 3 */
+  CHECK(agent_rdzv_join(&a[2].r, 1, 1, 1) == AGENT_RDZV_PENDING);
+  sim_t *m[3] = {&a[0], &a[3], &a[2]};
+  int base = 0;
+  for (int g = 0; g < 3; g++) {
+    res = AGENT_RDZV_PENDING;
+    for (int k = 0; k < 3 && res == AGENT_RDZV_PENDING; k++)
+      res = agent_rdzv_join_poll(&m[g]->r, t);
+    CHECK(res == AGENT_RDZV_MEMBER);
+    CHECK_EQ_INT(m[g]->r.group_rank, g);
+    CHECK_EQ_INT(m[g]->r.rank_base, base);
+    CHECK_EQ_INT(m[g]->r.attempt, 1);
+    CHECK_EQ_INT(m[g]->r.failures, 1);
+    CHECK_EQ_INT(m[g]->r.worker_store_port, 30000);
+    base += nproc[g == 1 ? 3 : g];
+  }
+  for (int g = 0; g < 3; g++) CHECK_EQ_INT(m[g]->r.world_size, base);
+  /* Node 1's replacement pod: a standby; the members carry on. */
+  CHECK(agent_rdzv_join(&a[4].r, 0, 0, 0) == AGENT_RDZV_PENDING);
+  CHECK_EQ_INT(a[4].r.round, 1);
+  CHECK(agent_rdzv_join_poll(&a[4].r, t) == AGENT_RDZV_WAITER);
+  for (int64_t u = t; u <= t + 3 * S; u += S / 2) {
+    for (int g = 0; g < 3; g++) CHECK(agent_rdzv_monitor(&m[g]->r, u) == AGENT_RDZV_PENDING);
+    CHECK(agent_rdzv_standby_poll(&a[4].r, u) == AGENT_RDZV_PENDING);
+  }
+  CHECK_EQ_INT(a[0].r.nstandby, 1);
+  CHECK_EQ_INT(a[0].r.standby[0].node_rank, 1);
+  /* The members finish; the standby sees the job done. */
+  int marked[3] = {0, 0, 0};
+  for (int g = 0; g < 3; g++) res = agent_rdzv_done_poll(&m[g]->r, t + 4 * S, &marked[g]);
+  CHECK(res == AGENT_RDZV_ALL_DONE);
+  CHECK(agent_rdzv_standby_poll(&a[4].r, t + 4 * S) == AGENT_RDZV_ALL_DONE);
+  int64_t ex = -1;
+  CHECK(agent_rdzv_standby_exited(&a[4].r, 1, &ex) == AGENT_RDZV_PENDING && ex == 1);
+  CHECK(agent_rdzv_standby_exited(&a[0].r, 0, &ex) == AGENT_RDZV_PENDING && ex == 1);
+  for (int i = 0; i < N + 1; i++) sim_close(&a[i]);
+}
+
+/* Two members lost with one spare: the next round (fixed size) cannot close with 2 of 3 however
+ * long it waits (the caller's --rdzv-timeout ends it); once the job gives up ("failed"), a
+ * standby and an agent still joining leave with its text. Several arrivals with one node rank:
+ * the latest is the member. */
+static void test_spares_short(void) {
+  sim_t a[4];
+  for (int i = 0; i < 4; i++) {
+    sim_open(&a[i], "short", i, 1, 3, 3);
+    a[i].r.spares = 1;
+  }
+  join_all(a, 4, 0);
+  CHECK_EQ_INT(poll_until_closed(a, 4, 0), 3);
+  CHECK(agent_rdzv_end(&a[0].r, AGENT_RESTART_PEER_LOST, "nodes 1 and 2 lost") == AGENT_RDZV_ENDED);
+  CHECK(agent_rdzv_standby_poll(&a[3].r, 0) == AGENT_RDZV_ROUND_MOVED);
+  CHECK(agent_rdzv_join(&a[0].r, 1, 1, 1) == AGENT_RDZV_PENDING);
+  CHECK(agent_rdzv_join(&a[3].r, 1, 0, 0) == AGENT_RDZV_PENDING);
+  for (int64_t t = 0; t <= 1000 * S; t += 100 * S) {
+    CHECK(agent_rdzv_join_poll(&a[0].r, t) == AGENT_RDZV_PENDING);
+    CHECK(agent_rdzv_join_poll(&a[3].r, t) == AGENT_RDZV_PENDING);
+  }
+  CHECK(agent_rdzv_job_failed(&a[0].r, "giving up after 1 restart(s)") == AGENT_RDZV_PENDING);
+  CHECK(agent_rdzv_join_poll(&a[3].r, 0) == AGENT_RDZV_JOB_FAILED);
+  CHECK(strstr(a[3].r.end_text, "giving up") != NULL);
+  for (int i = 0; i < 4; i++) sim_close(&a[i]);
+
+  sim_t b[4];
+  for (int i = 0; i < 4; i++) {
+    sim_open(&b[i], "dup", i < 3 ? i : 1, 1, 3, 3);
+    b[i].r.spares = 1;
+  }
+  join_all(b, 4, 0); /* node 1 twice: b[1] then b[3] */
+  CHECK_EQ_INT(poll_until_closed(b, 4, 0), 3);
+  CHECK_EQ_INT(b[1].r.group_rank, -1);
+  CHECK_EQ_INT(b[3].r.group_rank, 1);
+  CHECK(agent_rdzv_job_failed(&b[0].r, "x") == AGENT_RDZV_PENDING);
+  CHECK(agent_rdzv_standby_poll(&b[1].r, 0) == AGENT_RDZV_JOB_FAILED);
+  for (int i = 0; i < 4; i++) sim_close(&b[i]);
+}
+
 /* The store going away is reported as an error, not a hang. */
 static void test_store_lost(void) {
   sim_t a;
@@ -346,7 +500,37 @@ static void test_validators(void) {
   CHECK(why == AGENT_RESTART_WORKER_FAILED && !strcmp(text, "rank 1 exited with code 3"));
   CHECK_EQ_INT(agent_rdzv_parse_end("protocol_error x", &why, &text), 0);
   CHECK(why == AGENT_RESTART_PROTOCOL);
-  CHECK_EQ_INT(agent_rdzv_parse_end("membership", &why, &text), -1);  /* no text */
+  CHECK_EQ_INT(agent_rdzv_parse_end("membership", &why, &text), -1); /* no text */
+  {
+    static const struct {
+      const char *s;
+      int ok, bare;
+      int64_t n, first, last;
+    } cl[] = {
+        {"3", 1, 1, 3, 0, 0},         {"3 5,1,2", 1, 0, 3, 5, 2}, {"1 7", 1, 0, 1, 7, 7},
+        {"4", 0, 0, 0, 0, 0},         {"0", 0, 0, 0, 0, 0},       {"3 1,2", 0, 0, 0, 0, 0},
+        {"3 1,2,3,4", 0, 0, 0, 0, 0}, {"3 1,1,2", 0, 0, 0, 0, 0}, {"3 1,2,0", 0, 0, 0, 0, 0},
+        {"3 1,2,", 0, 0, 0, 0, 0},    {"3 1,,2", 0, 0, 0, 0, 0},  {"3 ", 0, 0, 0, 0, 0},
+        {"3 1,2,x", 0, 0, 0, 0, 0},   {"2 1 2", 0, 0, 0, 0, 0},   {"03 1,2,3", 0, 0, 0, 0, 0},
+        {"3 1,2,01", 0, 0, 0, 0, 0},  {"", 0, 0, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cl / sizeof cl[0]; i++) {
+      int64_t n = 0, *list = NULL;
+      int rc = agent_rdzv_parse_closed(cl[i].s, 3, &n, &list);
+      if ((rc == 0) != cl[i].ok) {
+        fprintf(stderr, "parse_closed('%s') = %d\n", cl[i].s, rc);
+        CHECK(0);
+      }
+      if (rc == 0) {
+        CHECK_EQ_INT(n, cl[i].n);
+        CHECK((list == NULL) == cl[i].bare);
+        if (list) CHECK(list[0] == cl[i].first && list[n - 1] == cl[i].last);
+      } else {
+        CHECK(list == NULL);
+      }
+      free(list);
+    }
+  }
   CHECK_EQ_INT(agent_rdzv_parse_end("membership ", &why, &text), -1); /* empty text */
   CHECK_EQ_INT(agent_rdzv_parse_end("memberships x", &why, &text), -1);
   CHECK_EQ_INT(agent_rdzv_parse_end("garbage", &why, &text), -1);
@@ -414,6 +598,8 @@ int main(void) {
   test_replaced_and_agreement();
   test_heartbeat();
   test_end_done_fresh();
+  for (unsigned i = 0; i < 5; i++) test_spares(seed + i);
+  test_spares_short();
   test_validators();
   test_hostile_records();
   test_store_lost();
