@@ -5,6 +5,8 @@
 #   bash bench/agent/run.sh            5 repetitions, wrk 3 x 5 s (~3 min on 2 cores)
 #   bash bench/agent/run.sh --quick    3 repetitions, wrk 1 x 2 s (~2 min)
 #   bash bench/agent/run.sh --repeat 9 --wrk-duration 10s --wrk-repeat 5
+#   bash bench/agent/run.sh --recovery [OPTIONS]   recovery time after a lost pod, with and
+#                                      without warm spares: bench/agent/recovery.sh --help
 #
 # Measures, with stamp.c as the worker (it writes CLOCK_REALTIME ns to $OUTDIR/$LOCAL_RANK first
 # thing in main) and launch_probe.c around the launcher (CLOCK_REALTIME right before exec):
@@ -34,6 +36,7 @@ Options:
   --wrk-duration D      wrk -d per /metrics run (default 5s; --quick 2s)
   --wrk-repeat N        /metrics runs, median printed (default 3; --quick 1)
   --no-torch            skip torchrun (its column prints -)
+  --recovery [OPTS]     run bench/agent/recovery.sh with the options after it instead
   --help                this text
 EOF
 }
@@ -46,6 +49,7 @@ while (($#)); do
     --wrk-duration) wrk_dur="${2:?--wrk-duration needs a duration like 5s}"; shift ;;
     --wrk-repeat) wrk_rep="${2:?--wrk-repeat needs a number}"; shift ;;
     --no-torch) use_torch=0 ;;
+    --recovery) shift; exec bash "$here/recovery.sh" "$@" ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac

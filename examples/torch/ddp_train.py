@@ -25,7 +25,8 @@ Options:
                           and SIGKILL (restart tests)
   --seed S                seed of those choices (default 1)
   --events FILE           append "EVENT ATTEMPT RANK UNIX_TIME" lines to FILE: "crash" right before
-                          a --crash-until-attempt crash, "step0" when step 0 of training starts
+                          a --crash-until-attempt crash, "step0" when step 0 of training starts,
+                          "first_step" once its gradients and loss are all-reduced
                           (restart benchmarks: bench/agent/restart.sh)
   --check-fresh-store     before init, add 1 to a key in the launcher's store (MASTER_ADDR/PORT,
                           no prefix) and exit 99 if the count exceeds WORLD_SIZE: a store that
@@ -164,6 +165,8 @@ def main():
         t /= world
         first = t.item() if first is None else first
         last = t.item()
+        if step == 0:
+            event(args.events, "first_step", attempt, rank)
         if rank == 0 and step % 20 == 0:
             print(f"step {step:3d} loss {last:.5f}", flush=True)
         if args.step_sleep:

@@ -23,6 +23,8 @@
  * failed (the message says which rank and why). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
@@ -49,7 +51,8 @@ typedef struct {
   const char *backend; /* NULL: TDIST_BACKEND, else gloo */
   int crash_until_attempt;
   int check_fresh_store;
-  int step_ms; /* pause after each step (tests that act while training runs) */
+  int step_ms;        /* pause after each step (tests that act while training runs) */
+  const char *events; /* NULL, or the file that gets "first_step ATTEMPT RANK UNIX_TIME" */
 } opts_t;
 
 static void usage(FILE *f) {
@@ -86,6 +89,9 @@ static void usage(FILE *f) {
       "                     attempt's keys\n"
       "  --step-ms N        (tests) sleep N ms after every step, so that a test can act while\n"
       "                     the job trains (default 0)\n"
+      "  --events FILE      (benchmarks) append \"first_step ATTEMPT RANK UNIX_TIME\" to FILE\n"
+      "                     once step 1's gradients are reduced (ATTEMPT:\n"
+      "                     TORCHELASTIC_RESTART_COUNT, UNIX_TIME: seconds, to microseconds)\n"
       "  --help             this text\n"
       "\n"
       "At the end every rank checks that the parameters are bitwise identical on all ranks\n"
@@ -103,7 +109,7 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 static int parse_opts(int argc, char **argv, opts_t *o) {
-  *o = (opts_t){200, 0.1, 16, 1024, 64, 1, 20, MODEL_LINEAR, 120000, NULL, 0, 0, 0};
+  *o = (opts_t){200, 0.1, 16, 1024, 64, 1, 20, MODEL_LINEAR, 120000, NULL, 0, 0, 0, NULL};
   for (int i = 1; i < argc; i++) {
     const char *k = argv[i];
     if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -158,6 +164,9 @@ static int parse_opts(int argc, char **argv, opts_t *o) {
     } else if (!strcmp(k, "--crash-until-attempt")) {
       if (parse_int(v, 0, 1000000, &n)) goto bad;
       o->crash_until_attempt = (int)n;
+    } else if (!strcmp(k, "--events")) {
+      if (!*v) goto bad;
+      o->events = v;
     } else if (!strcmp(k, "--backend")) {
       if (strcmp(v, "gloo") && strcmp(v, "nccl") && strcmp(v, "mpi")) goto bad;
       o->backend = v;
@@ -398,6 +407,22 @@ static void crash(int rank, int step) {
   abort();
 }
 
+/* Appends "EVENT ATTEMPT RANK UNIX_TIME" to the --events file, in one write so that the lines
+ * of concurrent ranks never interleave. A failure is reported, not fatal: timing is a side
+ * channel. */
+static void event(const char *path, const char *what, int rank) {
+  if (!path) return;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  char line[96];
+  int n = snprintf(line, sizeof line, "%s %d %d %lld.%06ld\n", what, restart_count(), rank,
+                   (long long)ts.tv_sec, ts.tv_nsec / 1000);
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0 || write(fd, line, (size_t)n) != n)
+    fprintf(stderr, "train: rank %d: --events %s: %s\n", rank, path, strerror(errno));
+  if (fd >= 0) close(fd);
+}
+
 /* 0 if the launcher's store counted no more rank starts than the world has ranks. */
 static int check_fresh_store(void) {
   const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
@@ -523,6 +548,7 @@ int main(int argc, char **argv) {
       rc = pg_failed(pg, rank, "all_reduce of the gradients", st);
       goto done;
     }
+    if (step == 1) event(o.events, "first_step", rank);
     for (int j = 0; j < np; j++) p[j] -= (float)o.lr * g[j];
     int show = step == o.steps || (o.print_every > 0 && step % o.print_every == 0);
     if (show) {
