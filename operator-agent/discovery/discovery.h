@@ -47,7 +47,7 @@ typedef struct {
 
 /* Resolves name:port (getaddrinfo, AF_UNSPEC, SOCK_STREAM), retrying EAI_AGAIN, EAI_NONAME,
  * EAI_NODATA/EAI_FAIL (and EAI_SYSTEM) and connect failures with exponential backoff (100 ms
- * doubling to 5 s, each sleep uniform in [d/2, d]) until deadline_ms (CLOCK_MONOTONIC
+ * doubling to 2 s, each sleep uniform in [d/2, d]) until deadline_ms (CLOCK_MONOTONIC
  * milliseconds); at least one attempt is made, and one more at the deadline. With
  * confirm_connect, an address only counts once a TCP connect to it succeeds (the first of the
  * returned addresses that accepts; each connect waits at most 2 s and the connection is closed

@@ -24,12 +24,21 @@
 # TDIST_PYTHON=/opt/tdist/bin/python3 in the container's env, as a user's overlay over an image
 # with PyTorch would set them; that interpreter is the PyTorch of $TDIST_TORCH (1.13 or 2.6,
 # tests/testlib/torch.sh), run as the pod's user. The job must end with identical parameters.
+#
+# With TDIST_SIM_OVERLAY=cpu-gloo-spares (simulate_spares_test) the overlay with a warm spare: its
+# extra pod must wait as a standby (/status state "standby", no workers) and exit 0 with the
+# others. With TDIST_SIM_LOSE=1 as well, pod 1 is deleted mid-training (SIGTERM, as the kubelet
+# stops a deleted, evicted or drained pod; the agent exits 143) and its replacement (the same
+# index, a new pod name and IP) is started once the standby took group rank 1: the job must
+# complete on attempt 1, the replacement waiting as the new standby and exiting 0. The C example
+# gets --step-ms 5 there, so that training outlasts the loss.
 #   args: AGENT TRAIN PODSPEC_PY PODS_SH K8S_BASE_KUSTOMIZATION DDP_SCRIPT
 set -uo pipefail
 AGENT="$(realpath "$1")"; TRAIN="$(realpath "$2")"; PODSPEC="$(realpath "$3")"; PODS_SH="$(realpath "$4")"
 K8S_SRC="$(dirname "$(dirname "$5")")"; DDP="$(realpath "$6")"
 WORKER="${TDIST_SIM_WORKER:-c}"
-OVERLAY=overlays/cpu-gloo
+OVERLAY="overlays/${TDIST_SIM_OVERLAY:-cpu-gloo}"
+LOSE="${TDIST_SIM_LOSE:-0}"
 T="${TEST_TMPDIR:-$(mktemp -d)}/simulate.$$"
 mkdir -p "$T"
 fails=0
@@ -60,6 +69,11 @@ if [ "$WORKER" = torch ]; then
     "$T/k8s/base/job.yaml"
   grep -q 'ddp_train.py' "$T/k8s/base/agent.yaml" && grep -q 'TDIST_PYTHON' "$T/k8s/base/job.yaml" ||
     { fail "could not set the PyTorch command in the copied manifests"; finish; }
+fi
+if [ "$LOSE" = 1 ]; then
+  sed -i 's|^command: \[\(.*\)\]$|command: [\1, --step-ms, "5"]|' "$T/k8s/$OVERLAY/agent.yaml"
+  grep -q 'step-ms' "$T/k8s/$OVERLAY/agent.yaml" ||
+    { fail "could not add --step-ms to $OVERLAY/agent.yaml's command"; finish; }
 fi
 PY="${PY:-/usr/bin/python3}"
 if ! kubectl kustomize "$T/k8s/$OVERLAY" >"$T/rendered.yaml" 2>"$T/render.err"; then
@@ -134,6 +148,49 @@ for ((i = 0; i < completions; i++)); do
   probe_pod "$name" "${IP[$i]}" "${PID[$i]}"
 done
 
+# spares: the rendered agent.yaml's spares (the pods from nnodes on are standbys).
+spares="$(sed -n 's/^ *spares: *\([0-9]*\).*/\1/p' "$T/rendered.yaml" | head -1)"
+spares="${spares:-0}"
+nnodes=$((completions - spares))
+for ((i = nnodes; i < completions; i++)); do
+  st=''
+  for ((k = 0; k < 100; k++)); do
+    st="$(PODS_FG_TIMEOUT=5 pods_exec_fg "$prober" -- curl -s --max-time 2 "http://${IP[$i]}:29600/status" 2>/dev/null)"
+    "$PY" -c 'import json,sys; s=json.load(sys.stdin); assert s["state"]=="standby" and s["workers"]==[]' <<<"$st" 2>/dev/null && break
+    st="not standby: $st"
+    sleep 0.1
+  done
+  [[ "$st" == "not standby"* ]] && fail "pod $job-$i (a spare) is not a standby: ${st:0:300}" ||
+    pass "pod $job-$i waits as a standby (/status state standby, no workers)"
+done
+
+if [ "$LOSE" = 1 ]; then
+  [ "$spares" -gt 0 ] || { fail "TDIST_SIM_LOSE=1 needs an overlay with spares"; finish; }
+  for ((k = 0; k < 600; k++)); do grep -q '^step' "$T/$job-0.log" && break; sleep 0.1; done
+  echo "deleting pod $job-1 (SIGTERM) mid-training"
+  pods_kill "$job-1" TERM >/dev/null
+  wait "${PID[1]}"
+  rc=$?
+  [ "$rc" -eq 143 ] && pass "deleted pod $job-1 exited 143 (SIGTERM)" || fail "deleted pod $job-1 exited $rc, not 143"
+  mv "$T/$job-1.log" "$T/$job-1.deleted.log"
+  for ((k = 0; k < 300; k++)); do
+    grep -q 'round 1 complete.*group rank 1,' "$T/$job-$nnodes.log" && break
+    sleep 0.1
+  done
+  grep -q 'round 1 complete.*group rank 1,' "$T/$job-$nnodes.log" &&
+    pass "the standby $job-$nnodes took group rank 1 in round 1" ||
+    fail "the standby $job-$nnodes did not take group rank 1: $(tail -3 "$T/$job-$nnodes.log")"
+  IP[1]="$(pods_start "$job-1")" || { fail "start the replacement of $job-1"; finish; }
+  script="$("$PY" "$PODSPEC" pod "$T/rendered.yaml" --index 1 --namespace "$ns" --pod-ip "${IP[1]}" \
+    --root "$ROOT/replacement" --image-prefix /opt/tdist "${bins[@]}")" || { fail "podspec pod 1"; finish; }
+  echo "pod $job-1 (replacement): ${IP[1]}, $script"
+  pods_exec "$job-1" -- bash "$script" >"$T/$job-1.log" 2>&1
+  PID[1]=$PODS_PID
+  for ((k = 0; k < 300; k++)); do grep -q 'standby (no workers)' "$T/$job-1.log" && break; sleep 0.1; done
+  grep -q 'standby (no workers)' "$T/$job-1.log" && pass "the replacement $job-1 waits as a standby" ||
+    fail "the replacement $job-1 is not a standby: $(tail -3 "$T/$job-1.log")"
+fi
+
 # The job takes seconds; a broken one would wait for the rendered rdzv_timeout (minutes): bound it.
 deadline=$((SECONDS + ${TDIST_SIM_DEADLINE:-120}))
 for ((i = 0; i < completions; i++)); do
@@ -160,6 +217,7 @@ if [ "$WORKER" = torch ]; then
     pass "the pods' workers ran PyTorch $TORCH_VERSION" ||
     fail "no worker reported PyTorch $TORCH_VERSION: $(grep -h '^ddp_train: PyTorch' "$T"/"$job"-*.log | head -1)"
 fi
+[ "$LOSE" = 1 ] && ok="$ok.*(attempt 1)"
 if grep -h "$ok" "$T"/"$job"-*.log; then
   pass "the job trained (rank 0's check line)"
 else

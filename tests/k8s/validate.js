@@ -135,8 +135,13 @@ function policy(objs, cfg, want) {
 
   // Job shape.
   if (spec.completionMode !== "Indexed") fail(`Job completionMode is ${spec.completionMode}, not Indexed`);
-  if (spec.completions !== nnodes) fail(`Job completions ${spec.completions} != agent nnodes ${nnodes}`);
-  if (spec.parallelism !== nnodes) fail(`Job parallelism ${spec.parallelism} != agent nnodes ${nnodes}`);
+  // One pod per node and one per warm spare (standbys: node ranks nnodes..nnodes+spares-1).
+  const spares = cfg.spares === undefined ? 0 : cfg.spares;
+  if (!Number.isInteger(spares) || spares < 0) fail(`agent spares is ${JSON.stringify(cfg.spares)}: want a count >= 0`);
+  const npods = nnodes + spares;
+  const what = spares ? `agent nnodes ${nnodes} + spares ${spares}` : `agent nnodes ${nnodes}`;
+  if (spec.completions !== npods) fail(`Job completions ${spec.completions} != ${what}`);
+  if (spec.parallelism !== npods) fail(`Job parallelism ${spec.parallelism} != ${what}`);
   if (pod.restartPolicy !== "Never") fail(`pod restartPolicy is ${pod.restartPolicy}, not Never (backoffLimitPerIndex needs it)`);
   if (!Number.isInteger(spec.backoffLimitPerIndex)) fail("Job has no backoffLimitPerIndex");
   const rules = (spec.podFailurePolicy || {}).rules || [];
