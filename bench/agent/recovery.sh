@@ -27,7 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-runs=3 delay=10 hb_timeout=3 torch=1.13 workers="c torch"
+runs=3 delay=10 hb_timeout=3 torch=1.13 workers="c torch" victims="1 0" spare_counts="0 1"
 while (($#)); do
   case "$1" in
     --runs) runs="${2:?--runs needs a number}"; shift ;;
@@ -35,6 +35,8 @@ while (($#)); do
     --heartbeat-timeout) hb_timeout="${2:?--heartbeat-timeout needs seconds}"; shift ;;
     --torch) torch="${2:?--torch needs 1.13 or 2.6}"; shift ;;
     --workers) workers="${2:?--workers needs c, torch or 'c torch'}"; shift ;;
+    --victims) victims="${2:?--victims needs 1, 0 or '1 0'}"; shift ;;
+    --spares) spare_counts="${2:?--spares needs counts like '0 1'}"; shift ;;
     -h | --help)
       sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
       cat <<'EOF'
@@ -45,6 +47,8 @@ Options:
   --heartbeat-timeout T  the agents' --heartbeat-timeout in seconds (default 3)
   --torch V              PyTorch of the DDP rows: 1.13 (/usr/bin/python3, default) or 2.6
   --workers W            c, torch or "c torch" (default)
+  --victims V            the pods lost: 1 (a member), 0 (the store host) or "1 0" (default)
+  --spares S             spare counts to run, 0..2 each (default "0 1")
   --help                 this text
 EOF
       exit 0 ;;
@@ -59,6 +63,12 @@ done
 case "$torch" in 1.13 | 2.6) ;; *) echo "recovery.sh: --torch '$torch': want 1.13 or 2.6" >&2; exit 2 ;; esac
 for w in $workers; do
   case "$w" in c | torch) ;; *) echo "recovery.sh: --workers '$w': want c or torch" >&2; exit 2 ;; esac
+done
+for v in $victims; do
+  case "$v" in 0 | 1) ;; *) echo "recovery.sh: --victims '$v': want 0 or 1" >&2; exit 2 ;; esac
+done
+for n in $spare_counts; do
+  case "$n" in 0 | 1 | 2) ;; *) echo "recovery.sh: --spares '$n': want 0, 1 or 2" >&2; exit 2 ;; esac
 done
 [ "$(id -u)" = 0 ] || { echo "recovery.sh: needs root (network namespaces for the pods)" >&2; exit 1; }
 py=/usr/bin/python3
@@ -146,8 +156,8 @@ one() {
 
 rows=()
 for w in $workers; do
-  for victim in 1 0; do
-    for spares in 0 1; do rows+=("$w $victim $spares"); done
+  for victim in $victims; do
+    for spares in $spare_counts; do rows+=("$w $victim $spares"); done
   done
 done
 echo "recovery.sh: $runs run(s) of ${#rows[@]} rows; heartbeat timeout $hb_timeout s, replacement" \
