@@ -754,7 +754,10 @@ static int run(agent_t *a) {
       char text[128];
       snprintf(text, sizeof text, "node %d was stopped by %s", a->node_rank,
                strsignal(a->stop_sig));
-      if (a->store) agent_rdzv_end(&a->rd, AGENT_RESTART_PEER_LOST, text);
+      if (a->store) {
+        agent_rdzv_mark_gone(&a->rd, a->node_rank); /* the next round need not wait for us */
+        agent_rdzv_end(&a->rd, AGENT_RESTART_PEER_LOST, text);
+      }
       stop_workers(a, a->stop_sig, 1);
       return 128 + a->stop_sig;
     }
@@ -960,6 +963,7 @@ static int setup(agent_t *a) {
   a->rd.last_call_s = c->nnodes_min == c->nnodes_max ? 0 : c->last_call_s;
   a->rd.heartbeat_interval_s = c->heartbeat_interval_s;
   a->rd.heartbeat_timeout_s = c->heartbeat_timeout_s;
+  a->rd.member_wait_s = c->stop_grace_s + 2;
   a->rd.node_rank = a->node_rank;
   a->rd.nproc = c->nproc_per_node;
   char host[64] = "-";

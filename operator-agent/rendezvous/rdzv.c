@@ -38,6 +38,7 @@ void agent_rdzv_reset_round(agent_rdzv_t *r) {
   r->closed_n = 0;
   r->idx = 0;
   r->min_seen_ns = 0;
+  r->full_seen_ns = 0;
   r->nmembers = 0;
   r->group_rank = -1;
   r->world_size = r->rank_base = 0;
@@ -588,10 +589,32 @@ static int cand_cmp(const void *a, const void *b) {
   return x->key < y->key ? -1 : x->key > y->key;
 }
 
+/* *absent = the members of round r-1 (prev[node_rank] >= 0) that have not arrived among the u
+ * candidates and are not marked gone in r-1. */
+static agent_rdzv_result_t absent_members(agent_rdzv_t *r, const int *prev, int npods,
+                                          const cand_t *c, int64_t u, int *absent) {
+  *absent = 0;
+  for (int nr = 0; nr < npods; nr++) {
+    if (prev[nr] < 0) continue;
+    int here = 0;
+    for (int64_t i = 0; i < u && !here; i++) here = c[i].rec.node_rank == nr;
+    if (here) continue;
+    char key[96], v[8];
+    int found = 0;
+    snprintf(key, sizeof key, "%" PRId64 "/gone/%d", r->round - 1, nr);
+    agent_rdzv_result_t res = get_opt(r, key, v, sizeof v, &found);
+    if (res < 0) return res;
+    *absent += !found;
+  }
+  return AGENT_RDZV_PENDING;
+}
+
 /* Picks the members of the current round among arrivals 1..count (see rdzv.h) and formats the
  * <r>/closed value into *val (the caller frees); *val = NULL when the round cannot close yet (a
- * record not written, node 0 not there, fewer than MIN distinct nodes). */
-static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, char **val) {
+ * record not written, node 0 not there, fewer than MIN distinct nodes, a live member of round
+ * r-1 still expected within member_wait_s). */
+static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, int64_t now_ns,
+                                          char **val) {
   *val = NULL;
   int npods = r->nnodes_max + r->spares;
   int64_t m = count;
@@ -625,6 +648,20 @@ static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, char *
   }
   qsort(c, (size_t)u, sizeof *c, cand_cmp);
   int64_t n = u < r->nnodes_max ? u : r->nnodes_max;
+  /* A place for a newcomer (a standby) while a live member of r-1 is still on its way (stopping
+   * its workers): wait for it, so that healthy nodes keep their group ranks. */
+  int newcomer = 0, absent = 0;
+  for (int64_t i = 1; i < n; i++) newcomer |= c[i].prev < 0;
+  if (newcomer && r->member_wait_s > 0) {
+    if ((res = absent_members(r, prev, npods, c, u, &absent)) < 0) goto done;
+    if (absent) {
+      if (!r->full_seen_ns) r->full_seen_ns = now_ns;
+      if (now_ns - r->full_seen_ns < (int64_t)(r->member_wait_s * NS_PER_S)) {
+        res = AGENT_RDZV_PENDING;
+        goto done;
+      }
+    }
+  }
   slot = malloc((size_t)n * sizeof *slot);
   out = malloc(24 + (size_t)n * 21);
   res = AGENT_RDZV_NO_MEMORY;
@@ -688,7 +725,7 @@ agent_rdzv_result_t agent_rdzv_join_poll(agent_rdzv_t *r, int64_t now_ns) {
     }
     if (!close) return AGENT_RDZV_PENDING;
     char *des = NULL;
-    if ((res = choose_members(r, count, &des)) < 0) return res;
+    if ((res = choose_members(r, count, now_ns, &des)) < 0) return res;
     if (!des) return AGENT_RDZV_PENDING;
     void *v = NULL;
     size_t n = 0;
@@ -859,7 +896,8 @@ static agent_rdzv_result_t heartbeat(agent_rdzv_t *r, int64_t now_ns) {
       snprintf(text, sizeof text, "node %d (%s) sent no heartbeat for %.1f s",
                r->members[m].node_rank, r->members[m].addr,
                (double)(now_ns - r->peer_hb_change_ns[m]) / NS_PER_S);
-      res = agent_rdzv_end(r, AGENT_RESTART_PEER_LOST, text);
+      res = agent_rdzv_mark_gone(r, r->members[m].node_rank);
+      if (res >= 0) res = agent_rdzv_end(r, AGENT_RESTART_PEER_LOST, text);
       break;
     }
   }
@@ -1016,6 +1054,12 @@ agent_rdzv_result_t agent_rdzv_standby_poll(agent_rdzv_t *r, int64_t now_ns) {
   if (!found) return AGENT_RDZV_PENDING;
   copy_trunc(r->end_text, sizeof r->end_text, text);
   return AGENT_RDZV_JOB_FAILED;
+}
+
+agent_rdzv_result_t agent_rdzv_mark_gone(agent_rdzv_t *r, int node_rank) {
+  char key[96];
+  snprintf(key, sizeof key, "%" PRId64 "/gone/%d", r->round, node_rank);
+  return set_str(r, key, "1");
 }
 
 agent_rdzv_result_t agent_rdzv_job_failed(agent_rdzv_t *r, const char *text) {

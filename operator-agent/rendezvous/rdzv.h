@@ -13,6 +13,8 @@
  *   standby_exited           ADD counter: standbys that left after the job ended
  *   <r>/hb/<idx>             heartbeat counter of arrival idx (set every heartbeat interval)
  *   <r>/end                  why round r ended: "<reason> <text>" (first compare_set wins)
+ *   <r>/gone/<node_rank>     a member of round r that will not rejoin (the leader saw it silent
+ *                            for the heartbeat timeout, or its agent was stopped): any value
  *   <r>/done, <r>/exited     exit barrier: members whose workers all succeeded; members leaving
  *
  * A round closes when MAX agents joined, or when at least MIN joined and last_call seconds passed
@@ -22,6 +24,10 @@
  * MAX at most. Group ranks: node 0 is 0, a member of round r-1 keeps its group rank, the others
  * fill the free ones in node-rank order; so a lost member's group rank goes to a standby and
  * every healthy node keeps its own. Global rank base = sum of nproc of the lower group ranks.
+ * Healthy members rejoin only after stopping their workers, which takes longer than a standby
+ * takes to arrive: a round that would give a place to an agent that was not a member of round
+ * r-1 while a member of r-1 not marked gone has not arrived waits for it, up to member_wait_s
+ * from when the round first had enough arrivals.
  *
  * Spares (--spares K, node ranks MAX..MAX+K-1) and other agents that arrive when the round is
  * full are standbys: waiters that heartbeat (<r>/hb/<idx>) and start no workers. Members see the
@@ -83,6 +89,9 @@ typedef struct {
   int nnodes_min, nnodes_max;
   int spares; /* node ranks go up to nnodes_max + spares - 1 */
   double last_call_s, heartbeat_interval_s, heartbeat_timeout_s;
+  double member_wait_s; /* how long a closer waits for the last round's live members before it
+                         * gives their places to others (0: not at all); the agent uses
+                         * --stop-grace-period + 2 s, what a member may take to stop its workers */
 
   /* this agent */
   int node_rank, nproc;
@@ -94,6 +103,8 @@ typedef struct {
   int64_t round;
   int64_t idx;                  /* our arrival index (1-based) */
   int64_t min_seen_ns;          /* when we first saw >= MIN joined (0 = not yet) */
+  int64_t full_seen_ns;         /* when the round first could close without a live member of the
+                                 * last round (0 = not yet): member_wait_s counts from here */
   int64_t nmembers;             /* N once closed */
   agent_rdzv_member_t *members; /* sorted by group rank */
   int group_rank;
@@ -151,6 +162,11 @@ agent_rdzv_result_t agent_rdzv_done_poll(agent_rdzv_t *r, int64_t now_ns, int *m
  * of the round is done, JOB_FAILED once the job gave up, ROUND_MOVED when the round ended (join
  * the next), PENDING otherwise. */
 agent_rdzv_result_t agent_rdzv_standby_poll(agent_rdzv_t *r, int64_t now_ns);
+
+/* Marks node_rank as a member of the current round that will not rejoin (<r>/gone/<node_rank>),
+ * so the next round does not wait for it: the leader does it for a silent member, an agent that
+ * is stopped for itself. */
+agent_rdzv_result_t agent_rdzv_mark_gone(agent_rdzv_t *r, int node_rank);
 
 /* The job gave up: sets "failed" to text (standbys read it and leave). */
 agent_rdzv_result_t agent_rdzv_job_failed(agent_rdzv_t *r, const char *text);

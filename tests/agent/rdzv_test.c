@@ -424,6 +424,66 @@ static void test_spares_short(void) {
   for (int i = 0; i < 4; i++) sim_close(&b[i]);
 }
 
+/* Healthy members rejoin only after stopping their workers, standbys at once: 3 nodes + 2 spares,
+ * node 1 lost (the leader marks it gone). The two standbys and node 0 reach round 1 before node
+ * 2: the round waits for node 2 (a live member of round 0) instead of giving its place to the
+ * second standby; node 2 keeps group rank 2 and the lower standby (node 3) takes group rank 1.
+ * With `late` node 2 never comes: after member_wait_s the round closes with both standbys. */
+static void test_spares_wait(int late) {
+  enum { N = 5 };
+  sim_t a[N];
+  char run[32];
+  snprintf(run, sizeof run, "wait%d", late);
+  for (int i = 0; i < N; i++) {
+    sim_open(&a[i], run, i, 1, 3, 3);
+    a[i].r.spares = 2;
+    a[i].r.member_wait_s = 10;
+  }
+  join_all(a, N, 0);
+  CHECK_EQ_INT(poll_until_closed(a, N, 0), 3);
+  beat_all(a, N, -1, 0, 2 * S);
+  agent_rdzv_result_t res = AGENT_RDZV_PENDING;
+  int64_t t;
+  for (t = 2 * S + S / 2; t <= 12 * S && res == AGENT_RDZV_PENDING; t += S / 2) {
+    CHECK(agent_rdzv_monitor(&a[2].r, t) == AGENT_RDZV_PENDING);
+    for (int i = 3; i < N; i++) CHECK(agent_rdzv_standby_poll(&a[i].r, t) == AGENT_RDZV_PENDING);
+    res = agent_rdzv_monitor(&a[0].r, t);
+  }
+  CHECK(res == AGENT_RDZV_ENDED);
+  CHECK(strstr(a[0].r.end_text, "node 1") != NULL);
+  for (int i = 3; i < N; i++) {
+    CHECK(agent_rdzv_standby_poll(&a[i].r, t) == AGENT_RDZV_ROUND_MOVED);
+    CHECK(agent_rdzv_join(&a[i].r, 1, 0, 0) == AGENT_RDZV_PENDING);
+  }
+  CHECK(agent_rdzv_join(&a[0].r, 1, 1, 1) == AGENT_RDZV_PENDING);
+  /* 3 arrivals, but node 2 (not gone) is still stopping its workers. */
+  for (int i = 0; i < N; i++) {
+    if (i == 1 || i == 2) continue;
+    CHECK(agent_rdzv_join_poll(&a[i].r, t) == AGENT_RDZV_PENDING);
+    CHECK(agent_rdzv_join_poll(&a[i].r, t + 9 * S) == AGENT_RDZV_PENDING);
+  }
+  sim_t *m[3];
+  int64_t when = t + 9 * S;
+  if (!late) {
+    CHECK(agent_rdzv_monitor(&a[2].r, t) == AGENT_RDZV_ENDED);
+    CHECK(agent_rdzv_join(&a[2].r, 1, 1, 1) == AGENT_RDZV_PENDING);
+    m[0] = &a[0], m[1] = &a[3], m[2] = &a[2];
+  } else {
+    when = t + 10 * S; /* member_wait_s after the round first had 3 arrivals */
+    m[0] = &a[0], m[1] = &a[3], m[2] = &a[4];
+  }
+  for (int g = 0; g < 3; g++) {
+    res = AGENT_RDZV_PENDING;
+    for (int k = 0; k < 3 && res == AGENT_RDZV_PENDING; k++)
+      res = agent_rdzv_join_poll(&m[g]->r, when);
+    CHECK(res == AGENT_RDZV_MEMBER);
+    CHECK_EQ_INT(m[g]->r.group_rank, g);
+    CHECK_EQ_INT(m[g]->r.rank_base, g);
+  }
+  if (!late) CHECK(agent_rdzv_join_poll(&a[4].r, when) == AGENT_RDZV_WAITER);
+  for (int i = 0; i < N; i++) sim_close(&a[i]);
+}
+
 /* The store going away is reported as an error, not a hang. */
 static void test_store_lost(void) {
   sim_t a;
@@ -600,6 +660,8 @@ int main(void) {
   test_end_done_fresh();
   for (unsigned i = 0; i < 5; i++) test_spares(seed + i);
   test_spares_short();
+  test_spares_wait(0);
+  test_spares_wait(1);
   test_validators();
   test_hostile_records();
   test_store_lost();

@@ -4,9 +4,11 @@
 # each pod running tdist-agent; the workers are the C training example or, with
 # TDIST_SPARES_WORKER=torch, the PyTorch DDP example (of $TDIST_TORCH). A lost node is a network
 # cut (eth0 down) and then SIGKILL of everything in the pod: the peers see no FIN, only silence.
-#   A. a member (job-1) is lost mid-training: one standby (job-3 or job-4: the one whose record
-#      reached the store first closes the full round) takes its group rank 1 (GROUP_RANK=1,
-#      RANK 1, TORCHELASTIC_RESTART_COUNT 1), the other stays a standby, job-0 and job-2 keep theirs,
+#   A. a member (job-1) is lost mid-training, with workers that ignore SIGTERM, so that the
+#      healthy members need the 3 s grace period to stop them and reach the next round after both
+#      standbys: the round waits for job-2 instead of giving its place away; one standby (job-3 or
+#      job-4) takes group rank 1 (GROUP_RANK=1, RANK 1, TORCHELASTIC_RESTART_COUNT 1), the other
+#      stays a standby, job-0 and job-2 keep theirs,
 #      job-1's replacement pod becomes a standby; before the loss /status and /metrics show the
 #      standbys (state "standby", tdist_standbys 2 on node 0); every pod exits 0 at the end, the
 #      standbys left over included. Workers check attempt isolation (--check-fresh-store) also
@@ -44,6 +46,8 @@ pass() { echo "PASS: $*"; }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 declare -A APID
 RDZV_TIMEOUT=60
+SLOW_STOP=0 # 1: workers ignore SIGTERM (exec keeps it ignored): a member takes --stop-grace-period
+            # (3 s) to stop its workers and rejoin, while standbys rejoin at once
 
 # start_agent INDEX LOGNAME: (re)creates pod job-INDEX and runs the agent in it. The worker
 # command logs the environment the agent gave it, then runs the job.
@@ -51,11 +55,11 @@ start_agent() {
   local i=$1 log=$2 ip
   ip=$(pods_start "job-$i") || return 1
   echo "pod job-$i is $ip ($log)"
-  pods_exec "job-$i" JOB_COMPLETION_INDEX="$i" POD_NAMESPACE=ns -- \
+  pods_exec "job-$i" JOB_COMPLETION_INDEX="$i" POD_NAMESPACE=ns SPARES_SLOW_STOP="$SLOW_STOP" -- \
     "$AGENT" --nnodes 3 --spares 2 --nproc-per-node 1 --max-restarts 3 --service svc \
       --master-port 29500 --heartbeat-interval 0.5 --heartbeat-timeout 3 \
       --rdzv-timeout "$RDZV_TIMEOUT" --stop-grace-period 3 --monitor-interval 0.1 --http-port 29600 \
-      -- /bin/sh -c 'echo "worker env GROUP_RANK=$GROUP_RANK RANK=$RANK WORLD_SIZE=$WORLD_SIZE restart=$TORCHELASTIC_RESTART_COUNT" >&2; exec "$@"' \
+      -- /bin/sh -c '[ "$SPARES_SLOW_STOP" = 1 ] && trap "" TERM; echo "worker env GROUP_RANK=$GROUP_RANK RANK=$RANK WORLD_SIZE=$WORLD_SIZE restart=$TORCHELASTIC_RESTART_COUNT" >&2; exec "$@"' \
       sh "${job[@]}" >"$T/$log.log" 2>&1
   APID[$i]=$PODS_PID
 }
@@ -123,7 +127,9 @@ check_final() {
 }
 
 scenario_a() {
-  start_all A || return
+  SLOW_STOP=1
+  start_all A || { SLOW_STOP=0; return; }
+  SLOW_STOP=0
   local st
   st=$(http job-3 status)
   echo "$st" | $PY -c 'import json,sys; s=json.load(sys.stdin); assert s["state"]=="standby" and s["group_rank"]==-1 and s["workers"]==[] and s["spares"]==2, s' &&
@@ -150,8 +156,8 @@ scenario_a() {
   # The replacement pod comes after the promotion (one that came back within the heartbeat
   # timeout would rejoin the round with its own node rank and take group rank 1 back).
   start_agent 1 A.1.new || { fail "A: restart pod"; return; }
-  grep -q "worker env GROUP_RANK=0 RANK=0 WORLD_SIZE=3 restart=1" "$T/A.0.log" &&
-    grep -q "worker env GROUP_RANK=2 RANK=2 WORLD_SIZE=3 restart=1" "$T/A.2.log" &&
+  wait_for "$T/A.0.log" "worker env GROUP_RANK=0 RANK=0 WORLD_SIZE=3 restart=1" 30 &&
+    wait_for "$T/A.2.log" "worker env GROUP_RANK=2 RANK=2 WORLD_SIZE=3 restart=1" 30 &&
     pass "A: job-0 and job-2 kept group ranks 0 and 2" || fail "A: healthy nodes' ranks: $(grep -h 'worker env' "$T"/A.[02].log)"
   if wait_for "$T/A.1.new.log" "standby (no workers)" 30; then pass "A: job-1's replacement is a standby"
   else fail "A: job-1's replacement: $(tail -3 "$T/A.1.new.log")"; fi
