@@ -537,13 +537,13 @@ static int64_t now_ms(void) {
 
 static int cancelled(agent_cancel_fn cancel, void *arg) { return cancel != NULL && cancel(arg); }
 
-/* Sleeps until `until` (monotonic ms) in slices of at most 50 ms, polling cancel between them.
- * Returns 0, or -2 when cancel said stop. */
 /* The longest wait between tries. A pod waiting for pod 0's replacement (a lost store host)
  * spends most of that time at this cap, and on average 3/4 of it is added to the recovery once
  * the replacement is up: 2 s keeps that near 1.5 s, at one DNS query per agent every 1-2 s. */
 #define RESOLVE_BACKOFF_MAX_MS 2000
 
+/* Sleeps until `until` (monotonic ms) in slices of at most 50 ms, polling cancel between them.
+ * Returns 0, or -2 when cancel said stop. */
 static int sleep_until(int64_t until, agent_cancel_fn cancel, void *arg) {
   for (;;) {
     if (cancelled(cancel, arg)) return -2;

@@ -152,10 +152,11 @@ done
 spares="$(sed -n 's/^ *spares: *\([0-9]*\).*/\1/p' "$T/rendered.yaml" | head -1)"
 spares="${spares:-0}"
 nnodes=$((completions - spares))
+http_port="$(awk 'NF == 2 { print $2; exit }' <<<"$probes")" # the agent's HTTP port (the probes')
 for ((i = nnodes; i < completions; i++)); do
   st=''
   for ((k = 0; k < 100; k++)); do
-    st="$(PODS_FG_TIMEOUT=5 pods_exec_fg "$prober" -- curl -s --max-time 2 "http://${IP[$i]}:29600/status" 2>/dev/null)"
+    st="$(PODS_FG_TIMEOUT=5 pods_exec_fg "$prober" -- curl -s --max-time 2 "http://${IP[$i]}:$http_port/status" 2>/dev/null)"
     "$PY" -c 'import json,sys; s=json.load(sys.stdin); assert s["state"]=="standby" and s["workers"]==[]' <<<"$st" 2>/dev/null && break
     st="not standby: $st"
     sleep 0.1
