@@ -54,13 +54,6 @@ start_agent() {
   APID[$i]=$PODS_PID
 }
 
-# wait_for FILE PATTERN SECONDS
-wait_for() {
-  local i
-  for ((i = 0; i < $3 * 10; i++)); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-  return 1
-}
-
 # finish: waits for the three agents; all must exit 0.
 finish() {
   local i rc ok=1
@@ -74,7 +67,7 @@ finish() {
 scenario() {
   local name=$1 victim=$2
   for i in 0 1 2; do start_agent $i "$name.$i" || { fail "$name: pod start"; return; }; done
-  if ! wait_for "$T/$name.0.log" "$started" 90; then
+  if ! pods_wait_for "$T/$name.0.log" "$started" 90; then
     fail "$name: training did not start"; tail -20 "$T/$name".*.log; return
   fi
   # The agent on job-1 serves /metrics and /status on the pod IP (probes use the pod IP).

@@ -64,13 +64,6 @@ start_agent() {
   APID[$i]=$PODS_PID
 }
 
-# wait_for FILE PATTERN SECONDS
-wait_for() {
-  local i
-  for ((i = 0; i < $3 * 10; i++)); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-  return 1
-}
-
 # lose NAME...: the nodes vanish: network first (no FIN reaches the peers), then every process.
 lose() {
   local n
@@ -107,7 +100,7 @@ standbys_on_0() {
 start_all() {
   local name=$1 i
   for i in 0 1 2 3 4; do start_agent $i "$name.$i" || { fail "$name: pod start"; return 1; }; done
-  if ! wait_for "$T/$name.0.log" "$started" 90; then
+  if ! pods_wait_for "$T/$name.0.log" "$started" 90; then
     fail "$name: training did not start"; tail -20 "$T/$name".*.log; return 1
   fi
 }
@@ -156,10 +149,10 @@ scenario_a() {
   # The replacement pod comes after the promotion (one that came back within the heartbeat
   # timeout would rejoin the round with its own node rank and take group rank 1 back).
   start_agent 1 A.1.new || { fail "A: restart pod"; return; }
-  wait_for "$T/A.0.log" "worker env GROUP_RANK=0 RANK=0 WORLD_SIZE=3 restart=1" 30 &&
-    wait_for "$T/A.2.log" "worker env GROUP_RANK=2 RANK=2 WORLD_SIZE=3 restart=1" 30 &&
+  pods_wait_for "$T/A.0.log" "worker env GROUP_RANK=0 RANK=0 WORLD_SIZE=3 restart=1" 30 &&
+    pods_wait_for "$T/A.2.log" "worker env GROUP_RANK=2 RANK=2 WORLD_SIZE=3 restart=1" 30 &&
     pass "A: job-0 and job-2 kept group ranks 0 and 2" || fail "A: healthy nodes' ranks: $(grep -h 'worker env' "$T"/A.[02].log)"
-  if wait_for "$T/A.1.new.log" "standby (no workers)" 30; then pass "A: job-1's replacement is a standby"
+  if pods_wait_for "$T/A.1.new.log" "standby (no workers)" 30; then pass "A: job-1's replacement is a standby"
   else fail "A: job-1's replacement: $(tail -3 "$T/A.1.new.log")"; fi
   if [ -n "$up" ]; then
     grep -q "worker env" "$T/A.$other.log" && fail "A: job-$other ran workers too" ||
@@ -205,7 +198,7 @@ scenario_d() {
   echo "losing the standby job-4, then members job-1 and job-2 at once: one spare (job-3) left"
   lose job-4 job-1 job-2
   wait "${APID[1]}" "${APID[2]}" "${APID[4]}" 2>/dev/null
-  wait_for "$T/D1.0.log" "round 0 ended" 30 || fail "D1: node 0 did not end round 0"
+  pods_wait_for "$T/D1.0.log" "round 0 ended" 30 || fail "D1: node 0 did not end round 0"
   sleep 3
   grep -q "worker env" <(sed -n '/round 0 ended/,$p' "$T/D1.0.log") &&
     fail "D1: workers started with 2 of 3 nodes" || pass "D1: no workers while 2 of 3 nodes are there"

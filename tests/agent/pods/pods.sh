@@ -53,6 +53,9 @@
 #   pods_cleanup       idempotent: kill everything in the instance's netns, delete them and the
 #                      /etc/netns dirs, stop dnsmasq. Called by the traps.
 #   pods_dump          state and the dnsmasq log tail on stderr, for failure messages.
+#   pods_wait_for FILE PATTERN SECONDS
+#                      0 once FILE (a pod's log) has a line matching PATTERN (grep), 1 if it has
+#                      none after SECONDS (polled every 0.1 s).
 #
 # Pitfalls: a bridge takes the lowest MAC of its ports unless given one, so adding or removing a pod
 # changes it and the other pods' ARP entry for the nameserver goes stale (~30 s of lost DNS queries):
@@ -467,6 +470,12 @@ pods_kill() {
 pods_at_exit() {
   pods__need_init || return 1
   PODS_AT_EXIT+=("$*")
+}
+
+pods_wait_for() {
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  return 1
 }
 
 pods_dump() {
