@@ -4,7 +4,8 @@
 #   1.13  Debian 12's python3-torch in /usr/bin/python3 (the python3 first on PATH has no torch)
 #   2.6   Debian 13's python3-torch in the root of tests/testlib/torch26/setup.sh, entered by
 #         tests/testlib/torch26/python3 (same arguments, environment, cwd and PID)
-# Sets PY (absolute path of the interpreter), TORCH_VERSION (torch.__version__), TORCH_TAG
+# Sets PY (absolute path of the interpreter), TDIST_TORCH_EXT and TDIST_TORCH_IMPL=cpp where the
+# test has tdist_torch's C++ group for this version (see below), TORCH_VERSION (torch.__version__), TORCH_TAG
 # (torch113 / torch26: for file names and messages) and TORCH_MAJOR_MINOR ("1.13" / "2.6").
 # On any problem it prints why and what to run, and exits 1: a missing 2.6 root fails the test.
 
@@ -28,5 +29,11 @@ case "$TORCH_VERSION" in
   *) echo "FAIL: $PY runs PyTorch $TORCH_VERSION, not $TORCH_MAJOR_MINOR" >&2; exit 1 ;;
 esac
 export TDIST_PYTHON="$PY"
+# tdist_torch's C++ group for this PyTorch, where the test has it (torch_sh_test(torch_ext =
+# True)): tdist_torch loads it and, unless the test chose otherwise, fails without it.
+if [ -f "$_torch_lib/../../runtime/torch/tdist_c_$TORCH_TAG.so" ]; then
+  export TDIST_TORCH_EXT="$(realpath "$_torch_lib/../../runtime/torch/tdist_c_$TORCH_TAG.so")"
+  export TDIST_TORCH_IMPL="${TDIST_TORCH_IMPL:-cpp}"
+fi
 echo "torch.sh: PyTorch $TORCH_VERSION via $PY" >&2
 . "$_torch_lib/ports.sh"   # free_port

@@ -2,7 +2,7 @@
 # A PyTorch job on the "tdist" backend under tdist-agent, installed as the image installs it
 # (PREFIX/bin/tdist-agent, PREFIX/lib/libtdist.so, PREFIX/python/tdist_torch), with no
 # PYTHONPATH or TDIST_LIBRARY of our own: the agent puts the package on the workers' import path
-# and the package finds the library beside it. 3 workers run stall_train.py; rank 2 sleeps
+# and the package finds the library and its C++ group beside it. 3 workers run stall_train.py; rank 2 sleeps
 # before all_reduce #20 while ranks 0 and 1 wait in it. Checked during the stall:
 #   - /status "collectives" names rank 2 alone as holding ranks 0,1 up in all_reduce #20;
 #   - /metrics has tdist_collective_ops_total{op="all_reduce"} for ranks 0, 1 and 2 (19 done
@@ -22,6 +22,13 @@ cp "$(realpath "$1")" "$P/bin/tdist-agent"
 cp "$(realpath "$2")" "$P/lib/libtdist.so"
 cp "$(realpath "$3")" "$P/python/tdist_torch/__init__.py"
 cp "$(realpath "$4")" "$T/stall_train.py"
+# The C++ group built for this PyTorch, installed as build_ext.py installs it: beside the package
+# under the name tdist_torch looks for. TDIST_TORCH_IMPL=cpp (torch.sh) makes a worker fail
+# without it, and the workers print which half runs.
+ext_name="$("$PY" -c 'import sys, torch
+print("_tdist_c-torch%s-%s.so" % (torch.__version__.split("+")[0], sys.implementation.cache_tag))')"
+cp "${TDIST_TORCH_EXT:?the test has no C++ group (torch_ext = True)}" "$P/python/tdist_torch/$ext_name"
+unset TDIST_TORCH_EXT
 fails=0
 pass() { echo "PASS: $*"; }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
@@ -84,5 +91,8 @@ wait "$apid"; rc=$?
 grep -q "tdist_torch from $P/python/tdist_torch/__init__.py" "$T/agent.out" "$T/agent.err" &&
   pass "workers imported tdist_torch from the agent's PREFIX/python" ||
   fail "workers' tdist_torch: $(grep -h 'tdist_torch from' "$T"/agent.* | head -2)"
+grep -q "implementation cpp ($P/python/tdist_torch/$ext_name)" "$T/agent.out" &&
+  pass "workers ran the C++ group installed beside the package ($ext_name)" ||
+  fail "workers' implementation: $(grep -h 'implementation' "$T"/agent.out | head -2)"
 [ $fails -eq 0 ] && echo "PASS: all checks" || echo "FAIL: $fails check(s)"
 exit $((fails > 0))

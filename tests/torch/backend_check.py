@@ -88,8 +88,20 @@ os.environ["TDIST_TORCH_ASYNC_BYTES"] = "0"
 TD_ASYNC = dist.new_group(backend="tdist")
 del os.environ["TDIST_TORCH_ASYNC_BYTES"]
 GLOO = dist.new_group(backend="gloo")
-if not isinstance(TD, tdist_torch.ProcessGroupTdist):
-    fail("the default group is %s" % type(TD).__name__)
+# Which half runs: the test sets TDIST_TORCH_IMPL (cpp: the C++ group built for this PyTorch;
+# python: the Python group alone) and both must be what runs.
+IMPL = os.environ.get("TDIST_TORCH_IMPL", "auto")
+if IMPL in ("cpp", "python") and not tdist_torch.implementation.startswith(IMPL):
+    fail("TDIST_TORCH_IMPL=%s but tdist_torch.implementation = %r" % (IMPL, tdist_torch.implementation))
+CPP = tdist_torch.implementation.startswith("cpp")
+for grp, gname in ((TD, "default"), (TD_ASYNC, "all-async")):
+    py_group = tdist_torch.python_group(grp)
+    if not isinstance(py_group, tdist_torch.ProcessGroupTdist):
+        fail("the %s group's Python half is %s" % (gname, type(py_group).__name__))
+    if CPP == (py_group is grp):
+        fail("the %s group is %s with tdist_torch.implementation %r" % (gname, type(grp).__name__,
+                                                                         tdist_torch.implementation))
+log("tdist_torch.implementation: " + tdist_torch.implementation)
 
 FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
@@ -345,8 +357,19 @@ def check_refusals():
     log("refused: " + e)
     expect_error(ValueError, ["BAND", "integer"],
                  lambda: dist.all_reduce(torch.ones(3), op=R.BAND), "BAND on float32")
-    expect_error(RuntimeError, ["meta", "CPU tensors only"],
-                 lambda: dist.all_reduce(torch.ones(3, device="meta")), "a non-CPU tensor")
+    if CPP:
+        # PyTorch's dispatcher refuses a meta tensor before any group sees it; what reaches the
+        # C++ group and is not a contiguous CPU tensor goes to the Python group, which refuses
+        # it: a sparse tensor through dist.all_reduce, a meta one through the Python half.
+        expect_error(RuntimeError, ["sparse tensors are not supported"],
+                     lambda: dist.all_reduce(torch.ones(3).to_sparse()), "a sparse tensor")
+        expect_error(RuntimeError, ["meta", "CPU tensors only"],
+                     lambda: tdist_torch.python_group().allreduce([torch.ones(3, device="meta")],
+                                                                 dist.AllreduceOptions()),
+                     "a non-CPU tensor")
+    else:
+        expect_error(RuntimeError, ["meta", "CPU tensors only"],
+                     lambda: dist.all_reduce(torch.ones(3, device="meta")), "a non-CPU tensor")
     if V2:
         expect_error((ValueError, RuntimeError), ["not supported"],
                      lambda: dist.all_reduce(torch.ones(3), op=dist._make_nccl_premul_sum(2.0)),
@@ -431,18 +454,38 @@ def check_async_policy():
 
 
 def check_device_map():
-    """2.x: "cpu:tdist,cuda:nccl" is accepted and CPU tensors run on tdist. PyTorch hands every
-    device's tensors to a backend written in Python (the group is ours), so a non-CPU tensor is
-    refused with a message saying how to reach nccl (no CUDA here: a meta tensor stands in)."""
+    """2.x: "cpu:tdist,cuda:nccl" is accepted and CPU tensors run on tdist.
+    With the C++ group it is a per-device backend: PyTorch sends each device's tensors to the
+    backend mapped to it (no CUDA PyTorch here: "cpu:tdist,cuda:gloo" shows the routing, the CUDA
+    device's backend is gloo's, and "cpu:tdist,cuda:nccl" gets as far as PyTorch's own NCCL
+    check). With the Python group PyTorch hands every device's tensors to it, so a non-CPU
+    tensor is refused with a message saying how to reach nccl (a meta tensor stands in)."""
     if not V2:
         return
-    grp = dist.new_group(backend="cpu:tdist,cuda:nccl")
-    if not isinstance(grp, tdist_torch.ProcessGroupTdist):
-        fail("cpu:tdist,cuda:nccl: the group is %s" % type(grp).__name__)
     g = torch.Generator().manual_seed(77 + RANK)
     t = torch.randn(1000, generator=g, dtype=torch.float64)
     want = t.clone()
     dist.all_reduce(want, group=GLOO)
+    if CPP:
+        grp = dist.new_group(backend="cpu:tdist,cuda:gloo")
+        cpu_backend = grp._get_backend(torch.device("cpu"))
+        cuda_backend = grp._get_backend(torch.device("cuda"))
+        tdist_torch.python_group(grp)  # raises unless tdist is the group's CPU backend
+        if type(cpu_backend).__name__ != "Group":
+            fail("cpu:tdist,cuda:gloo: the CPU backend is %s" % type(cpu_backend).__name__)
+        if not isinstance(cuda_backend, dist.ProcessGroupGloo):
+            fail("cpu:tdist,cuda:gloo: the CUDA backend is %s" % type(cuda_backend).__name__)
+        dist.all_reduce(t, group=grp)
+        same(t, want, torch.float64, "all_reduce on cpu:tdist,cuda:gloo")
+        if not dist.is_nccl_available():
+            e = expect_error(RuntimeError, ["NCCL"], lambda: dist.new_group(backend="cpu:tdist,cuda:nccl"),
+                             "cpu:tdist,cuda:nccl without NCCL in this PyTorch")
+            log("cpu:tdist,cuda:gloo: CPU tensors run on tdist, CUDA's backend is gloo; "
+                "cpu:tdist,cuda:nccl stops at PyTorch's own check: " + e)
+        return
+    grp = dist.new_group(backend="cpu:tdist,cuda:nccl")
+    if not isinstance(grp, tdist_torch.ProcessGroupTdist):
+        fail("cpu:tdist,cuda:nccl: the group is %s" % type(grp).__name__)
     dist.all_reduce(t, group=grp)
     same(t, want, torch.float64, "all_reduce on cpu:tdist,cuda:nccl")
     e = expect_error(RuntimeError, ["CPU tensors only", "new_group(backend='nccl')", "cpu:tdist,cuda:nccl"],

@@ -14,7 +14,8 @@ import tdist_torch  # noqa: F401  (registers "tdist"; the agent puts it on PYTHO
 steps, stall_rank, stall_at, stall_s = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 dist.init_process_group("tdist")
 rank, world = dist.get_rank(), dist.get_world_size()
-print("rank %d of %d on %s, tdist_torch from %s" % (rank, world, dist.get_backend(), tdist_torch.__file__), flush=True)
+print("rank %d of %d on %s, tdist_torch from %s, implementation %s"
+      % (rank, world, dist.get_backend(), tdist_torch.__file__, tdist_torch.implementation), flush=True)
 for i in range(1, steps + 1):
     if rank == stall_rank and i == stall_at:
         time.sleep(stall_s)

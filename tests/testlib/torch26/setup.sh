@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds (or checks) the PyTorch 2.6 root that the tests run 2.6 processes in: a Debian 13 (trixie)
-# minbase root made by debootstrap from Debian's archive, with python3-torch 2.6 and numpy.
+# minbase root made by debootstrap from Debian's archive, with python3-torch 2.6 and numpy, and
+# what building tdist_torch's C++ group needs (libtorch-dev, pybind11-dev, g++).
 #
 #   bash tests/testlib/torch26/setup.sh [DIR]     (DIR default: $TDIST_TORCH26_ROOT or
 #                                                  /var/tmp/tdist-trixie)
@@ -46,8 +47,37 @@ install_hook() {
   esac
 }
 
+# What building tdist_torch's C++ group for 2.6 needs in the root (//runtime/torch:tdist_c_torch26):
+# PyTorch's C++ headers, pybind11's (Debian's libtorch-dev does not bring them) and g++. Added to
+# a root built before they were needed, too (apt, about 20 s).
+dev_pkgs="libtorch-dev pybind11-dev g++"
+has_dev() {
+  [ -f "$root/usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp" ] &&
+    [ -f "$root/usr/include/pybind11/pybind11.h" ] && [ -x "$root/usr/bin/g++" ]
+}
+install_dev() {
+  has_dev && return 0
+  [ "$(id -u)" -eq 0 ] || { echo "torch26: need root to install $dev_pkgs in $root" >&2; exit 1; }
+  echo "torch26: installing $dev_pkgs in $root"
+  unshare --mount --propagation private -- sh -c '
+    set -e
+    mount -t proc proc "$1/proc"
+    mount --rbind /dev "$1/dev"
+    cp /etc/resolv.conf "$1/etc/resolv.conf" 2>/dev/null || true
+    chroot "$1" apt-get update -q || true
+    DEBIAN_FRONTEND=noninteractive chroot "$1" apt-get install -y -q --no-install-recommends $2
+    chroot "$1" apt-get clean
+  ' sh "$root" "$dev_pkgs" >"$root.apt-dev.log" 2>&1 || {
+    tail -20 "$root.apt-dev.log" >&2
+    echo "torch26: installing $dev_pkgs in $root failed (log: $root.apt-dev.log)" >&2
+    exit 1
+  }
+  rm -f "$root.apt-dev.log"
+}
+
 if [ -f "$stamp" ]; then
   install_hook
+  install_dev
   TDIST_TORCH26_ROOT="$root" check && exit 0
   echo "torch26: $root is marked ready but does not work: building it again" >&2
 fi
@@ -89,6 +119,7 @@ unshare --mount --propagation private -- sh -c '
   echo "torch26: installing python3-torch in $root failed (log: $root.apt.log)" >&2
   exit 1
 }
+install_dev
 install_hook
 TDIST_TORCH26_ROOT="$root" check
 touch "$stamp"
