@@ -24,7 +24,8 @@
 #     then as UID 65532 with no capabilities and no_new_privs: --version, --check-config of
 #     k8s/base/agent.yaml, a 2-worker job of the config's command (/opt/tdist/bin/train) with the
 #     agent as PID 1 and the config's ports, its /healthz and /readyz, SIGTERM as `docker stop`
-#     sends it (exit 143), and a C program built against /opt/tdist/include and libtdist.so;
+#     sends it (exit 143), a C program built against /opt/tdist/include and libtdist.so, and
+#     tdist_torch's C++ group built by the shipped build_ext.py and run under PyTorch 1.13;
 #  6. checks the gpu stage statically (same files and settings as cpu, Ubuntu names of the same
 #     packages); its loader checks for libcudart.so.13 and libnccl.so.2 run in `docker build`.
 #
@@ -379,6 +380,33 @@ if gcc -std=c11 -Wall -Wextra -Werror $san -I"$R/opt/tdist/include" "$work/consu
   out="$("${VIEW[@]}" 2>&1 </dev/null)" && pass "a C program built with -I/opt/tdist/include -ltdist runs as UID $U: tdist_version() = $out" ||
     fail "C program against libtdist.so: $out"
 else fail "C program against /opt/tdist/include + libtdist.so does not build: $(head -5 "$work/logs/consumer.log")"; fi
+
+# tdist_torch's C++ group built from the image's files as a derived image would (build_ext.py
+# with its defaults: the headers in /opt/tdist/include) for this machine's PyTorch 1.13, then a
+# 1-rank "tdist" job on it as UID $U. Needs python3-torch and libtorch-dev (.ci/packages.txt).
+if [ -n "$san" ]; then
+  echo "NOTE: libtdist is built with $san (a sanitizer run): tdist_torch's C++ group is checked by the normal build's run"
+elif /usr/bin/python3 -c 'import torch' 2>/dev/null && [ -d /usr/include/torch/csrc/distributed/c10d ]; then
+  ext="$(/usr/bin/python3 -c 'import sys, torch
+print("_tdist_c-torch%s-%s.so" % (torch.__version__.split("+")[0], sys.implementation.cache_tag))')"
+  if /usr/bin/python3 "$R/opt/tdist/python/tdist_torch/build_ext.py" --out "$work/put/$ext" \
+       >"$work/logs/build_ext.log" 2>&1; then
+    view "$U" "$work/env.image" /usr/bin/env PYTHONPATH=/opt/tdist/python TDIST_TORCH_EXT="/tmp/$ext" \
+      TDIST_TORCH_IMPL=cpp MASTER_ADDR=127.0.0.1 MASTER_PORT=29531 RANK=0 WORLD_SIZE=1 /usr/bin/python3 -c '
+import torch, torch.distributed as dist, tdist_torch
+dist.init_process_group("tdist")
+t = torch.arange(5.0)
+dist.all_reduce(t)
+assert t.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0], t
+print(tdist_torch.implementation.split(" ")[0], type(dist.group.WORLD).__name__)
+dist.destroy_process_group()'
+    out="$("${VIEW[@]}" 2>&1 </dev/null)"
+    [ "$out" = "cpp Group" ] && pass "tdist_torch's C++ group builds from /opt/tdist (build_ext.py, PyTorch 1.13) and runs a job as UID $U" ||
+      fail "tdist_torch's C++ group from /opt/tdist: $(echo "$out" | tail -3)"
+  else fail "build_ext.py from /opt/tdist/python/tdist_torch: $(tail -5 "$work/logs/build_ext.log")"; fi
+else
+  echo "NOTE: no PyTorch 1.13 with C++ headers here (python3-torch, libtorch-dev): tdist_torch's build_ext.py not checked"
+fi
 
 # The pod: the ConfigMap's settings and command, one node (--standalone --nnodes 1), the agent as
 # PID 1 on the config's ports 29500/29600 in its own network namespace.

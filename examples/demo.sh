@@ -60,9 +60,13 @@ if [ "${DEMO_TORCH:-0}" = 1 ]; then
   # The same script on the "tdist" backend: its collectives run in libtdist, so each rank's
   # statistics reach the agent's /metrics. In an installed tree (the image: /opt/tdist) the agent
   # puts tdist_torch on the workers' import path itself; from the build tree the demo does.
+  # tdist_torch's C++ group for this PyTorch (1.13): all_reduce from C++ (build_ext.py, about 30 s).
+  echo "== building //runtime/torch:tdist_c_torch113 (tdist_torch's C++ group for PyTorch 1.13)"
+  bazel build --color=no --curses=no -c opt //runtime/torch:tdist_c_torch113 </dev/null 2>&1 | tail -1
   echo "== the same on init_process_group(\"tdist\"): --backend tdist"
   export PYTHONPATH="$root/runtime/torch${PYTHONPATH:+:$PYTHONPATH}"
-  export TDIST_LIBRARY="$bin/runtime/libtdist.so"
+  export TDIST_LIBRARY="$bin/runtime/libtdist.so" TDIST_TORCH_IMPL=cpp
+  export TDIST_TORCH_EXT="$bin/runtime/torch/tdist_c_torch113.so"
   rm -f "$tmp/port"
   TDIST_PYTHON=/usr/bin/python3 "$bin/operator-agent/tdist-agent" --standalone --nproc-per-node 2 \
     --http-port 0 --http-port-file "$tmp/port" \

@@ -100,6 +100,20 @@ dist.init_process_group("tdist", store=store, rank=RANK, world_size=WORLD,
                         timeout=datetime.timedelta(seconds=120))
 GLOO = dist.new_group(backend="gloo")
 TD = dist.group.WORLD
+# The Python group alone (what runs where no C++ group is built for the PyTorch), as a second
+# backend name: the default group runs the C++ group when one is loaded.
+CPP = tdist_torch.implementation.startswith("cpp")
+if CPP:
+    def _python_only(store, rank, size, timeout):
+        return tdist_torch.ProcessGroupTdist(store, rank, size, timeout)
+
+    try:
+        dist.Backend.register_backend("tdistpy", _python_only, devices=["cpu"])
+    except TypeError:  # 1.13
+        dist.Backend.register_backend("tdistpy", _python_only)
+    PYG = dist.new_group(backend="tdistpy")
+else:
+    PYG = None
 torch.set_num_threads(1)
 
 
@@ -137,10 +151,11 @@ def med_across(x):
 L = tdist_torch._L
 c_allreduce = tdist_torch._BLOCKING["tdist_all_reduce"]
 c_allreduce_async = tdist_torch._ASYNC["tdist_all_reduce"]
-ASYNC_MIN = TD._async_min
-pg_handle = TD._pg
+ASYNC_MIN = tdist_torch.python_group(TD)._async_min
+pg_handle = tdist_torch.python_group(TD)._pg
 
 out()
+out("tdist_torch: " + tdist_torch.implementation)
 if WORLD > 1:
     out("(tdist_torch runs collectives of %s on libtdist's worker thread)"
         % ("no size" if ASYNC_MIN >= tdist_torch._NEVER else ">= %d bytes" % ASYNC_MIN))
@@ -149,8 +164,10 @@ if WORLD == 1:
 else:
     out("== all_reduce float32 SUM per call from Python, %d ranks, tdist over %s (torch gloo: TCP) =="
         % (WORLD, a.transports))
-out("%10s %11s %11s %11s %11s %10s %11s" % ("size", "tdist us", "C API us", "C async us", "gloo us", "gloo/tdist",
-                                             "binding us"))
+out("(tdist: the default group, %s; py: the Python group alone; binding: tdist - the C call it makes)"
+    % ("the C++ group" if CPP else "the Python group: no C++ group built for this PyTorch"))
+out("%10s %9s %9s %9s %10s %9s %10s %10s %10s" % ("size", "tdist us", "py us", "C API us", "C async us", "gloo us",
+                                                 "gloo/tdist", "binding us", "py bind us"))
 for size in [parse_size(s) for s in a.sizes.split(",")]:
     n = max(size // 4, 1)
     x = torch.ones(n)
@@ -176,19 +193,26 @@ for size in [parse_size(s) for s in a.sizes.split(",")]:
     def f_gl():
         dist.all_reduce(x, group=GLOO)
 
+    def f_py():
+        dist.all_reduce(x, group=PYG)
+
     k = iters_for(f_td)
     kg = iters_for(f_gl)
-    res = {"td": [], "c": [], "ca": [], "gl": []}
+    res = {"td": [], "c": [], "ca": [], "gl": [], "py": []}
     for _ in range(3):
         res["td"].append(timed(f_td, k))
         res["c"].append(timed(f_c, k))
         res["ca"].append(timed(f_ca, k))
         res["gl"].append(timed(f_gl, kg))
-    td, c, ca, gl = (med_across(statistics.median(res[key])) * 1e6 for key in ("td", "c", "ca", "gl"))
+        res["py"].append(timed(f_py, k) if PYG is not None else 0.0)
+    td, c, ca, gl, py = (med_across(statistics.median(res[key])) * 1e6 for key in ("td", "c", "ca", "gl", "py"))
+    if PYG is None:
+        py = td
     # The binding calls the blocking C function below TDIST_TORCH_ASYNC_BYTES, the _async one
     # (completed on its own thread) from there up: its cost is measured against that call.
     base = c if size < ASYNC_MIN else ca
-    out("%10s %11.1f %11.1f %11.1f %11.1f %10.2f %11.1f" % (human(size), td, c, ca, gl, gl / td, td - base))
+    out("%10s %9.1f %9.1f %9.1f %10.1f %9.1f %10.2f %10.1f %10.1f" % (human(size), td, py, c, ca, gl, gl / td,
+                                                                   td - base, py - base))
 
 if not a.skip_ddp and WORLD > 1:
     def mlp():

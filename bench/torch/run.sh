@@ -2,8 +2,9 @@
 # PyTorch on the "tdist" backend (runtime/torch/tdist_torch) against PyTorch's own gloo, under
 # PyTorch 1.13 (/usr/bin/python3, Debian 12) and 2.6 (the Debian 13 root .ci/setup builds), in
 # one run:
-#   - all_reduce latency per call from Python, 8 B to 64 MiB, tdist against torch gloo, and the
-#     C API on the same libtdist group called directly (the difference is what the binding adds);
+#   - all_reduce latency per call from Python, 8 B to 64 MiB, tdist (its C++ group, built here
+#     for each version) and its Python group alone against torch gloo, and the C API on the same
+#     libtdist group called directly (the difference is what the binding adds);
 #   - DDP step time on CPU for a small MLP and a small conv net.
 # 1 (the per-call cost alone), 2 and 4 ranks, tdist over loopback TCP (TDIST_SHM=0) and shared memory (torch gloo is TCP).
 #
@@ -25,17 +26,26 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-bazel build -c opt --color=no --curses=no //runtime:libtdist.so </dev/null >&2
-# The bazel-bin symlink follows whichever configuration built last in this shared workspace.
-export TDIST_LIBRARY="$(bazel info -c opt bazel-bin 2>/dev/null)/runtime/libtdist.so"
-export PYTHONPATH="$PWD/runtime/torch${PYTHONPATH:+:$PYTHONPATH}"
-echo "libtdist: $TDIST_LIBRARY; $(nproc) CPUs; $(date -u +%FT%TZ)"
+# libtdist, and tdist_torch's C++ group for each version asked for (//runtime/torch:tdist_c_*).
+exts=()
 IFS=, read -ra vs <<<"$versions"
 for v in "${vs[@]}"; do
   case "$v" in
-    1.13) py=/usr/bin/python3 ;;
-    2.6) py="$PWD/tests/testlib/torch26/python3" ;;
+    1.13) exts+=(//runtime/torch:tdist_c_torch113) ;;
+    2.6) exts+=(//runtime/torch:tdist_c_torch26) ;;
     *) echo "run.sh: --versions: $v is not 1.13 or 2.6" >&2; exit 2 ;;
+  esac
+done
+bazel build -c opt --color=no --curses=no //runtime:libtdist.so "${exts[@]}" </dev/null >&2
+# The bazel-bin symlink follows whichever configuration built last in this shared workspace.
+bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
+export TDIST_LIBRARY="$bin/runtime/libtdist.so" TDIST_TORCH_IMPL=cpp
+export PYTHONPATH="$PWD/runtime/torch${PYTHONPATH:+:$PYTHONPATH}"
+echo "libtdist: $TDIST_LIBRARY; $(nproc) CPUs; $(date -u +%FT%TZ)"
+for v in "${vs[@]}"; do
+  case "$v" in
+    1.13) py=/usr/bin/python3; export TDIST_TORCH_EXT="$bin/runtime/torch/tdist_c_torch113.so" ;;
+    2.6) py="$PWD/tests/testlib/torch26/python3"; export TDIST_TORCH_EXT="$bin/runtime/torch/tdist_c_torch26.so" ;;
   esac
   echo
   echo "######## PyTorch $v"

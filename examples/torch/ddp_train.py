@@ -131,8 +131,11 @@ def main():
     world = dist.get_world_size()
     assert dist.get_rank() == rank
     if rank == 0:
+        impl = ""
+        if "tdist_torch" in sys.modules:
+            impl = f" ({sys.modules['tdist_torch'].implementation})"
         print(f"ddp_train: PyTorch {torch.__version__}, world {world}, attempt {attempt}, "
-              f"backend {dist.get_backend()}", flush=True)
+              f"backend {dist.get_backend()}{impl}", flush=True)
     crash_step = -1
     if attempt < args.crash_until_attempt:
         rng = random.Random(args.seed * 1000003 + attempt)
