@@ -53,8 +53,8 @@ typedef struct {
   agent_cfg_t cfg;
   agent_state_t st;
   agent_http_t *http;
-  tdist_store_server_t *server;        /* node 0: the agents' store (--master-port) */
-  tdist_store_server_t *worker_server; /* node 0: the workers' store of the round last joined */
+  tdist_store_server_t *server;        /* the store host: the agents' store (--master-port) */
+  tdist_store_server_t *worker_server; /* the store host: the workers' store of its last round */
   tdist_store_t *client, *store;       /* TCP client and its "tdist/<run_id>" prefix view */
   agent_rdzv_t rd;
   agent_workers_t ws;
@@ -64,6 +64,16 @@ typedef struct {
   char master_name[256]; /* what we resolve (DNS name or address); node 0: unused */
   char master_ip[64];    /* the store host as workers reach it */
   int master_port;
+  /* Store failover (with --spares): the store is hosted by pod 0 (host 0) or, once pod 0 is
+   * lost, by the backup host, pod nnodes_max (host 1, the first spare's pod). See
+   * store_failover_setup. nhosts 1: pod 0 only. */
+  int nhosts;
+  int host_rank[2];       /* node ranks of the hosts */
+  char host_name[2][256]; /* their DNS names */
+  int host_idx;           /* the host whose store is in use (or being reached) */
+  int hosting;            /* this agent hosts the store in use: a->server runs */
+  int64_t next_probe_ns;  /* a waiting store host's next look at the other host */
+  int moved_from;         /* node rank of the store host lost since the last connect, or -1 */
   char run_dir[400];           /* "" until created */
   int run_dir_has_dump;        /* a flight-recorder dump was written there: keep it */
   int stop_sig;                /* a terminating signal arrived */
@@ -211,21 +221,140 @@ static int cancel_cb(void *arg) {
   return a->stop_sig != 0;
 }
 
-/* Reaches the store: node 0 its own server over loopback, the others the master by name with
- * retries until the deadline. 0 ok, -1 timed out (message logged), -2 stopped by a signal. */
+/* The store op timeout: a store silent for the heartbeat timeout is as lost as a silent member
+ * (so a lost store host is noticed as fast), never more than STORE_OP_TIMEOUT_MS. */
+static int store_op_timeout_ms(const agent_t *a) {
+  double ms = a->cfg.heartbeat_timeout_s * 1000;
+  if (ms < 1000) ms = 1000;
+  return ms < STORE_OP_TIMEOUT_MS ? (int)ms : STORE_OP_TIMEOUT_MS;
+}
+
+/* This agent starts hosting the store: its server on --master-port (kept if running). 0 ok. */
+static int host_start(agent_t *a) {
+  if (!a->server) {
+    tdist_store_server_options_t so = TDIST_STORE_SERVER_OPTIONS_INIT;
+    so.host = a->cfg.standalone ? "127.0.0.1" : NULL;
+    so.port = a->cfg.master_port;
+    if (tdist_store_server_create(&so, &a->server) != TDIST_OK) {
+      char msg[400];
+      snprintf(msg, sizeof msg, "cannot start the store on port %d: %s (choose another --master-port)",
+               a->cfg.master_port, tdist_last_error());
+      AGENT_ERROR("%s", msg);
+      set_error(a, msg);
+      return -1;
+    }
+    a->master_port = tdist_store_server_port(a->server);
+    AGENT_INFO("store listening on %s:%d", a->cfg.standalone ? "127.0.0.1" : "[::]",
+               a->master_port);
+  }
+  if (!a->hosting) a->next_probe_ns = now_ns() + 1000000000LL; /* the others are on their way */
+  a->hosting = 1;
+  agent_state_lock(&a->st);
+  a->st.store_server = a->server;
+  a->st.is_store_host = 1;
+  agent_state_unlock(&a->st);
+  return 0;
+}
+
+/* This agent stops hosting: its servers go, and with them every connection to them. */
+static void host_stop(agent_t *a) {
+  agent_state_lock(&a->st);
+  a->st.store_server = a->st.worker_store_server = NULL;
+  a->st.is_store_host = 0;
+  agent_state_unlock(&a->st);
+  tdist_store_server_destroy(a->worker_server);
+  tdist_store_server_destroy(a->server);
+  a->worker_server = a->server = NULL;
+  a->hosting = 0;
+  a->master_port = a->cfg.master_port;
+}
+
+/* The current round of a store: its number, how many agents joined it, whether it closed. */
+typedef struct {
+  int64_t round, joined;
+  int closed;
+} store_round_t;
+
+/* Reads store_round_t from a store prefixed "tdist/<run_id>/" (prefix "" for a->store, whose view
+ * has it already). 0, or -1 when the store fails or holds no round. */
+static int read_store_round(agent_t *a, tdist_store_t *c, const char *prefix, store_round_t *out) {
+  char key[400], num[32];
+  void *v = NULL;
+  size_t len = 0;
+  int ready = 0;
+  const char *keys[1] = {key};
+  snprintf(key, sizeof key, "%sround", prefix);
+  if (tdist_store_check(c, keys, 1, &ready) != TDIST_OK || !ready ||
+      tdist_store_get(c, key, &v, &len) != TDIST_OK)
+    return -1;
+  int bad = len >= sizeof num;
+  if (!bad) {
+    memcpy(num, v, len);
+    num[len] = 0;
+    bad = agent_rdzv_parse_int(num, 0, AGENT_RDZV_MAX_ROUND, &out->round) != 0;
+  }
+  tdist_free(v);
+  if (bad) return -1;
+  snprintf(key, sizeof key, "%s%" PRId64 "/joined", prefix, out->round);
+  if (tdist_store_add(c, key, 0, &out->joined) != TDIST_OK) return -1;
+  snprintf(key, sizeof key, "%s%" PRId64 "/closed", prefix, out->round);
+  if (tdist_store_check(c, keys, 1, &ready) != TDIST_OK) return -1;
+  out->closed = ready;
+  (void)a;
+  return 0;
+}
+
+/* Host idx's store, asked with short timeouts: -1 unreachable (no server there: that pod does not
+ * host) or holding no round of this job, else 0 with its current round in *out. */
+static int probe_host(agent_t *a, int idx, store_round_t *out) {
+  char ip[64], err[300];
+  if (agent_resolve(a->host_name[idx], a->cfg.master_port, 0, now_ns() / 1000000 + 500, cancel_cb,
+                    a, ip, sizeof ip, NULL, err, sizeof err))
+    return -1;
+  tdist_tcp_store_options_t o = TDIST_TCP_STORE_OPTIONS_INIT;
+  o.host = ip;
+  o.port = a->cfg.master_port;
+  o.connect_timeout_ms = 500;
+  o.timeout_ms = 1000;
+  o.dialect = TDIST_STORE_DIALECT_V2;
+  tdist_store_t *c = NULL;
+  if (tdist_tcp_store_connect(&o, &c) != TDIST_OK) return -1;
+  char prefix[300];
+  snprintf(prefix, sizeof prefix, "tdist/%s/", a->cfg.run_id);
+  int r = read_store_round(a, c, prefix, out);
+  tdist_store_destroy(c);
+  return r;
+}
+
+/* Reaches the store of host a->host_idx: this agent's own server over loopback when it is that
+ * host (starting it), else the host by name with retries until the deadline, or, with a second
+ * host to try, until the window for this one (failover_window_ns) has passed. 0 ok, -1 timed
+ * out (message logged), -2 stopped by a signal, -3 the window passed: try the other host. */
 static int connect_store(agent_t *a, int64_t deadline_ns) {
   char err[512];
   const char *host;
-  if (a->node_rank == 0) {
+  int idx = a->host_idx;
+  int64_t until = deadline_ns, window = 0;
+  a->rd.host_rank = a->host_rank[idx];
+  if (a->host_rank[idx] == a->node_rank) {
+    if (host_start(a)) return -1;
     host = "127.0.0.1";
   } else {
+    if (a->hosting) host_stop(a);
+    if (a->nhosts == 2) {
+      /* Long enough for the other host to notice the loss (a store op times out) and start. */
+      window = (int64_t)(2 * a->cfg.heartbeat_timeout_s * 1e9);
+      if (window < 5000000000LL) window = 5000000000LL;
+      if (now_ns() + window < until) until = now_ns() + window;
+    }
     agent_resolve_stats_t rs = {0, 0};
-    int r = agent_resolve(a->master_name, a->master_port, 1, deadline_ns / 1000000, cancel_cb, a,
+    int r = agent_resolve(a->host_name[idx], a->master_port, 1, until / 1000000, cancel_cb, a,
                           a->master_ip, sizeof a->master_ip, &rs, err, sizeof err);
     agent_state_lock(&a->st);
     a->st.dns_resolve_failures_total += rs.failures;
     agent_state_unlock(&a->st);
     if (r == -2) return -2;
+    if (r && until < deadline_ns) return -3;
     if (r) {
       AGENT_ERROR("cannot reach the store host: %s", err);
       set_error(a, err);
@@ -238,11 +367,12 @@ static int connect_store(agent_t *a, int64_t deadline_ns) {
     o.host = host;
     o.port = a->master_port;
     o.connect_timeout_ms = 2000;
-    o.timeout_ms = STORE_OP_TIMEOUT_MS;
+    o.timeout_ms = store_op_timeout_ms(a);
     o.dialect = TDIST_STORE_DIALECT_V2;
     tdist_status_t st = tdist_tcp_store_connect(&o, &a->client);
     if (st == TDIST_OK) break;
-    if (now_ns() >= deadline_ns) {
+    if (now_ns() >= until) {
+      if (until < deadline_ns) return -3;
       snprintf(err, sizeof err, "cannot connect to the store at %s:%d: %s", host, a->master_port,
                tdist_last_error());
       AGENT_ERROR("%s", err);
@@ -259,10 +389,10 @@ static int connect_store(agent_t *a, int64_t deadline_ns) {
     return -1;
   }
   a->rd.store = a->store;
-  if (a->node_rank != 0) {
+  if (!a->hosting) {
     agent_local_ip(a->master_ip, a->rd.addr, sizeof a->rd.addr);
   } else {
-    /* Node 0's workers reach the store the way the user named it (torchrun passes
+    /* The host's workers reach the store the way the user named it (torchrun passes
      * --master-addr through), else by this pod's address: never by loopback in a multi-node
      * job, since a backend may advertise the address it used to reach the store. */
     if (a->cfg.standalone)
@@ -277,6 +407,28 @@ static int connect_store(agent_t *a, int64_t deadline_ns) {
   a->st.master_port = a->master_port;
   agent_state_unlock(&a->st);
   return 0;
+}
+
+/* The store was lost: with a backup host, the agents move to the other host's store (pod 0's lost
+ * means pod 0 is gone: its agent hosts the store in its own process). */
+static void switch_host(agent_t *a, const char *why) {
+  if (a->nhosts < 2) return;
+  int from = a->host_idx;
+  a->host_idx ^= 1;
+  a->backoff_ms = 0;
+  if (!strcmp(why, "was lost")) a->moved_from = a->host_rank[from];
+  AGENT_WARN("store host pod %d (%s) %s: moving to the store of pod %d (%s)%s", a->host_rank[from],
+             a->host_name[from], why, a->host_rank[a->host_idx], a->host_name[a->host_idx],
+             a->host_rank[a->host_idx] == a->node_rank ? ", which this agent hosts" : "");
+}
+
+/* Connects to the store, alternating between the hosts (one window each) until the deadline. */
+static int reach_store(agent_t *a, int64_t deadline_ns) {
+  for (;;) {
+    int r = connect_store(a, deadline_ns);
+    if (r != -3) return r;
+    switch_host(a, "is not reachable");
+  }
 }
 
 static void publish_round(agent_t *a) {
@@ -350,16 +502,17 @@ typedef enum {
   RDZV_FATAL,
   RDZV_BAD_RECORD,
   RDZV_JOB_DONE,  /* standby: every member finished */
-  RDZV_JOB_FAILED /* the job gave up (a standby, or an agent that arrived after) */
+  RDZV_JOB_FAILED, /* the job gave up (a standby, or an agent that arrived after) */
+  RDZV_YIELD       /* this store host gave way to the other host, which runs the job */
 } rdzv_outcome_t;
 
 static rdzv_outcome_t join_outcome(int jr) {
   return jr == -2 ? RDZV_FATAL : jr == -3 ? RDZV_BAD_RECORD : RDZV_STORE_LOST;
 }
 
-/* Node 0: the round's standbys into /status and /metrics. */
+/* The store host: the round's standbys into /status and /metrics. */
 static void publish_standbys(agent_t *a) {
-  if (a->node_rank != 0) return;
+  if (!a->hosting) return;
   agent_member_info_t *m = calloc((size_t)a->rd.nstandby + 1, sizeof *m);
   if (!m) return;
   for (int i = 0; i < a->rd.nstandby; i++) {
@@ -389,6 +542,30 @@ static void publish_standby(agent_t *a) {
   a->st.members = NULL;
   a->st.nmembers = 0;
   agent_state_unlock(&a->st);
+}
+
+/* A store host still waiting for its round to close looks at the other host once a second: two
+ * stores host the job only in a race (pod 0's replacement came up while the agents were moving
+ * to the backup host, or the backup host alone lost pod 0 for a moment). This one gives way
+ * when the other's current round has closed (the job runs there), or is a later round (the
+ * agents that moved there carried the job's round number; a replacement pod 0 starts at 0), or
+ * the same round with more agents, or as many and this is the backup host. Giving way stops this agent's server, so the
+ * agents connected to it move on too. 1: give way (host_idx already switched). */
+static int should_yield(agent_t *a) {
+  a->next_probe_ns = now_ns() + 1000000000LL;
+  int other = a->host_idx ^ 1;
+  store_round_t them = {0, 0, 0}, us = {0, 0, 0};
+  if (probe_host(a, other, &them) || read_store_round(a, a->store, "", &us)) return 0;
+  int yield = them.closed || them.round > us.round ||
+              (them.round == us.round &&
+               (them.joined > us.joined || (them.joined == us.joined && a->host_idx == 1)));
+  if (!yield) return 0;
+  AGENT_WARN("pod %d (%s) %s: this agent stops hosting the store and moves there",
+             a->host_rank[other], a->host_name[other],
+             them.closed ? "runs the job's current round" : "has the job's latest round");
+  host_stop(a);
+  a->host_idx = other;
+  return 1;
 }
 
 /* Joins rounds until this agent is a member of one. A standby waits as long as its round runs:
@@ -430,6 +607,9 @@ static rdzv_outcome_t rendezvous(agent_t *a, int64_t *deadline) {
       jr = join_round(a);
       if (jr) return join_outcome(jr);
     }
+    if (a->hosting && a->nhosts == 2 && !waiter_logged && now_ns() >= a->next_probe_ns &&
+        should_yield(a))
+      return RDZV_YIELD;
     if (now_ns() >= *deadline) {
       char msg[300];
       snprintf(msg, sizeof msg,
@@ -637,11 +817,11 @@ static round_outcome_t run_round(agent_t *a, int *local_failed) {
   }
 }
 
-/* Node 0 hosts the store: before leaving, give the others a moment to read the outcome. */
+/* The store host: before leaving, give the others a moment to read the outcome. */
 static void linger_for_peers(agent_t *a) {
   if (!a->store) return;
   int64_t exited = 0;
-  if (agent_rdzv_mark_exited(&a->rd, &exited) < 0 || a->node_rank != 0) return;
+  if (agent_rdzv_mark_exited(&a->rd, &exited) < 0 || !a->hosting) return;
   int64_t deadline = now_ns() + 10000000000LL, sb_exited = 0;
   while (exited < a->rd.nmembers && now_ns() < deadline && !a->stop_sig) {
     wait_events(a, 20);
@@ -697,9 +877,17 @@ static int run(agent_t *a) {
   for (;;) {
     if (!a->store) {
       set_state(a, AGENT_STATE_RENDEZVOUS);
-      int r = connect_store(a, deadline);
+      int r = reach_store(a, deadline);
       if (r == -2) return 128 + a->stop_sig;
       if (r) return EXIT_UNAVAILABLE;
+      if (a->moved_from >= 0) {
+        /* A store the job moves to: what the next round needs of the last one (a failure here
+         * is met again by the rendezvous). */
+        if (agent_rdzv_carry_over(&a->rd, a->moved_from) < 0)
+          AGENT_WARN("carrying round %" PRId64 " over to the new store: %s", a->rd.carry_round,
+                     a->rd.err);
+        a->moved_from = -1;
+      }
     }
     rdzv_outcome_t ro = rendezvous(a, &deadline);
     if (ro == RDZV_STOPPED) return 128 + a->stop_sig;
@@ -721,6 +909,11 @@ static int run(agent_t *a) {
     }
     if (ro == RDZV_TIMEOUT) return EXIT_UNAVAILABLE;
     if (ro == RDZV_FATAL) return EXIT_INTERNAL;
+    if (ro == RDZV_YIELD) {
+      drop_store(a);
+      a->backoff_ms = 0;
+      continue;
+    }
     if (ro == RDZV_STORE_LOST || ro == RDZV_BAD_RECORD) {
       char msg[700];
       snprintf(msg, sizeof msg, "%s during rendezvous: %s; retrying until --rdzv-timeout",
@@ -735,6 +928,7 @@ static int run(agent_t *a) {
         agent_state_lock(&a->st);
         a->st.store_reconnects_total++;
         agent_state_unlock(&a->st);
+        if (!a->hosting) switch_host(a, "was lost");
       }
       if (backoff(a, deadline)) return 128 + a->stop_sig;
       if (now_ns() >= deadline) {
@@ -818,6 +1012,7 @@ static int run(agent_t *a) {
       agent_state_lock(&a->st);
       a->st.store_reconnects_total++;
       agent_state_unlock(&a->st);
+      if (!a->hosting) switch_host(a, "was lost");
     }
     deadline = now_ns() + (int64_t)(a->cfg.rdzv_timeout_s * 1e9);
   }
@@ -889,6 +1084,41 @@ static int check_start(agent_t *a) {
   return check_http_host(c);
 }
 
+/* With --spares, a second store host: pod nnodes_max (the first spare's pod) hosts the store if
+ * pod 0 is lost, so that the job goes on at once on a standby instead of waiting for pod 0's
+ * replacement; that replacement then joins on the backup host as a standby. Needs the pods'
+ * names (not --master-addr, not the kubeflow scheme, whose worker pods are named otherwise) and
+ * a fixed --master-port. */
+static void store_failover_setup(agent_t *a) {
+  const agent_cfg_t *c = &a->cfg;
+  char err[512];
+  a->nhosts = 1;
+  a->host_idx = 0;
+  a->host_rank[0] = 0;
+  copy_str(a->host_name[0], sizeof a->host_name[0], a->master_name);
+  if (c->spares < 1 || c->standalone) return;
+  const char *why = NULL;
+  if (c->master_addr)
+    why = "--master-addr names the store host";
+  else if (c->master_port == 0)
+    why = "--master-port 0 (a port chosen at start) cannot be found on another pod";
+  else if (!(c->master_template && c->master_template[0]) && c->scheme == AGENT_SCHEME_KUBEFLOW)
+    why = "the kubeflow scheme's worker pods are not named like pod 0";
+  else if (agent_master_name(c, environ, NULL, NULL, a->host_name[0], sizeof a->host_name[0], err,
+                             sizeof err) ||
+           agent_pod_name(a->host_name[0], c->nnodes_max, a->host_name[1], sizeof a->host_name[1],
+                          err, sizeof err))
+    why = err;
+  if (why) {
+    AGENT_INFO("store failover off (%s): if pod 0 is lost the job waits for its replacement", why);
+    return;
+  }
+  a->nhosts = 2;
+  a->host_rank[1] = c->nnodes_max;
+  AGENT_INFO("store failover: if pod 0 (%s) is lost, pod %d (%s) hosts the store", a->host_name[0],
+             a->host_rank[1], a->host_name[1]);
+}
+
 static int setup(agent_t *a) {
   char err[512];
   agent_cfg_t *c = &a->cfg;
@@ -903,7 +1133,6 @@ static int setup(agent_t *a) {
   st->nnodes_max = c->nnodes_max;
   st->max_restarts = c->max_restarts;
   st->spares = c->spares;
-  st->is_store_host = a->node_rank == 0;
   snprintf(st->run_id, sizeof st->run_id, "%s", c->run_id);
   snprintf(st->role, sizeof st->role, "%s", c->role ? c->role : "default");
   snprintf(st->backend, sizeof st->backend, "%s", c->backend ? c->backend : "gloo");
@@ -930,20 +1159,20 @@ static int setup(agent_t *a) {
     }
   }
 
+  store_failover_setup(a);
   if (a->node_rank == 0) {
-    tdist_store_server_options_t so = TDIST_STORE_SERVER_OPTIONS_INIT;
-    so.host = c->standalone ? "127.0.0.1" : NULL;
-    so.port = c->master_port;
-    if (tdist_store_server_create(&so, &a->server) != TDIST_OK) {
-      AGENT_ERROR("cannot start the store on port %d: %s (choose another --master-port)",
-                  c->master_port, tdist_last_error());
+    /* A replacement pod 0 joins the job where it runs: on the backup host, if the agents moved
+     * there when the first pod 0 was lost. */
+    store_round_t b = {0, 0, 0};
+    if (a->nhosts == 2 && probe_host(a, 1, &b) == 0 && b.closed) {
+      a->host_idx = 1;
+      AGENT_INFO("the job runs on the store of pod %d (%s): joining it there, not hosting",
+                 a->host_rank[1], a->host_name[1]);
+    } else if (host_start(a)) {
       return EXIT_UNAVAILABLE;
     }
-    a->master_port = tdist_store_server_port(a->server);
-    AGENT_INFO("store listening on %s:%d", c->standalone ? "127.0.0.1" : "[::]", a->master_port);
   }
   agent_state_lock(st);
-  st->store_server = a->server;
   st->ready = 1;
   agent_state_unlock(st);
 
@@ -1032,6 +1261,7 @@ int main(int argc, char **argv) {
 
   agent_state_init(&a->st);
   agent_rdzv_init(&a->rd);
+  a->moved_from = -1;
   a->ws.first_failed = -1;
   char nn[32];
   AGENT_INFO(

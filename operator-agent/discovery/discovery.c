@@ -527,6 +527,41 @@ out:
   return rc;
 }
 
+int agent_pod_name(const char *pod0_name, int index, char *out, size_t out_cap, char *err,
+                   size_t cap) {
+  if (out != NULL && out_cap > 0) out[0] = 0;
+  if (pod0_name == NULL || out == NULL || index < 0) {
+    errf(err, cap, "pod name: no name of pod 0 (internal error)");
+    return -1;
+  }
+  const char *dot = strchr(pod0_name, '.');
+  size_t label = dot ? (size_t)(dot - pod0_name) : strlen(pod0_name);
+  if (label < 3 || pod0_name[label - 1] != '0' || pod0_name[label - 2] != '-') {
+    errf(err, cap,
+         "pod 0's name '%s' does not start with a label ending in -0, so the name of pod %d "
+         "cannot be derived from it",
+         pod0_name, index);
+    return -1;
+  }
+  char num[16];
+  int nlen = snprintf(num, sizeof num, "%d", index);
+  size_t total = label - 1 + (size_t)nlen + strlen(pod0_name + label);
+  if (total >= out_cap || total > 253) {
+    errf(err, cap, "the name of pod %d from '%s' is too long", index, pod0_name);
+    return -1;
+  }
+  memcpy(out, pod0_name, label - 1);
+  memcpy(out + label - 1, num, (size_t)nlen);
+  memcpy(out + label - 1 + (size_t)nlen, pod0_name + label, strlen(pod0_name + label) + 1);
+  const char *why = hostname_problem(out);
+  if (why != NULL) {
+    errf(err, cap, "the name of pod %d, '%s', %s", index, out, why);
+    out[0] = 0;
+    return -1;
+  }
+  return 0;
+}
+
 /* ---- resolving with retry ---- */
 
 static int64_t now_ms(void) {

@@ -36,6 +36,14 @@ int agent_resolv_conf_k8s(const char *path, char *ns, size_t ns_cap, char *domai
 int agent_master_name(const agent_cfg_t *cfg, char **envp, const char *hostname,
                       const char *resolv_conf, char *out, size_t out_cap, char *err, size_t cap);
 
+/* The DNS name of the pod with the given index, from pod 0's (agent_master_name's result): the
+ * first label's "-0" suffix becomes "-<index>" ("job-0.svc.ns.svc.cluster.local." -> "job-3...";
+ * JobSet's "...-0-0." -> "...-0-3."). Returns 0, or -1 with err when pod 0's first label does not
+ * end in "-0" (kubeflow's "<job>-master-0" does, but its workers are "<job>-worker-<i>": the
+ * caller must not use this for such schemes). */
+int agent_pod_name(const char *pod0_name, int index, char *out, size_t out_cap, char *err,
+                   size_t cap);
+
 /* Called between attempts so the main loop can stay responsive; return non-zero to give up
  * (e.g. a signal arrived). May be NULL. */
 typedef int (*agent_cancel_fn)(void *arg);

@@ -17,6 +17,7 @@ void agent_rdzv_init(agent_rdzv_t *r) {
   memset(r, 0, sizeof *r);
   r->round = -1;
   r->group_rank = -1;
+  r->carry_round = -1;
 }
 
 static void free_standbys(agent_rdzv_t *r) {
@@ -49,7 +50,13 @@ void agent_rdzv_reset_round(agent_rdzv_t *r) {
   r->end_text[0] = 0;
 }
 
-void agent_rdzv_free(agent_rdzv_t *r) { agent_rdzv_reset_round(r); }
+void agent_rdzv_free(agent_rdzv_t *r) {
+  agent_rdzv_reset_round(r);
+  free(r->carry_nodes);
+  r->carry_nodes = NULL;
+  r->carry_n = 0;
+  r->carry_round = -1;
+}
 
 static agent_rdzv_result_t fail(agent_rdzv_t *r, const char *what, tdist_status_t st) {
   snprintf(r->err, sizeof r->err, "store %s failed (%s): %s", what, tdist_status_name(st),
@@ -452,12 +459,12 @@ static agent_rdzv_result_t find_store_host(agent_rdzv_t *r) {
   agent_rdzv_result_t res = joined_count(r, &joined);
   if (res >= 0) res = read_waiters(r, joined, &w, &nw);
   for (int64_t i = 0; res >= 0 && i < nw; i++) /* nw < 0: records missing, none read */
-    if (w[i].node_rank == 0 && w[i].worker_port > 0) r->worker_store_port = w[i].worker_port;
+    if (w[i].node_rank == r->host_rank && w[i].worker_port > 0) r->worker_store_port = w[i].worker_port;
   free(w);
   if (res < 0) return res;
   if (r->worker_store_port) return AGENT_RDZV_MEMBER;
   res = agent_rdzv_end(r, AGENT_RESTART_MEMBERSHIP,
-                       "the round closed without the store host (node 0): it hosts the workers' "
+                       "the round closed without the store host: it hosts the workers' "
                        "store, so the next round must include it");
   return res < 0 ? res : AGENT_RDZV_ROUND_MOVED;
 }
@@ -497,7 +504,7 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns, const i
   r->worker_store_port = 0;
   for (int64_t i = 0; i < n; i++) {
     agent_rdzv_member_t *m = &r->members[i];
-    if (m->node_rank == 0 && m->worker_port > 0) r->worker_store_port = m->worker_port;
+    if (m->node_rank == r->host_rank && m->worker_port > 0) r->worker_store_port = m->worker_port;
     if (m->idx == r->idx) {
       r->group_rank = (int)i;
       r->rank_base = ws;
@@ -513,6 +520,14 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns, const i
   r->world_size = ws;
   r->next_hb_ns = 0;
   if (!r->worker_store_port) return find_store_host(r);
+  int *nodes = malloc((size_t)n * sizeof *nodes);
+  if (nodes) { /* without it only the carry-over is lost */
+    for (int64_t i = 0; i < n; i++) nodes[i] = r->members[i].node_rank;
+    free(r->carry_nodes);
+    r->carry_nodes = nodes;
+    r->carry_n = (int)n;
+    r->carry_round = r->round;
+  }
   return AGENT_RDZV_MEMBER;
 }
 
@@ -544,16 +559,39 @@ static agent_rdzv_result_t get_alloc(agent_rdzv_t *r, const char *key, char **ou
 /* prev[node_rank] = the group rank that node had in round r-1 (-1: none). Best effort: a round
  * r-1 this store does not hold (a fresh store) or cannot be read leaves -1s; only a store
  * failure is an error. */
+/* prev_ranks from "<r-1>/members" (agent_rdzv_carry_over), when round r-1 closed in another
+ * store. A value this code would not write is ignored: it only costs the ranks' continuity. */
+static agent_rdzv_result_t carried_ranks(agent_rdzv_t *r, int *prev, int npods) {
+  char key[96], *val = NULL;
+  snprintf(key, sizeof key, "%" PRId64 "/members", r->round - 1);
+  agent_rdzv_result_t res = get_alloc(r, key, &val);
+  if (res == AGENT_RDZV_STORE_ERROR) return res;
+  int *p = calloc((size_t)npods, sizeof *p);
+  int ok = val && p, g = 0;
+  for (int i = 0; p && i < npods; i++) p[i] = -1;
+  for (const char *q = val; ok && *q; g++) {
+    char tok[16];
+    int64_t nr;
+    if (g >= r->nnodes_max || token(&q, tok, sizeof tok) ||
+        agent_rdzv_parse_int(tok, 0, npods - 1, &nr) || p[nr] >= 0)
+      ok = 0;
+    else
+      p[nr] = g;
+  }
+  if (ok && g > 0) memcpy(prev, p, (size_t)npods * sizeof *p);
+  free(p);
+  free(val);
+  return AGENT_RDZV_PENDING;
+}
+
 static agent_rdzv_result_t prev_ranks(agent_rdzv_t *r, int *prev, int npods) {
   for (int i = 0; i < npods; i++) prev[i] = -1;
   if (r->round <= 0) return AGENT_RDZV_PENDING;
   char key[96], *val = NULL;
   snprintf(key, sizeof key, "%" PRId64 "/closed", r->round - 1);
   agent_rdzv_result_t res = get_alloc(r, key, &val);
-  if (res == AGENT_RDZV_STORE_ERROR || !val) {
-    free(val);
-    return res == AGENT_RDZV_STORE_ERROR ? res : AGENT_RDZV_PENDING;
-  }
+  if (res == AGENT_RDZV_STORE_ERROR) return res;
+  if (!val) return carried_ranks(r, prev, npods);
   int64_t n, *list = NULL;
   agent_rdzv_member_t *m = NULL;
   int missing = 0;
@@ -580,7 +618,7 @@ static agent_rdzv_result_t prev_ranks(agent_rdzv_t *r, int *prev, int npods) {
 
 typedef struct {
   agent_rdzv_member_t rec;
-  int64_t key; /* priority: node 0, then the members of r-1 by their group rank, then node rank */
+  int64_t key; /* priority: the store host, then the members of r-1 by group rank, then node rank */
   int prev;
 } cand_t;
 
@@ -611,7 +649,7 @@ static agent_rdzv_result_t absent_members(agent_rdzv_t *r, const int *prev, int 
 
 /* Picks the members of the current round among arrivals 1..count (see rdzv.h) and formats the
  * <r>/closed value into *val (the caller frees); *val = NULL when the round cannot close yet (a
- * record not written, node 0 not there, fewer than MIN distinct nodes, a live member of round
+ * record not written, the store host not there, fewer than MIN distinct nodes, a live member of round
  * r-1 still expected within member_wait_s). */
 static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, int64_t now_ns,
                                           char **val) {
@@ -637,14 +675,14 @@ static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, int64_
   for (int64_t i = 0; i < m; i++) {
     if (i + 1 < m && recs[i + 1].node_rank == recs[i].node_rank) continue;
     c[u++].rec = recs[i];
-    have0 |= recs[i].node_rank == 0;
+    have0 |= recs[i].node_rank == r->host_rank;
   }
   if (!have0 || u < r->nnodes_min) goto done;
   if ((res = prev_ranks(r, prev, npods)) < 0) goto done;
   for (int64_t i = 0; i < u; i++) {
     int nr = c[i].rec.node_rank, g = prev[nr];
     c[i].prev = g;
-    c[i].key = nr == 0 ? 0 : g >= 0 ? 1 + g : 1 + (int64_t)npods + nr;
+    c[i].key = nr == r->host_rank ? 0 : g >= 0 ? 1 + g : 1 + (int64_t)npods + nr;
   }
   qsort(c, (size_t)u, sizeof *c, cand_cmp);
   int64_t n = u < r->nnodes_max ? u : r->nnodes_max;
@@ -667,7 +705,7 @@ static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, int64_
   res = AGENT_RDZV_NO_MEMORY;
   if (!slot || !out) goto done;
   for (int64_t g = 0; g < n; g++) slot[g] = 0;
-  slot[0] = c[0].rec.idx; /* node 0 */
+  slot[0] = c[0].rec.idx; /* the store host */
   for (int64_t i = 1; i < n; i++)
     if (c[i].prev > 0 && c[i].prev < n && !slot[c[i].prev]) {
       slot[c[i].prev] = c[i].rec.idx;
@@ -1054,6 +1092,31 @@ agent_rdzv_result_t agent_rdzv_standby_poll(agent_rdzv_t *r, int64_t now_ns) {
   if (!found) return AGENT_RDZV_PENDING;
   copy_trunc(r->end_text, sizeof r->end_text, text);
   return AGENT_RDZV_JOB_FAILED;
+}
+
+agent_rdzv_result_t agent_rdzv_carry_over(agent_rdzv_t *r, int lost) {
+  if (r->carry_round < 0 || !r->carry_nodes) return AGENT_RDZV_PENDING;
+  char key[96], got[8];
+  int found = 0;
+  snprintf(key, sizeof key, "%" PRId64 "/closed", r->carry_round);
+  agent_rdzv_result_t res = get_opt(r, key, got, sizeof got, &found);
+  if (res < 0 || found) return res < 0 ? res : AGENT_RDZV_PENDING;
+  char *val = malloc((size_t)r->carry_n * 12 + 1);
+  if (!val) {
+    snprintf(r->err, sizeof r->err, "out of memory carrying round %" PRId64, r->carry_round);
+    return AGENT_RDZV_NO_MEMORY;
+  }
+  size_t len = 0;
+  val[0] = 0;
+  for (int i = 0; i < r->carry_n; i++)
+    len += (size_t)sprintf(val + len, "%s%d", i ? " " : "", r->carry_nodes[i]);
+  char cur[16];
+  snprintf(key, sizeof key, "%" PRId64 "/members", r->carry_round);
+  res = cas(r, key, "", val, cur, sizeof cur);
+  free(val);
+  if (res < 0 || lost < 0) return res < 0 ? res : AGENT_RDZV_PENDING;
+  snprintf(key, sizeof key, "%" PRId64 "/gone/%d", r->carry_round, lost);
+  return set_str(r, key, "1");
 }
 
 agent_rdzv_result_t agent_rdzv_mark_gone(agent_rdzv_t *r, int node_rank) {

@@ -1,4 +1,5 @@
-/* Rendezvous rounds in the TCPStore hosted by node rank 0.
+/* Rendezvous rounds in the TCPStore hosted by node rank 0 (or, after pod 0 was lost, by the backup
+ * store host: host_rank; see main.c).
  *
  * Keys (all under the prefix store "tdist/<run_id>"):
  *   round                    the current round r (decimal; ADD-created). Moving it from r to r+1
@@ -16,12 +17,15 @@
  *   <r>/gone/<node_rank>     a member of round r that will not rejoin (the leader saw it silent
  *                            for the heartbeat timeout, or its agent was stopped): any value
  *   <r>/done, <r>/exited     exit barrier: members whose workers all succeeded; members leaving
+ *   <r>/members              in a store the agents moved to (failover): round r's members by
+ *                            node rank in group-rank order, "n0 n1 ...", when <r>/closed is not
+ *                            there (agent_rdzv_carry_over)
  *
  * A round closes when MAX agents joined, or when at least MIN joined and last_call seconds passed
- * since this agent first saw MIN, and in either case only once the store host (node 0) joined.
+ * since this agent first saw MIN, and in either case only once the store host (host_rank) joined.
  * The agent that closes it picks the members from the records (one per node rank, the latest
- * arrival of each): node 0 first, then the members of round r-1, then the others by node rank,
- * MAX at most. Group ranks: node 0 is 0, a member of round r-1 keeps its group rank, the others
+ * arrival of each): the store host first, then the members of round r-1, then the others by node
+ * rank, MAX at most. Group ranks: the store host is 0, a member of round r-1 keeps its group rank, the others
  * fill the free ones in node-rank order; so a lost member's group rank goes to a standby and
  * every healthy node keeps its own. Global rank base = sum of nproc of the lower group ranks.
  * Healthy members rejoin only after stopping their workers, which takes longer than a standby
@@ -36,7 +40,7 @@
  * until a round ends. A standby leaves with 0 once every member is done (<r>/done = N) and with
  * the job's failure once "failed" is set.
  *
- * Attempt isolation: the store host (node rank 0) starts a fresh, empty store for the workers of
+ * Attempt isolation: the store host starts a fresh, empty store for the workers of
  * every round it joins and puts its port in its record (worker_port; 0 in everybody else's).
  * Members read it from the store host's record, so the workers of round r never see a key written
  * by those of an earlier round (PyTorch >= 2.5 workers add no per-attempt prefix and rely on this,
@@ -95,6 +99,8 @@ typedef struct {
 
   /* this agent */
   int node_rank, nproc;
+  int host_rank; /* the node rank of the agent hosting this store (0; the backup store host after
+                  * a failover): it closes no round without it and gets group rank 0 */
   char addr[64], host[64];
   int worker_port; /* store host: the port of the workers' store it started for the
                     * round it joins next (set before agent_rdzv_join); others 0 */
@@ -131,12 +137,26 @@ typedef struct {
   agent_restart_reason_t end_reason;
   char end_text[256];
 
+  /* The last round this agent was a member of (-1: none) and its members' node ranks in
+   * group-rank order: what agent_rdzv_carry_over takes to another store. Kept across rounds. */
+  int64_t carry_round;
+  int *carry_nodes;
+  int carry_n;
+
   char err[512];
 } agent_rdzv_t;
 
 void agent_rdzv_init(agent_rdzv_t *r);
 void agent_rdzv_reset_round(agent_rdzv_t *r);
 void agent_rdzv_free(agent_rdzv_t *r);
+
+/* After the agents moved to another store (store failover, main.c): what the next round's closer
+ * needs from the last round, which that store never saw. If this agent was a member of round
+ * carry_round and the store has no "<carry_round>/closed", it writes "<carry_round>/members"
+ * ("n0 n1 ...": the members' node ranks in group-rank order; first compare_set wins, and every
+ * member writes the same), so that members keep their group ranks; and "<carry_round>/gone/<lost>"
+ * for the lost store host (lost >= 0), so that no round waits for it. */
+agent_rdzv_result_t agent_rdzv_carry_over(agent_rdzv_t *r, int lost);
 
 /* Moves the round counter up to at least `want_round`, then joins the current round with our
  * record (attempt/failures are this agent's view, agreed as the max over members). */

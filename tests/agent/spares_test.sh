@@ -13,8 +13,11 @@
 #      standbys (state "standby", tdist_standbys 2 on node 0); every pod exits 0 at the end, the
 #      standbys left over included. Workers check attempt isolation (--check-fresh-store) also
 #      after the promotion.
-#   B. pod 0 (the store host) is lost: its replacement (after 2 s) hosts a new store, the job
-#      completes, every pod exits 0.                                            [C workers only]
+#   B. pod 0 (the store host) is lost: job-3 (node rank 3, the first spare's pod: the backup
+#      store host) hosts the store, takes group rank 0, round 0's other members keep theirs;
+#      pod 0's replacement (2 s after the loss, before the others noticed it) first hosts a store
+#      of its own, then gives way and joins on job-3's as a standby; the job completes on
+#      attempt 1, every pod exits 0.                                            [C workers only]
 #   C. a standby (job-4) is lost while waiting: no restart, node 0 counts one standby fewer; its
 #      replacement is counted again; every pod exits 0.                        [C workers only]
 #   D. two members lost at once with one spare left: the next round waits for a third node; with
@@ -166,14 +169,37 @@ scenario_a() {
 
 scenario_b() {
   start_all B || return
-  echo "losing pod job-0 (the store host)"
+  # Round 0's group ranks of job-1, job-2 and job-4 (those that were members).
+  local -A g0
+  local i g
+  for i in 1 2 4; do
+    g=$(sed -n 's/^worker env GROUP_RANK=\([0-9]*\) .*restart=0$/\1/p' "$T/B.$i.log" | head -1)
+    [ -n "$g" ] && g0[$i]=$g
+  done
+  echo "losing pod job-0 (the store host); round 0's other members: ${!g0[*]} (group ranks ${g0[*]})"
   lose job-0
   wait "${APID[0]}" 2>/dev/null
+  # The replacement comes 2 s later, before the others noticed the loss (3 s heartbeat timeout):
+  # it finds no store on job-3 yet and hosts one, then gives way once job-3's round runs.
   sleep 2
   start_agent 0 B.0.new || { fail "B: restart pod"; return; }
-  if finish 0 1 2 3 4; then pass "B: all five agents exited 0 after the store host was replaced"
+  if pods_wait_for "$T/B.3.log" "worker env GROUP_RANK=0 RANK=0 WORLD_SIZE=3 restart=1" 30; then
+    pass "B: the backup store host job-3 hosts the store and took group rank 0 (RANK 0, restart count 1)"
+  else fail "B: job-3 did not take over: $(grep -h 'store\|worker env' "$T/B.3.log" | tail -5)"; fi
+  local kept=1
+  for i in "${!g0[@]}"; do
+    [ "$i" = 3 ] && continue
+    grep -q "^worker env GROUP_RANK=${g0[$i]} .*restart=1$" "$T/B.$i.log" || { kept=0; echo "job-$i: $(grep -h 'worker env' "$T/B.$i.log")"; }
+  done
+  [ $kept = 1 ] && pass "B: round 0's other members kept their group ranks on the new store" ||
+    fail "B: healthy members' group ranks changed"
+  if pods_wait_for "$T/B.0.new.log" "standby (no workers)" 30 &&
+    grep -q "runs the job's current round\|has the job's latest round\|the job runs on the store of pod 3" "$T/B.0.new.log"; then
+    pass "B: job-0's replacement joined the job on job-3's store as a standby"
+  else fail "B: job-0's replacement: $(grep -v '^step' "$T/B.0.new.log" | tail -4)"; fi
+  if finish 0 1 2 3 4; then pass "B: all five agents exited 0 after the store host was lost"
   else fail "B: agents failed"; dump B; fi
-  check_final B "$T/B.0.new.log" "[1-9]"
+  check_final B "$T/B.3.log" 1
   cleanup_pods
 }
 
