@@ -1161,15 +1161,16 @@ static int setup(agent_t *a) {
 
   store_failover_setup(a);
   if (a->node_rank == 0) {
+    if (host_start(a)) return EXIT_UNAVAILABLE;
     /* A replacement pod 0 joins the job where it runs: on the backup host, if the agents moved
-     * there when the first pod 0 was lost. */
+     * there when the first pod 0 was lost. (Looked at once the store is up, so that a job's
+     * start is not held up by it.) */
     store_round_t b = {0, 0, 0};
     if (a->nhosts == 2 && probe_host(a, 1, &b) == 0 && b.closed) {
+      host_stop(a);
       a->host_idx = 1;
       AGENT_INFO("the job runs on the store of pod %d (%s): joining it there, not hosting",
                  a->host_rank[1], a->host_name[1]);
-    } else if (host_start(a)) {
-      return EXIT_UNAVAILABLE;
     }
   }
   agent_state_lock(st);

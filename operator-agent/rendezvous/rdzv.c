@@ -469,6 +469,17 @@ static agent_rdzv_result_t find_store_host(agent_rdzv_t *r) {
   return res < 0 ? res : AGENT_RDZV_ROUND_MOVED;
 }
 
+/* r->carry_* := the node ranks of the members of round r->round in group-rank order. */
+static void set_carry(agent_rdzv_t *r, const agent_rdzv_member_t *m, int64_t n) {
+  int *nodes = malloc((size_t)n * sizeof *nodes);
+  if (!nodes) return; /* without it only the carry-over is lost */
+  for (int64_t i = 0; i < n; i++) nodes[i] = m[i].node_rank;
+  free(r->carry_nodes);
+  r->carry_nodes = nodes;
+  r->carry_n = (int)n;
+  r->carry_round = r->round;
+}
+
 static void free_members(agent_rdzv_t *r) {
   free(r->members);
   free(r->peer_hb);
@@ -520,14 +531,7 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns, const i
   r->world_size = ws;
   r->next_hb_ns = 0;
   if (!r->worker_store_port) return find_store_host(r);
-  int *nodes = malloc((size_t)n * sizeof *nodes);
-  if (nodes) { /* without it only the carry-over is lost */
-    for (int64_t i = 0; i < n; i++) nodes[i] = r->members[i].node_rank;
-    free(r->carry_nodes);
-    r->carry_nodes = nodes;
-    r->carry_n = (int)n;
-    r->carry_round = r->round;
-  }
+  set_carry(r, r->members, n);
   return AGENT_RDZV_MEMBER;
 }
 
@@ -732,6 +736,28 @@ done:
   return res;
 }
 
+/* A standby learns who the members of the round it waits in are, as a member does, so that it
+ * carries them over to a store the agents move to (it gets there first: the members stop their
+ * workers before they move). Best effort: a record missing or bad only loses the carry-over. */
+static void remember_waited_round(agent_rdzv_t *r, const int64_t *list, int64_t n) {
+  agent_rdzv_member_t *m = calloc((size_t)n, sizeof *m);
+  int64_t *idx = list ? NULL : calloc((size_t)n, sizeof *idx);
+  int missing = 0;
+  char err[sizeof r->err];
+  memcpy(err, r->err, sizeof err);
+  if (m && (list || idx)) {
+    for (int64_t i = 0; idx && i < n; i++) idx[i] = i + 1;
+    agent_rdzv_result_t res = read_idx(r, r->round, list ? list : idx, (size_t)n, m, &missing);
+    if (res >= 0 && !missing) {
+      if (!list) qsort(m, (size_t)n, sizeof *m, member_cmp);
+      set_carry(r, m, n);
+    }
+  }
+  memcpy(r->err, err, sizeof err);
+  free(m);
+  free(idx);
+}
+
 agent_rdzv_result_t agent_rdzv_join_poll(agent_rdzv_t *r, int64_t now_ns) {
   agent_rdzv_result_t res;
   int64_t cur;
@@ -793,6 +819,7 @@ agent_rdzv_result_t agent_rdzv_join_poll(agent_rdzv_t *r, int64_t now_ns) {
   int member = !list && r->idx <= n;
   for (int64_t i = 0; list && i < n; i++) member |= list[i] == r->idx;
   if (!member) {
+    remember_waited_round(r, list, n);
     free(list);
     r->closed_n = n;
     return AGENT_RDZV_WAITER;

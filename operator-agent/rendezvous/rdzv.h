@@ -137,8 +137,9 @@ typedef struct {
   agent_restart_reason_t end_reason;
   char end_text[256];
 
-  /* The last round this agent was a member of (-1: none) and its members' node ranks in
-   * group-rank order: what agent_rdzv_carry_over takes to another store. Kept across rounds. */
+  /* The last round this agent saw close, as a member or a standby (-1: none), and its members'
+   * node ranks in group-rank order: what agent_rdzv_carry_over takes to another store. Kept
+   * across rounds. */
   int64_t carry_round;
   int *carry_nodes;
   int carry_n;
@@ -152,7 +153,8 @@ void agent_rdzv_free(agent_rdzv_t *r);
 
 /* After the agents moved to another store (store failover, main.c): what the next round's closer
  * needs from the last round, which that store never saw. If this agent was a member of round
- * carry_round and the store has no "<carry_round>/closed", it writes "<carry_round>/members"
+ * carry_round (or a standby in it) and the store has no "<carry_round>/closed", it writes
+ * "<carry_round>/members"
  * ("n0 n1 ...": the members' node ranks in group-rank order; first compare_set wins, and every
  * member writes the same), so that members keep their group ranks; and "<carry_round>/gone/<lost>"
  * for the lost store host (lost >= 0), so that no round waits for it. */

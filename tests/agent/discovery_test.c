@@ -613,6 +613,41 @@ static void hide_sa_file(void) {
       SA_NAMESPACE_FILE, strerror(errno));
 }
 
+/* agent_pod_name: pod 0's first label "...-0" becomes "...-<index>"; anything else is refused. */
+static void test_pod_name(void) {
+  char out[256], err[256];
+  static const struct {
+    const char *pod0;
+    int index;
+    const char *want; /* NULL: refused */
+  } cases[] = {
+      {"job-0.svc.ns.svc.cluster.local.", 3, "job-3.svc.ns.svc.cluster.local."},
+      {"tdist-train-0.tdist-train.default.svc.cluster.local.", 2,
+       "tdist-train-2.tdist-train.default.svc.cluster.local."},
+      {"js-workers-0-0.js.ns.svc.cluster.local.", 12, "js-workers-0-12.js.ns.svc.cluster.local."},
+      {"job-0", 7, "job-7"},
+      {"job-10.svc.ns", 1, NULL},      /* index 10, not 0 */
+      {"job-master.svc.ns", 1, NULL},  /* no index */
+      {"0.svc", 1, NULL},              /* no "-0" */
+      {"-0.svc", 1, NULL},             /* a label may not start with '-' */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    err[0] = 0;
+    int r = agent_pod_name(cases[i].pod0, cases[i].index, out, sizeof out, err, sizeof err);
+    if (cases[i].want) {
+      CHECK_EQ_INT(r, 0);
+      CHECK_STR(out, cases[i].want);
+    } else {
+      CHECK_EQ_INT(r, -1);
+      CHECK(out[0] == 0 && err[0] != 0);
+    }
+  }
+  /* Too long for the buffer: refused, nothing written. */
+  char small[8];
+  CHECK_EQ_INT(agent_pod_name("job-0.svc", 5, small, sizeof small, err, sizeof err), -1);
+  CHECK_HAS(err, "too long");
+}
+
 int main(void) {
   test_rng_init("discovery_test", 0xd15c0e77ULL);
   hide_sa_file();
@@ -620,6 +655,7 @@ int main(void) {
   test_node_rank();
   test_resolv_conf();
   test_master_name();
+  test_pod_name();
   test_resolve();
   test_local_ip();
   unlink(g_rc);

@@ -645,6 +645,93 @@ static void test_hostile_records(void) {
   sim_close(&a);
 }
 
+/* Points a simulated agent at another run's keys on the server: the store the agents move to. */
+static void sim_move(sim_t *a, const char *run_id, int host_rank) {
+  tdist_store_destroy(a->store);
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "tdist/%s", run_id);
+  CHECK(tdist_prefix_store_create(a->client, prefix, &a->store) == TDIST_OK);
+  a->r.store = a->store;
+  a->r.host_rank = host_rank;
+  a->r.worker_port = a->r.node_rank == host_rank ? 31000 : 0;
+}
+
+/* Store failover: round 0 runs on pod 0's store with members 0, 2, 4 (group ranks 0, 1, 2) and
+ * standbys 1 and 3; pod 0 is lost and the agents move to the store of the backup host, node 3.
+ * With the carry-over (round 0's members and node 0 gone, written by whoever gets there first; a
+ * standby knows the members too) round 1 closes at once although a newcomer takes a place (no
+ * wait for node 0): node 3 gets group rank 0 (the store host), nodes 2 and 4 keep 1 and 2, node 1
+ * stays a standby, the workers' store is node 3's; and a round that would seat a newcomer before
+ * member 4 arrived waits for it (member_wait_s). Without it (a garbled "0/members" is ignored
+ * like a missing one) group ranks follow node ranks after the store host's. */
+static void test_failover(int carry) {
+  enum { N = 5 };
+  sim_t a[N];
+  char run[32], moved[32];
+  snprintf(run, sizeof run, "fo%d", carry);
+  snprintf(moved, sizeof moved, "fo%d-b", carry);
+  const int order[N] = {0, 4, 2, 3, 1}; /* 0, 4, 2 members; 3, 1 standbys */
+  for (int i = 0; i < N; i++) {
+    sim_open(&a[i], run, i, 1, 3, 3);
+    a[i].r.spares = 2;
+    a[i].r.member_wait_s = 5;
+  }
+  for (int k = 0; k < 3; k++) CHECK(agent_rdzv_join(&a[order[k]].r, 0, 0, 0) == AGENT_RDZV_PENDING);
+  CHECK_EQ_INT(poll_until_closed(a, N, 0), 3);
+  for (int k = 3; k < N; k++) {
+    CHECK(agent_rdzv_join(&a[order[k]].r, 0, 0, 0) == AGENT_RDZV_PENDING);
+    CHECK(agent_rdzv_join_poll(&a[order[k]].r, 0) == AGENT_RDZV_WAITER);
+  }
+  CHECK_EQ_INT(a[0].r.group_rank, 0);
+  CHECK_EQ_INT(a[2].r.group_rank, 1);
+  CHECK_EQ_INT(a[4].r.group_rank, 2);
+  CHECK_EQ_INT(a[2].r.carry_round, 0);
+  CHECK_EQ_INT(a[2].r.carry_n, 3);
+  CHECK_EQ_INT(a[1].r.carry_round, 0); /* a standby knows the members too */
+  CHECK_EQ_INT(a[1].r.carry_n, 3);
+  CHECK_EQ_INT(a[1].r.carry_nodes[1], 2);
+  for (int i = 1; i < N; i++) sim_move(&a[i], moved, 3);
+  if (carry) {
+    /* The standby gets there first; a member writes the same again. */
+    CHECK(agent_rdzv_carry_over(&a[1].r, 0) == AGENT_RDZV_PENDING);
+    CHECK(agent_rdzv_carry_over(&a[2].r, 0) == AGENT_RDZV_PENDING);
+    /* Node 4 (a member) is still stopping its workers: 3, 1, 2 arrive. */
+    const int early[3] = {3, 1, 2};
+    for (int k = 0; k < 3; k++) CHECK(agent_rdzv_join(&a[early[k]].r, 1, 1, 0) == AGENT_RDZV_PENDING);
+    for (int k = 0; k < 3; k++)
+      CHECK(agent_rdzv_join_poll(&a[early[k]].r, 1 * S) == AGENT_RDZV_PENDING);
+    CHECK(agent_rdzv_join(&a[4].r, 1, 1, 0) == AGENT_RDZV_PENDING);
+    CHECK_EQ_INT(poll_until_closed(a + 1, N - 1, 2 * S), 3);
+    CHECK_EQ_INT(a[3].r.group_rank, 0);
+    CHECK_EQ_INT(a[2].r.group_rank, 1);
+    CHECK_EQ_INT(a[4].r.group_rank, 2);
+    CHECK_EQ_INT(a[1].r.group_rank, -1);
+    CHECK(agent_rdzv_join_poll(&a[1].r, 2 * S) == AGENT_RDZV_WAITER);
+  } else {
+    const char *bad = "4 4 2"; /* a value no agent writes: ignored */
+    void *v = NULL;
+    size_t n = 0;
+    CHECK(tdist_store_compare_set(a[2].store, "0/members", "", 0, bad, strlen(bad), &v, &n) ==
+          TDIST_OK);
+    tdist_free(v);
+    const int order1[4] = {3, 2, 4, 1};
+    for (int k = 0; k < 4; k++) CHECK(agent_rdzv_join(&a[order1[k]].r, 1, 1, 0) == AGENT_RDZV_PENDING);
+    /* Nothing known of round 0: node-rank order after the store host, nobody waited for. */
+    CHECK_EQ_INT(poll_until_closed(a + 1, N - 1, 1 * S), 3);
+    CHECK_EQ_INT(a[3].r.group_rank, 0);
+    CHECK_EQ_INT(a[1].r.group_rank, 1);
+    CHECK_EQ_INT(a[2].r.group_rank, 2);
+    CHECK_EQ_INT(a[4].r.group_rank, -1);
+  }
+  for (int i = 1; i < N; i++) {
+    if (a[i].r.group_rank < 0) continue;
+    CHECK_EQ_INT(a[i].r.round, 1);
+    CHECK_EQ_INT(a[i].r.attempt, 1);
+    CHECK_EQ_INT(a[i].r.worker_store_port, 31000);
+  }
+  for (int i = 0; i < N; i++) sim_close(&a[i]);
+}
+
 int main(void) {
   tdist_store_server_options_t so = TDIST_STORE_SERVER_OPTIONS_INIT;
   so.host = "127.0.0.1";
@@ -664,7 +751,9 @@ int main(void) {
   test_spares_wait(1);
   test_validators();
   test_hostile_records();
-  test_store_lost();
+  test_failover(1);
+  test_failover(0);
+  test_store_lost(); /* last: it stops the server */
   printf("rdzv_test: ok (seed %u)\n", seed);
   return 0;
 }
