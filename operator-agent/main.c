@@ -68,12 +68,12 @@ typedef struct {
    * lost, by the backup host, pod nnodes_max (host 1, the first spare's pod). See
    * store_failover_setup. nhosts 1: pod 0 only. */
   int nhosts;
-  int host_rank[2];       /* node ranks of the hosts */
-  char host_name[2][256]; /* their DNS names */
-  int host_idx;           /* the host whose store is in use (or being reached) */
-  int hosting;            /* this agent hosts the store in use: a->server runs */
-  int64_t next_probe_ns;  /* a waiting store host's next look at the other host */
-  int moved_from;         /* node rank of the store host lost since the last connect, or -1 */
+  int host_rank[2];            /* node ranks of the hosts */
+  char host_name[2][256];      /* their DNS names */
+  int host_idx;                /* the host whose store is in use (or being reached) */
+  int hosting;                 /* this agent hosts the store in use: a->server runs */
+  int64_t next_probe_ns;       /* a waiting store host's next look at the other host */
+  int moved_from;              /* node rank of the store host lost since the last connect, or -1 */
   char run_dir[400];           /* "" until created */
   int run_dir_has_dump;        /* a flight-recorder dump was written there: keep it */
   int stop_sig;                /* a terminating signal arrived */
@@ -237,7 +237,8 @@ static int host_start(agent_t *a) {
     so.port = a->cfg.master_port;
     if (tdist_store_server_create(&so, &a->server) != TDIST_OK) {
       char msg[400];
-      snprintf(msg, sizeof msg, "cannot start the store on port %d: %s (choose another --master-port)",
+      snprintf(msg, sizeof msg,
+               "cannot start the store on port %d: %s (choose another --master-port)",
                a->cfg.master_port, tdist_last_error());
       AGENT_ERROR("%s", msg);
       set_error(a, msg);
@@ -247,7 +248,6 @@ static int host_start(agent_t *a) {
     AGENT_INFO("store listening on %s:%d", a->cfg.standalone ? "127.0.0.1" : "[::]",
                a->master_port);
   }
-  if (!a->hosting) a->next_probe_ns = now_ns() + 1000000000LL; /* the others are on their way */
   a->hosting = 1;
   agent_state_lock(&a->st);
   a->st.store_server = a->server;
@@ -307,14 +307,10 @@ static int read_store_round(agent_t *a, tdist_store_t *c, const char *prefix, st
 /* Host idx's store, asked with short timeouts: -1 unreachable (no server there: that pod does not
  * host) or holding no round of this job, else 0 with its current round in *out. */
 static int probe_host(agent_t *a, int idx, store_round_t *out) {
-  char ip[64], err[300];
-  if (agent_resolve(a->host_name[idx], a->cfg.master_port, 0, now_ns() / 1000000 + 500, cancel_cb,
-                    a, ip, sizeof ip, NULL, err, sizeof err))
-    return -1;
   tdist_tcp_store_options_t o = TDIST_TCP_STORE_OPTIONS_INIT;
-  o.host = ip;
+  o.host = a->host_name[idx]; /* resolved by the client, once, without the retries and logs */
   o.port = a->cfg.master_port;
-  o.connect_timeout_ms = 500;
+  o.connect_timeout_ms = 200; /* a pod that does not host refuses at once */
   o.timeout_ms = 1000;
   o.dialect = TDIST_STORE_DIALECT_V2;
   tdist_store_t *c = NULL;
@@ -501,7 +497,7 @@ typedef enum {
   RDZV_STOPPED,
   RDZV_FATAL,
   RDZV_BAD_RECORD,
-  RDZV_JOB_DONE,  /* standby: every member finished */
+  RDZV_JOB_DONE,   /* standby: every member finished */
   RDZV_JOB_FAILED, /* the job gave up (a standby, or an agent that arrived after) */
   RDZV_YIELD       /* this store host gave way to the other host, which runs the job */
 } rdzv_outcome_t;
@@ -544,12 +540,14 @@ static void publish_standby(agent_t *a) {
   agent_state_unlock(&a->st);
 }
 
-/* A store host still waiting for its round to close looks at the other host once a second: two
- * stores host the job only in a race (pod 0's replacement came up while the agents were moving
- * to the backup host, or the backup host alone lost pod 0 for a moment). This one gives way
- * when the other's current round has closed (the job runs there), or is a later round (the
- * agents that moved there carried the job's round number; a replacement pod 0 starts at 0), or
- * the same round with more agents, or as many and this is the backup host. Giving way stops this agent's server, so the
+/* A store host whose round has not closed within a second looks at the other host, once a
+ * second (a round that closes at once, as in a recovery, pays nothing for it). Two stores host
+ * the job when pod 0's replacement starts after the agents moved to the backup host (it hosts a
+ * store of its own until it finds the job there), or in a race (it came up while they were
+ * moving, or the backup host alone lost pod 0 for a moment). This one gives way when the other's
+ * current round has closed (the job runs there), or is a later round (the agents that moved
+ * carried the job's round number; a replacement pod 0 starts at 0), or the same round with more
+ * agents, or as many and this is the backup host. Giving way stops this agent's server, so the
  * agents connected to it move on too. 1: give way (host_idx already switched). */
 static int should_yield(agent_t *a) {
   a->next_probe_ns = now_ns() + 1000000000LL;
@@ -573,6 +571,7 @@ static int should_yield(agent_t *a) {
 static rdzv_outcome_t rendezvous(agent_t *a, int64_t *deadline) {
   set_state(a, AGENT_STATE_RENDEZVOUS);
   int64_t t0 = now_ns();
+  a->next_probe_ns = t0 + 1000000000LL; /* should_yield: only a round that takes long */
   int jr = join_round(a);
   if (jr) return join_outcome(jr);
   agent_rdzv_result_t res;
@@ -1161,17 +1160,9 @@ static int setup(agent_t *a) {
 
   store_failover_setup(a);
   if (a->node_rank == 0) {
+    /* A replacement pod 0 finds the job on the backup host, if the agents moved there when the
+     * first pod 0 was lost, a second into its first round (should_yield). */
     if (host_start(a)) return EXIT_UNAVAILABLE;
-    /* A replacement pod 0 joins the job where it runs: on the backup host, if the agents moved
-     * there when the first pod 0 was lost. (Looked at once the store is up, so that a job's
-     * start is not held up by it.) */
-    store_round_t b = {0, 0, 0};
-    if (a->nhosts == 2 && probe_host(a, 1, &b) == 0 && b.closed) {
-      host_stop(a);
-      a->host_idx = 1;
-      AGENT_INFO("the job runs on the store of pod %d (%s): joining it there, not hosting",
-                 a->host_rank[1], a->host_name[1]);
-    }
   }
   agent_state_lock(st);
   st->ready = 1;

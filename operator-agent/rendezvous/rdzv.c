@@ -459,7 +459,8 @@ static agent_rdzv_result_t find_store_host(agent_rdzv_t *r) {
   agent_rdzv_result_t res = joined_count(r, &joined);
   if (res >= 0) res = read_waiters(r, joined, &w, &nw);
   for (int64_t i = 0; res >= 0 && i < nw; i++) /* nw < 0: records missing, none read */
-    if (w[i].node_rank == r->host_rank && w[i].worker_port > 0) r->worker_store_port = w[i].worker_port;
+    if (w[i].node_rank == r->host_rank && w[i].worker_port > 0)
+      r->worker_store_port = w[i].worker_port;
   free(w);
   if (res < 0) return res;
   if (r->worker_store_port) return AGENT_RDZV_MEMBER;
@@ -653,8 +654,8 @@ static agent_rdzv_result_t absent_members(agent_rdzv_t *r, const int *prev, int 
 
 /* Picks the members of the current round among arrivals 1..count (see rdzv.h) and formats the
  * <r>/closed value into *val (the caller frees); *val = NULL when the round cannot close yet (a
- * record not written, the store host not there, fewer than MIN distinct nodes, a live member of round
- * r-1 still expected within member_wait_s). */
+ * record not written, the store host not there, fewer than MIN distinct nodes, a live member of
+ * round r-1 still expected within member_wait_s). */
 static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, int64_t now_ns,
                                           char **val) {
   *val = NULL;
@@ -685,6 +686,16 @@ static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, int64_
   if ((res = prev_ranks(r, prev, npods)) < 0) goto done;
   for (int64_t i = 0; i < u; i++) {
     int nr = c[i].rec.node_rank, g = prev[nr];
+    if (g >= 0 && nr != r->host_rank) {
+      /* A member of r-1 marked gone that is here again is a new pod with its node rank (the lost
+       * store host's replacement, or a member's that came back late): a newcomer, which waits
+       * for the healthy members like any other. */
+      char key[96], v[8];
+      int gone = 0;
+      snprintf(key, sizeof key, "%" PRId64 "/gone/%d", r->round - 1, nr);
+      if ((res = get_opt(r, key, v, sizeof v, &gone)) < 0) goto done;
+      if (gone) g = -1;
+    }
     c[i].prev = g;
     c[i].key = nr == r->host_rank ? 0 : g >= 0 ? 1 + g : 1 + (int64_t)npods + nr;
   }

@@ -25,9 +25,9 @@
  * since this agent first saw MIN, and in either case only once the store host (host_rank) joined.
  * The agent that closes it picks the members from the records (one per node rank, the latest
  * arrival of each): the store host first, then the members of round r-1, then the others by node
- * rank, MAX at most. Group ranks: the store host is 0, a member of round r-1 keeps its group rank, the others
- * fill the free ones in node-rank order; so a lost member's group rank goes to a standby and
- * every healthy node keeps its own. Global rank base = sum of nproc of the lower group ranks.
+ * rank, MAX at most. Group ranks: the store host is 0, a member of round r-1 keeps its group rank,
+ * the others fill the free ones in node-rank order; so a lost member's group rank goes to a standby
+ * and every healthy node keeps its own. Global rank base = sum of nproc of the lower group ranks.
  * Healthy members rejoin only after stopping their workers, which takes longer than a standby
  * takes to arrive: a round that would give a place to an agent that was not a member of round
  * r-1 while a member of r-1 not marked gone has not arrived waits for it, up to member_wait_s

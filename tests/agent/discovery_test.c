@@ -626,10 +626,10 @@ static void test_pod_name(void) {
        "tdist-train-2.tdist-train.default.svc.cluster.local."},
       {"js-workers-0-0.js.ns.svc.cluster.local.", 12, "js-workers-0-12.js.ns.svc.cluster.local."},
       {"job-0", 7, "job-7"},
-      {"job-10.svc.ns", 1, NULL},      /* index 10, not 0 */
-      {"job-master.svc.ns", 1, NULL},  /* no index */
-      {"0.svc", 1, NULL},              /* no "-0" */
-      {"-0.svc", 1, NULL},             /* a label may not start with '-' */
+      {"job-10.svc.ns", 1, NULL},     /* index 10, not 0 */
+      {"job-master.svc.ns", 1, NULL}, /* no index */
+      {"0.svc", 1, NULL},             /* no "-0" */
+      {"-0.svc", 1, NULL},            /* a label may not start with '-' */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     err[0] = 0;

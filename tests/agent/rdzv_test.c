@@ -697,7 +697,8 @@ static void test_failover(int carry) {
     CHECK(agent_rdzv_carry_over(&a[2].r, 0) == AGENT_RDZV_PENDING);
     /* Node 4 (a member) is still stopping its workers: 3, 1, 2 arrive. */
     const int early[3] = {3, 1, 2};
-    for (int k = 0; k < 3; k++) CHECK(agent_rdzv_join(&a[early[k]].r, 1, 1, 0) == AGENT_RDZV_PENDING);
+    for (int k = 0; k < 3; k++)
+      CHECK(agent_rdzv_join(&a[early[k]].r, 1, 1, 0) == AGENT_RDZV_PENDING);
     for (int k = 0; k < 3; k++)
       CHECK(agent_rdzv_join_poll(&a[early[k]].r, 1 * S) == AGENT_RDZV_PENDING);
     CHECK(agent_rdzv_join(&a[4].r, 1, 1, 0) == AGENT_RDZV_PENDING);
@@ -715,7 +716,8 @@ static void test_failover(int carry) {
           TDIST_OK);
     tdist_free(v);
     const int order1[4] = {3, 2, 4, 1};
-    for (int k = 0; k < 4; k++) CHECK(agent_rdzv_join(&a[order1[k]].r, 1, 1, 0) == AGENT_RDZV_PENDING);
+    for (int k = 0; k < 4; k++)
+      CHECK(agent_rdzv_join(&a[order1[k]].r, 1, 1, 0) == AGENT_RDZV_PENDING);
     /* Nothing known of round 0: node-rank order after the store host, nobody waited for. */
     CHECK_EQ_INT(poll_until_closed(a + 1, N - 1, 1 * S), 3);
     CHECK_EQ_INT(a[3].r.group_rank, 0);

@@ -189,7 +189,8 @@ scenario_b() {
   local kept=1
   for i in "${!g0[@]}"; do
     [ "$i" = 3 ] && continue
-    grep -q "^worker env GROUP_RANK=${g0[$i]} .*restart=1$" "$T/B.$i.log" || { kept=0; echo "job-$i: $(grep -h 'worker env' "$T/B.$i.log")"; }
+    pods_wait_for "$T/B.$i.log" "worker env GROUP_RANK=${g0[$i]} RANK=${g0[$i]} WORLD_SIZE=3 restart=1" 15 ||
+      { kept=0; echo "job-$i: $(grep -h 'worker env' "$T/B.$i.log")"; }
   done
   [ $kept = 1 ] && pass "B: round 0's other members kept their group ranks on the new store" ||
     fail "B: healthy members' group ranks changed"
