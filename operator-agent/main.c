@@ -1110,6 +1110,7 @@ static void store_failover_setup(agent_t *a) {
     why = err;
   if (why) {
     AGENT_INFO("store failover off (%s): if pod 0 is lost the job waits for its replacement", why);
+    copy_str(a->host_name[0], sizeof a->host_name[0], a->master_name); /* as check_start named it */
     return;
   }
   a->nhosts = 2;

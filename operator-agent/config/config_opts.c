@@ -21,6 +21,7 @@ const cfg_opt_t agent_cfg__opts[CFG_NOPTS] = {
                     .help = "Warm spare pods beyond the nodes, 0..65535: pods with node ranks "
                             "nnodes..nnodes+K-1 join as standbys (started, store reached, no "
                             "workers) and take the place of a lost member at the next round. "
+                            "Pod nnodes also hosts the store if pod 0 is lost (store failover). "
                             "A standby exits 0 once the job succeeded."},
     [CFG_NPROC] = {.flag = "nproc-per-node", .yaml = "nproc_per_node",
                    .pet = "PET_NPROC_PER_NODE", .type = CFG_T_NPROC, .off = OFF(nproc_per_node),
