@@ -8,7 +8,7 @@
 #
 # Idempotent: a root that already imports torch 2.6 is only checked (no network). A half-built
 # root (an interrupted run) is removed and built again. Needs root and debootstrap (.ci/setup
-# installs it). About a minute on these machines.
+# installs it). About two and a half minutes on these machines.
 #
 # Inside the root it installs no_libuv.py (beside this file) with a .pth file that imports it at
 # every interpreter start (Debian's own sitecustomize.py stays): Debian's 2.6 is built without
