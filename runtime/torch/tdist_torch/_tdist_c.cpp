@@ -224,7 +224,12 @@ class Core {
       queue_cv_.notify_all();
       t = std::move(thread_);
     }
-    if (t.joinable()) t.join();
+    if (t.joinable()) {
+      if (t.get_id() == std::this_thread::get_id())
+        t.detach();  // the last holder let go in a future's callback: the loop ends by itself
+      else
+        t.join();
+    }
   }
 
  private:
