@@ -561,9 +561,6 @@ static agent_rdzv_result_t get_alloc(agent_rdzv_t *r, const char *key, char **ou
   return AGENT_RDZV_PENDING;
 }
 
-/* prev[node_rank] = the group rank that node had in round r-1 (-1: none). Best effort: a round
- * r-1 this store does not hold (a fresh store) or cannot be read leaves -1s; only a store
- * failure is an error. */
 /* prev_ranks from "<r-1>/members" (agent_rdzv_carry_over), when round r-1 closed in another
  * store. A value this code would not write is ignored: it only costs the ranks' continuity. */
 static agent_rdzv_result_t carried_ranks(agent_rdzv_t *r, int *prev, int npods) {
@@ -589,6 +586,9 @@ static agent_rdzv_result_t carried_ranks(agent_rdzv_t *r, int *prev, int npods) 
   return AGENT_RDZV_PENDING;
 }
 
+/* prev[node_rank] = the group rank that node had in round r-1 (-1: none). Best effort: a round
+ * r-1 this store does not hold (a fresh store, unless the agents carried it over: carried_ranks) or
+ * cannot be read leaves -1s; only a store failure is an error. */
 static agent_rdzv_result_t prev_ranks(agent_rdzv_t *r, int *prev, int npods) {
   for (int i = 0; i < npods; i++) prev[i] = -1;
   if (r->round <= 0) return AGENT_RDZV_PENDING;
