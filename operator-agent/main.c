@@ -324,7 +324,7 @@ static int probe_host(agent_t *a, int idx, store_round_t *out) {
 
 /* Reaches the store of host a->host_idx: this agent's own server over loopback when it is that
  * host (starting it), else the host by name with retries until the deadline, or, with a second
- * host to try, until the window for this one (failover_window_ns) has passed. 0 ok, -1 timed
+ * host to try, until this one's window has passed. 0 ok, -1 timed
  * out (message logged), -2 stopped by a signal, -3 the window passed: try the other host. */
 static int connect_store(agent_t *a, int64_t deadline_ns) {
   char err[512];
@@ -405,16 +405,18 @@ static int connect_store(agent_t *a, int64_t deadline_ns) {
   return 0;
 }
 
-/* The store was lost: with a backup host, the agents move to the other host's store (pod 0's lost
- * means pod 0 is gone: its agent hosts the store in its own process). */
-static void switch_host(agent_t *a, const char *why) {
+/* With a backup host, the agents move to the other host's store: when theirs was lost (lost: pod
+ * 0's lost means pod 0 is gone, its agent hosts the store in its own process; the lost host is
+ * carried over as gone) or the other did not answer within its window. */
+static void switch_host(agent_t *a, int lost) {
   if (a->nhosts < 2) return;
   int from = a->host_idx;
   a->host_idx ^= 1;
   a->backoff_ms = 0;
-  if (!strcmp(why, "was lost")) a->moved_from = a->host_rank[from];
+  if (lost) a->moved_from = a->host_rank[from];
   AGENT_WARN("store host pod %d (%s) %s: moving to the store of pod %d (%s)%s", a->host_rank[from],
-             a->host_name[from], why, a->host_rank[a->host_idx], a->host_name[a->host_idx],
+             a->host_name[from], lost ? "was lost" : "is not reachable", a->host_rank[a->host_idx],
+             a->host_name[a->host_idx],
              a->host_rank[a->host_idx] == a->node_rank ? ", which this agent hosts" : "");
 }
 
@@ -423,7 +425,7 @@ static int reach_store(agent_t *a, int64_t deadline_ns) {
   for (;;) {
     int r = connect_store(a, deadline_ns);
     if (r != -3) return r;
-    switch_host(a, "is not reachable");
+    switch_host(a, 0);
   }
 }
 
@@ -927,7 +929,7 @@ static int run(agent_t *a) {
         agent_state_lock(&a->st);
         a->st.store_reconnects_total++;
         agent_state_unlock(&a->st);
-        if (!a->hosting) switch_host(a, "was lost");
+        if (!a->hosting) switch_host(a, 1);
       }
       if (backoff(a, deadline)) return 128 + a->stop_sig;
       if (now_ns() >= deadline) {
@@ -1011,7 +1013,7 @@ static int run(agent_t *a) {
       agent_state_lock(&a->st);
       a->st.store_reconnects_total++;
       agent_state_unlock(&a->st);
-      if (!a->hosting) switch_host(a, "was lost");
+      if (!a->hosting) switch_host(a, 1);
     }
     deadline = now_ns() + (int64_t)(a->cfg.rdzv_timeout_s * 1e9);
   }

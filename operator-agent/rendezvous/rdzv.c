@@ -632,6 +632,13 @@ static int cand_cmp(const void *a, const void *b) {
   return x->key < y->key ? -1 : x->key > y->key;
 }
 
+/* *gone = 1 when node_rank is marked gone in round (<round>/gone/<node_rank>). */
+static agent_rdzv_result_t is_gone(agent_rdzv_t *r, int64_t round, int node_rank, int *gone) {
+  char key[96], v[8];
+  snprintf(key, sizeof key, "%" PRId64 "/gone/%d", round, node_rank);
+  return get_opt(r, key, v, sizeof v, gone);
+}
+
 /* *absent = the members of round r-1 (prev[node_rank] >= 0) that have not arrived among the u
  * candidates and are not marked gone in r-1. */
 static agent_rdzv_result_t absent_members(agent_rdzv_t *r, const int *prev, int npods,
@@ -642,10 +649,8 @@ static agent_rdzv_result_t absent_members(agent_rdzv_t *r, const int *prev, int 
     int here = 0;
     for (int64_t i = 0; i < u && !here; i++) here = c[i].rec.node_rank == nr;
     if (here) continue;
-    char key[96], v[8];
     int found = 0;
-    snprintf(key, sizeof key, "%" PRId64 "/gone/%d", r->round - 1, nr);
-    agent_rdzv_result_t res = get_opt(r, key, v, sizeof v, &found);
+    agent_rdzv_result_t res = is_gone(r, r->round - 1, nr, &found);
     if (res < 0) return res;
     *absent += !found;
   }
@@ -690,10 +695,8 @@ static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, int64_
       /* A member of r-1 marked gone that is here again is a new pod with its node rank (the lost
        * store host's replacement, or a member's that came back late): a newcomer, which waits
        * for the healthy members like any other. */
-      char key[96], v[8];
       int gone = 0;
-      snprintf(key, sizeof key, "%" PRId64 "/gone/%d", r->round - 1, nr);
-      if ((res = get_opt(r, key, v, sizeof v, &gone)) < 0) goto done;
+      if ((res = is_gone(r, r->round - 1, nr, &gone)) < 0) goto done;
       if (gone) g = -1;
     }
     c[i].prev = g;
