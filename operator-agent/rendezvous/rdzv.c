@@ -362,6 +362,17 @@ agent_rdzv_result_t agent_rdzv_join(agent_rdzv_t *r, int64_t want_round, int att
              want_round, AGENT_RDZV_MAX_ROUND);
     return AGENT_RDZV_PROTOCOL_ERROR;
   }
+  if (r->carry_nodes && r->carry_round >= want_round) {
+    /* A store that never saw the round this agent last saw close (the agents moved to the backup
+     * host's, or a fresh one): that round is over all the same, so a standby asking for it joins
+     * the next, where the members go, never a second round of that number that newcomers could
+     * close before the members arrive. On the store where it closed, a standby waits in it. */
+    char key[96], v[8];
+    int closed = 0;
+    snprintf(key, sizeof key, "%" PRId64 "/closed", r->carry_round);
+    if ((res = get_opt(r, key, v, sizeof v, &closed)) < 0) return res;
+    if (!closed) want_round = r->carry_round + 1;
+  }
   if ((res = read_round(r, &cur)) < 0) return res;
   while (cur < want_round) {
     char exp[32], des[32], got[64];

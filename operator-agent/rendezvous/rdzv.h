@@ -160,8 +160,9 @@ void agent_rdzv_free(agent_rdzv_t *r);
  * for the lost store host (lost >= 0), so that no round waits for it. */
 agent_rdzv_result_t agent_rdzv_carry_over(agent_rdzv_t *r, int lost);
 
-/* Moves the round counter up to at least `want_round`, then joins the current round with our
- * record (attempt/failures are this agent's view, agreed as the max over members). */
+/* Moves the round counter up to at least `want_round` (past carry_round on a store that never saw
+ * it close: that round is over), then joins the current round with our record (attempt/failures are
+ * this agent's view, agreed as the max over members). */
 agent_rdzv_result_t agent_rdzv_join(agent_rdzv_t *r, int64_t want_round, int attempt, int failures);
 
 /* One poll while joining: closes the round when it is time; MEMBER fills members/group_rank. */

@@ -695,14 +695,30 @@ static void test_failover(int carry) {
     /* The standby gets there first; a member writes the same again. */
     CHECK(agent_rdzv_carry_over(&a[1].r, 0) == AGENT_RDZV_PENDING);
     CHECK(agent_rdzv_carry_over(&a[2].r, 0) == AGENT_RDZV_PENDING);
-    /* Node 4 (a member) is still stopping its workers: 3, 1, 2 arrive. */
+    /* The standbys ask for round 0, the one they waited in (main.c's next_round), before any
+     * member arrived: they land in round 1, where the members go, and pod 0's replacement (a
+     * fresh agent) follows them there; a round 0 on this store could close with those three
+     * before the members came. Node 4 (a member) is still stopping its workers: 3, 1, 2 arrive. */
+    sim_t fresh0;
+    sim_open(&fresh0, moved, 0, 1, 3, 3);
+    fresh0.r.spares = 2;
+    fresh0.r.member_wait_s = 5;
+    fresh0.r.host_rank = 3;
     const int early[3] = {3, 1, 2};
-    for (int k = 0; k < 3; k++)
-      CHECK(agent_rdzv_join(&a[early[k]].r, 1, 1, 0) == AGENT_RDZV_PENDING);
+    for (int k = 0; k < 2; k++) {
+      CHECK(agent_rdzv_join(&a[early[k]].r, 0, 0, 0) == AGENT_RDZV_PENDING);
+      CHECK_EQ_INT(a[early[k]].r.round, 1);
+    }
+    CHECK(agent_rdzv_join(&fresh0.r, 0, 0, 0) == AGENT_RDZV_PENDING);
+    CHECK_EQ_INT(fresh0.r.round, 1);
+    CHECK(agent_rdzv_join(&a[2].r, 1, 1, 0) == AGENT_RDZV_PENDING);
     for (int k = 0; k < 3; k++)
       CHECK(agent_rdzv_join_poll(&a[early[k]].r, 1 * S) == AGENT_RDZV_PENDING);
+    CHECK(agent_rdzv_join_poll(&fresh0.r, 1 * S) == AGENT_RDZV_PENDING);
     CHECK(agent_rdzv_join(&a[4].r, 1, 1, 0) == AGENT_RDZV_PENDING);
     CHECK_EQ_INT(poll_until_closed(a + 1, N - 1, 2 * S), 3);
+    CHECK(agent_rdzv_join_poll(&fresh0.r, 2 * S) == AGENT_RDZV_WAITER);
+    sim_close(&fresh0);
     CHECK_EQ_INT(a[3].r.group_rank, 0);
     CHECK_EQ_INT(a[2].r.group_rank, 1);
     CHECK_EQ_INT(a[4].r.group_rank, 2);

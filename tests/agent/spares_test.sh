@@ -110,7 +110,8 @@ start_all() {
 
 cleanup_pods() { local n; for n in $(pods_list); do pods_kill "$n" KILL >/dev/null 2>&1; done; }
 
-dump() { local f; for f in "$T/$1".*.log; do echo "== $f"; grep -v '^step' "$f" | tail -30; done; }
+# dump NAME: the agents' own lines of scenario NAME (what a failure in CI leaves to read).
+dump() { local f; for f in "$T/$1".*.log; do echo "== $f"; grep -v '^step\|^train' "$f" | tail -60; done; }
 
 # check_final NAME LOG ATTEMPT_RE: node 0's last lines say the job trained to the end.
 check_final() {
@@ -193,7 +194,7 @@ scenario_b() {
       { kept=0; echo "job-$i: $(grep -h 'worker env' "$T/B.$i.log")"; }
   done
   [ $kept = 1 ] && pass "B: round 0's other members kept their group ranks on the new store" ||
-    fail "B: healthy members' group ranks changed"
+    { fail "B: healthy members' group ranks changed"; dump B; }
   if pods_wait_for "$T/B.0.new.log" "standby (no workers)" 30 &&
     grep -q "runs the job's current round\|has the job's latest round\|the job runs on the store of pod 3" "$T/B.0.new.log"; then
     pass "B: job-0's replacement joined the job on job-3's store as a standby"
