@@ -30,6 +30,7 @@
 #include "operator-agent/config/config.h"
 #include "operator-agent/discovery/discovery.h"
 #include "operator-agent/http/http.h"
+#include "operator-agent/pmix/pmix.h"
 #include "operator-agent/rendezvous/rdzv.h"
 #include "operator-agent/state/state.h"
 #include "operator-agent/supervisor/guard.h"
@@ -88,6 +89,8 @@ typedef struct {
   char err_last[700];      /* rdzv_error_log: the last text logged, */
   int64_t err_repeats;     /* how often it came again since, */
   int64_t err_next_log_ns; /* and when it may be logged again */
+  int abort_code;          /* ROUND_ABORTED: the exit code (the rank's MPI_Abort status) */
+  agent_pmix_t *pmix;      /* --backend mpi: the PMIx server of the workers (pmix.h) */
 } agent_t;
 
 static int64_t now_ns(void) {
@@ -739,18 +742,93 @@ typedef enum {
   ROUND_SUCCEEDED,  /* every member done: exit 0 */
   ROUND_RESTART,    /* round ended: restart (rd.end_reason) */
   ROUND_STORE_LOST, /* store gone: reconnect, restart */
-  ROUND_STOPPED     /* a terminating signal */
+  ROUND_STOPPED,    /* a terminating signal */
+  ROUND_ABORTED     /* a rank called MPI_Abort: the job ends (a->abort_code), no restart */
 } round_outcome_t;
 
 static void rdzv_error_log(agent_t *a, const char *msg);
+
+static int pmix_env(void *ctx, int rank, char ***env, char *err, size_t cap) {
+  return agent_pmix_worker_env(ctx, rank, env, err, cap);
+}
+
+/* --backend mpi: the round's job for the PMIx server (one namespace per round: a restart never
+ * meets the last attempt's fences). */
+static int pmix_job(agent_t *a, char *err, size_t cap) {
+  int n = (int)a->rd.nmembers;
+  int *nproc = calloc((size_t)n, sizeof *nproc);
+  const char **hosts = calloc((size_t)n, sizeof *hosts);
+  int rc = -1;
+  if (!nproc || !hosts) {
+    snprintf(err, cap, "out of memory describing the MPI job");
+  } else {
+    for (int i = 0; i < n; i++) {
+      nproc[i] = a->rd.members[i].nproc;
+      hosts[i] = a->rd.members[i].host;
+    }
+    char nspace[300], prefix[440], pub[400];
+    snprintf(nspace, sizeof nspace, "tdist.%s.%" PRId64, a->cfg.run_id, a->rd.round);
+    snprintf(pub, sizeof pub, "tdist/%s/pmix", a->cfg.run_id);
+    snprintf(prefix, sizeof prefix, "%s/%" PRId64, pub, a->rd.round);
+    agent_pmix_job_t j = {.nspace = nspace,
+                          .world_size = a->rd.world_size,
+                          .nnodes = n,
+                          .node_id = a->rd.group_rank,
+                          .node_nproc = nproc,
+                          .hosts = hosts,
+                          .store_host = a->hosting ? "127.0.0.1" : a->master_ip,
+                          .store_port = a->master_port,
+                          .store_prefix = prefix,
+                          .publish_prefix = pub,
+                          .timeout_s = a->cfg.rdzv_timeout_s};
+    rc = agent_pmix_job_start(a->pmix, &j, err, cap);
+  }
+  free(nproc);
+  free(hosts);
+  return rc;
+}
+
+/* A rank called PMIx_Abort (MPI_Abort): the job ends on every node, as under mpirun. */
+static round_outcome_t pmix_abort(agent_t *a, int rank, int status, const char *msg) {
+  char text[800];
+  snprintf(text, sizeof text,
+           "rank %d called MPI_Abort (PMIx_Abort) with status %d%s%s: the job ends (an abort is "
+           "not retried)",
+           rank, status, msg[0] ? ": " : "", msg);
+  AGENT_ERROR("%s", text);
+  set_error(a, text);
+  a->abort_code = status > 0 && status < 256 ? status : 1;
+  agent_rdzv_job_failed(&a->rd, text); /* before the end: the others rejoin and find it */
+  if (agent_rdzv_end(&a->rd, AGENT_RESTART_WORKER_FAILED, text) < 0)
+    AGENT_WARN("could not tell the other nodes: %s", a->rd.err);
+  return ROUND_ABORTED;
+}
 
 /* Runs the workers of one round until it ends. */
 static round_outcome_t run_round(agent_t *a, int *local_failed) {
   *local_failed = 0;
   char err[512];
-  agent_worker_spec_t spec = {&a->cfg,          a->rd.rank_base,         a->rd.world_size,
-                              a->rd.group_rank, (int)a->rd.nmembers,     a->rd.attempt,
-                              a->master_ip,     a->rd.worker_store_port, a->run_dir};
+  agent_worker_spec_t spec = {.cfg = &a->cfg,
+                              .rank_base = a->rd.rank_base,
+                              .world_size = a->rd.world_size,
+                              .group_rank = a->rd.group_rank,
+                              .group_world_size = (int)a->rd.nmembers,
+                              .attempt = a->rd.attempt,
+                              .master_addr = a->master_ip,
+                              .master_port = a->rd.worker_store_port,
+                              .run_dir = a->run_dir};
+  if (a->pmix) {
+    if (pmix_job(a, err, sizeof err)) {
+      AGENT_ERROR("cannot start the MPI job's PMIx namespace: %s", err);
+      set_error(a, err);
+      *local_failed = 1;
+      if (agent_rdzv_end(&a->rd, AGENT_RESTART_WORKER_FAILED, err) < 0) return ROUND_STORE_LOST;
+      return ROUND_RESTART;
+    }
+    spec.extra_env = pmix_env;
+    spec.extra_env_free = agent_pmix_env_free;
+    spec.extra_env_ctx = a->pmix;
+  }
   if (agent_workers_start(&a->ws, &spec, err, sizeof err)) {
     AGENT_ERROR("%s", err);
     set_error(a, err);
@@ -772,6 +850,12 @@ static round_outcome_t run_round(agent_t *a, int *local_failed) {
     if (a->dump_requested) {
       a->dump_requested = 0;
       dump_flight(a, "SIGUSR1");
+    }
+    int ab_rank, ab_status;
+    char ab_msg[512];
+    if (agent_pmix_aborted(a->pmix, &ab_rank, &ab_status, ab_msg, sizeof ab_msg)) {
+      *local_failed = 1;
+      return pmix_abort(a, ab_rank, ab_status, ab_msg);
     }
     if (a->ws.first_failed >= 0) {
       char what[400];
@@ -955,6 +1039,12 @@ static int run(agent_t *a) {
       }
       stop_workers(a, a->stop_sig, 1);
       return 128 + a->stop_sig;
+    }
+    if (out == ROUND_ABORTED) {
+      stop_workers(a, SIGTERM, 0);
+      set_state(a, AGENT_STATE_FAILED);
+      linger_for_peers(a);
+      return a->abort_code;
     }
     if (out == ROUND_SUCCEEDED) {
       set_state(a, AGENT_STATE_SUCCEEDED);
@@ -1181,6 +1271,10 @@ static int setup(agent_t *a) {
   }
   AGENT_INFO("run directory %s (%s at exit)", a->run_dir,
              c->keep_run_dir ? "kept: --keep-run-dir" : "removed");
+  if (!strcmp(c->backend, "mpi") && agent_pmix_start(&a->pmix, a->run_dir, err, sizeof err)) {
+    AGENT_ERROR("--backend mpi: %s", err);
+    return EXIT_USAGE;
+  }
   a->rd.nnodes_min = c->nnodes_min;
   a->rd.nnodes_max = c->nnodes_max;
   a->rd.spares = c->spares;
@@ -1271,6 +1365,8 @@ int main(int argc, char **argv) {
   else
     set_state(a, AGENT_STATE_FAILED);
   stop_workers(a, SIGKILL, 0);
+  agent_pmix_stop(a->pmix); /* before the run directory: its rendezvous files are there */
+  a->pmix = NULL;
   if (a->run_dir[0] && !a->cfg.keep_run_dir) {
     if (a->run_dir_has_dump)
       AGENT_INFO("keeping the run directory %s: it holds a flight-recorder dump", a->run_dir);

@@ -408,8 +408,8 @@ int agent_cfg__set(cfg_ctx_t *ctx, cfg_id_t id, const char *v, int is_null, cfg_
       break;
     }
     case CFG_T_BACKEND:
-      if (strcmp(v, "gloo") && strcmp(v, "nccl")) {
-        snprintf(msg, sizeof msg, "'%s' is not one of gloo|nccl", sv);
+      if (strcmp(v, "gloo") && strcmp(v, "nccl") && strcmp(v, "mpi")) {
+        snprintf(msg, sizeof msg, "'%s' is not one of gloo|nccl|mpi", sv);
         break;
       }
       if (replace_str(ctx, &cfg->backend, v, pre)) return -1;

@@ -46,7 +46,8 @@ typedef struct {
   double monitor_interval_s;  /* --monitor-interval seconds; default 0.1 */
   int standalone;             /* --standalone: nnodes 1, node rank 0, store on 127.0.0.1 */
   char *role;                 /* --role; default "default" */
-  char *backend;              /* --backend gloo|nccl; default "gloo"; exported as TDIST_BACKEND */
+  char *backend;              /* --backend gloo|nccl|mpi; default "gloo"; exported as TDIST_BACKEND;
+                               * mpi: the agent is its workers' PMIx server */
 
   /* --- rendezvous timing --- */
   double rdzv_timeout_s; /* --rdzv-timeout: give up joining / reaching the master; default 900 */

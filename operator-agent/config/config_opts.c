@@ -72,8 +72,10 @@ const cfg_opt_t agent_cfg__opts[CFG_NOPTS] = {
                   .sclass = CFG_S_ID, .off = OFF(role), .metavar = "NAME", .def = "default",
                   .help = "Worker role (ROLE_NAME): 1..128 of " IDCHARS},
     [CFG_BACKEND] = {.flag = "backend", .yaml = "backend", .type = CFG_T_BACKEND,
-                     .off = OFF(backend), .metavar = "gloo|nccl", .def = "gloo",
-                     .help = "Process-group backend, exported to the workers as TDIST_BACKEND."},
+                     .off = OFF(backend), .metavar = "gloo|nccl|mpi", .def = "gloo",
+                     .help = "Process-group backend, exported to the workers as TDIST_BACKEND. mpi: the "
+                             "agent is the PMIx server of its workers, which are plain MPI "
+                             "programs (mpicc) started directly: no mpirun, ssh or hostfile."},
     [CFG_RDZV_TIMEOUT] = {.flag = "rdzv-timeout", .yaml = "rdzv_timeout", .type = CFG_T_DUR,
                           .min = 1, .off = OFF(rdzv_timeout_s), .group = "Rendezvous timing",
                           .metavar = "DURATION", .def = "900",

@@ -186,6 +186,24 @@ static int build_env(strv_t *e, const agent_worker_spec_t *sp, int local, const 
   return rc ? -1 : 0;
 }
 
+/* spec->extra_env's variables for the worker of global rank `rank`, over what is there. */
+static int add_extra_env(strv_t *e, const agent_worker_spec_t *sp, int rank, char *err,
+                         size_t cap) {
+  char **extra = NULL;
+  if (sp->extra_env(sp->extra_env_ctx, rank, &extra, err, cap)) return -1;
+  int rc = 0;
+  for (char **q = extra; !rc && q && *q; q++) {
+    char *eq = strchr(*q, '=');
+    if (!eq) continue;
+    char *name = strndup(*q, (size_t)(eq - *q));
+    rc = !name || env_set(e, name, eq + 1);
+    free(name);
+  }
+  sp->extra_env_free(extra);
+  if (rc) snprintf(err, cap, "out of memory building the worker environment");
+  return rc ? -1 : 0;
+}
+
 /* argv for exec: "x.py args" runs as "python3 -u x.py args", like torchrun. */
 static int build_argv(strv_t *a, const agent_cfg_t *cfg) {
   size_t l = strlen(cfg->cmd[0]);
@@ -257,6 +275,10 @@ int agent_workers_start(agent_workers_t *ws, const agent_worker_spec_t *sp, char
     if (build_env(&env, sp, i, w->error_file, w->stats_file)) {
       strv_free(&env);
       snprintf(err, cap, "out of memory building the worker environment");
+      goto fail;
+    }
+    if (sp->extra_env && add_extra_env(&env, sp, w->global_rank, err, cap)) {
+      strv_free(&env);
       goto fail;
     }
     int pfd[2];

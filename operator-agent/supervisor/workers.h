@@ -41,6 +41,11 @@ typedef struct {
   const char *master_addr;
   int master_port;
   const char *run_dir; /* <log_dir>/<run_id>_<pid>: error files go to attempt_N/<local>/ */
+  /* Optional: more "NAME=VALUE" variables for the worker of global rank `rank`, set last
+   * (the PMIx server's, --backend mpi): a NULL-terminated array freed with extra_env_free. */
+  int (*extra_env)(void *ctx, int rank, char ***env, char *err, size_t cap);
+  void (*extra_env_free)(char **env);
+  void *extra_env_ctx;
 } agent_worker_spec_t;
 
 /* Records the open-file limit the agent was started with; call once, before anything raises it

@@ -364,7 +364,8 @@ static void test_flag_env_errors(void) {
              "--rdzv-timeout: '200000h' is out of range (at most 10000000 s)");
   EXPECT_ERR(ARGS("--scheme", "k8s", "x"), NOENV,
              "--scheme: 'k8s' is not one of indexed-job|kubeflow|jobset|volcano");
-  EXPECT_ERR(ARGS("--backend", "mpi", "x"), NOENV, "--backend: 'mpi' is not one of gloo|nccl");
+  EXPECT_ERR(ARGS("--backend", "mpich", "x"), NOENV,
+             "--backend: 'mpich' is not one of gloo|nccl|mpi");
   EXPECT_ERR(ARGS("--log-format", "xml", "x"), NOENV,
              "--log-format: 'xml' is not one of text|json");
   EXPECT_ERR(ARGS("x"), ENVS("TDIST_STANDALONE=maybe"),
