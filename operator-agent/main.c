@@ -791,6 +791,7 @@ static int pmix_job(agent_t *a, char *err, size_t cap) {
 /* A rank called PMIx_Abort (MPI_Abort): the job ends on every node, as under mpirun. */
 static round_outcome_t pmix_abort(agent_t *a, int rank, int status, const char *msg) {
   char text[800];
+  if (!strcmp(msg, "N/A")) msg = ""; /* Open MPI's text when the program gave none */
   snprintf(text, sizeof text,
            "rank %d called MPI_Abort (PMIx_Abort) with status %d%s%s: the job ends (an abort is "
            "not retried)",

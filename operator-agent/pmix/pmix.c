@@ -28,14 +28,14 @@ typedef enum { OP_FENCE, OP_DMODEX, OP_PUBLISH, OP_LOOKUP, OP_UNPUBLISH } op_kin
 typedef struct op {
   struct op *next;
   op_kind_t kind;
-  uint64_t gen;    /* the job it belongs to: ops of an ended job fail at once */
-  int *nodes;      /* OP_FENCE: the participating nodes, ascending */
+  uint64_t gen; /* the job it belongs to: ops of an ended job fail at once */
+  int *nodes;   /* OP_FENCE: the participating nodes, ascending */
   int nnodes;
-  char *data;      /* OP_FENCE: this node's contribution; OP_PUBLISH: packed infos */
+  char *data; /* OP_FENCE: this node's contribution; OP_PUBLISH: packed infos */
   size_t ndata;
-  int rank;        /* OP_DMODEX: whose data */
-  char **keys;     /* OP_LOOKUP / OP_UNPUBLISH (NULL-terminated copy) */
-  int wait;        /* OP_LOOKUP: PMIX_WAIT given */
+  int rank;    /* OP_DMODEX: whose data */
+  char **keys; /* OP_LOOKUP / OP_UNPUBLISH (NULL-terminated copy) */
+  int wait;    /* OP_LOOKUP: PMIX_WAIT given */
   pmix_modex_cbfunc_t modex_cb;
   pmix_op_cbfunc_t op_cb;
   pmix_lookup_cbfunc_t lookup_cb;
@@ -56,6 +56,7 @@ struct agent_pmix {
   op_t *head, *tail;
   /* the current job (under mu) */
   uint64_t gen;
+  uint64_t timed_out_gen; /* a fence or modex of this job timed out: the rest fail at once */
   int have_job;
   char nspace[PMIX_MAX_NSLEN + 1];
   int world_size, nnodes, node_id;
@@ -87,20 +88,36 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* ---- waiting for libpmix's own callbacks ---- */
+/* ---- waiting for libpmix's own callbacks ----
+ * Bounded: libpmix 4.2 can leave a callback unanswered (seen at finalize after a failed direct
+ * modex), and the agent must still stop. The object lives until both sides let go of it. */
+
+#define SYNC_MS 10000
 
 typedef struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int done;
+  int done, refs;
   pmix_status_t st;
 } sync_t;
 
-static void sync_init(sync_t *s) {
+static sync_t *sync_new(void) {
+  sync_t *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
-  s->done = 0;
-  s->st = PMIX_SUCCESS;
+  s->refs = 2; /* the waiter and the callback */
+  return s;
+}
+
+static void sync_unref(sync_t *s) {
+  pthread_mutex_lock(&s->mu);
+  int left = --s->refs;
+  pthread_mutex_unlock(&s->mu);
+  if (left) return;
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  free(s);
 }
 
 static void sync_cb(pmix_status_t st, void *cbdata) {
@@ -110,15 +127,26 @@ static void sync_cb(pmix_status_t st, void *cbdata) {
   s->done = 1;
   pthread_cond_signal(&s->cv);
   pthread_mutex_unlock(&s->mu);
+  sync_unref(s);
 }
 
-static pmix_status_t sync_wait(sync_t *s) {
+/* call_st: what the libpmix call returned; PMIX_SUCCESS means the callback will come. */
+static pmix_status_t sync_wait(sync_t *s, pmix_status_t call_st) {
+  if (call_st != PMIX_SUCCESS) { /* no callback: done (OPERATION_SUCCEEDED) or failed */
+    sync_unref(s);
+    sync_unref(s);
+    return call_st == PMIX_OPERATION_SUCCEEDED ? PMIX_SUCCESS : call_st;
+  }
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += SYNC_MS / 1000;
   pthread_mutex_lock(&s->mu);
-  while (!s->done) pthread_cond_wait(&s->cv, &s->mu);
+  while (!s->done)
+    if (pthread_cond_timedwait(&s->cv, &s->mu, &until) == ETIMEDOUT) break;
+  pmix_status_t st = s->done ? s->st : PMIX_ERR_TIMEOUT;
   pthread_mutex_unlock(&s->mu);
-  pthread_mutex_destroy(&s->mu);
-  pthread_cond_destroy(&s->cv);
-  return s->st;
+  sync_unref(s);
+  return st;
 }
 
 /* ---- the op queue ---- */
@@ -225,6 +253,12 @@ static int wait_keys(agent_pmix_t *p, tdist_store_t *s, uint64_t gen, const char
 
 static void release_buf(void *cbdata) { free(cbdata); }
 
+static void mark_timed_out(agent_pmix_t *p, uint64_t gen) {
+  pthread_mutex_lock(&p->mu);
+  p->timed_out_gen = gen;
+  pthread_mutex_unlock(&p->mu);
+}
+
 /* A fence across nodes: our data under fence/<sig>/<seq>/<node>, everyone's back, in node order. */
 static void do_fence(agent_pmix_t *p, op_t *o, tdist_store_t *s, const char *sig, uint64_t seq,
                      int node_id, double timeout_s) {
@@ -258,11 +292,13 @@ static void do_fence(agent_pmix_t *p, op_t *o, tdist_store_t *s, const char *sig
         ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%d", ml ? ", " : "",
                                o->nodes[i]);
     }
-    AGENT_ERROR("PMIx fence %" PRIu64 " over node(s) %s: node(s) %s never arrived within %.0f s "
+    AGENT_ERROR("PMIx fence %" PRIu64
+                " over node(s) %s: node(s) %s never arrived within %.0f s "
                 "(--rdzv-timeout); the MPI ranks waiting in it fail (a rank that hangs before "
                 "MPI_Init or MPI_Finalize on those nodes is the usual cause)",
                 seq, sig, missing[0] ? missing : "?", timeout_s);
     st = PMIX_ERR_TIMEOUT;
+    mark_timed_out(p, o->gen);
     goto out;
   }
   if (w == -2) {
@@ -291,8 +327,8 @@ static void do_fence(agent_pmix_t *p, op_t *o, tdist_store_t *s, const char *sig
   o->modex_cb = NULL;
   st = PMIX_SUCCESS;
 out:
-  if (st != PMIX_SUCCESS && err[0]) AGENT_ERROR("PMIx fence %" PRIu64 " over node(s) %s: %s", seq,
-                                                sig, err);
+  if (st != PMIX_SUCCESS && err[0])
+    AGENT_ERROR("PMIx fence %" PRIu64 " over node(s) %s: %s", seq, sig, err);
   if (o->modex_cb) o->modex_cb(st, NULL, 0, o->cbdata, NULL, NULL);
   for (int i = 0; keys && i < o->nnodes; i++) {
     free(keys[i]);
@@ -324,7 +360,10 @@ static void do_dmodex(agent_pmix_t *p, op_t *o, tdist_store_t *s, int owner, dou
   }
   const char *keys[1] = {rkey};
   int w = wait_keys(p, s, o->gen, keys, 1, (int64_t)(timeout_s * 1000), err, sizeof err);
-  if (w == -1) snprintf(err, sizeof err, "node %d did not answer within %.0f s", owner, timeout_s);
+  if (w == -1) {
+    snprintf(err, sizeof err, "node %d did not answer within %.0f s", owner, timeout_s);
+    mark_timed_out(p, o->gen);
+  }
   if (w) {
     st = w == -1 ? PMIX_ERR_TIMEOUT : w == -2 ? PMIX_ERR_NOT_AVAILABLE : PMIX_ERROR;
     goto out;
@@ -454,6 +493,8 @@ static void *store_thread(void *arg) {
     }
     int stop = p->stop;
     int live = o && p->have_job && o->gen == p->gen;
+    /* A node that missed one fence misses the next: fail at once rather than wait again. */
+    int dead = live && o->kind <= OP_DMODEX && p->timed_out_gen == o->gen;
     int node_id = p->node_id;
     double timeout_s = p->timeout_s;
     char sig[256] = "";
@@ -487,6 +528,11 @@ static void *store_thread(void *arg) {
       if (stop) break;
       continue;
     }
+    if (dead) {
+      o->modex_cb(PMIX_ERR_TIMEOUT, NULL, 0, o->cbdata, NULL, NULL);
+      op_free(o);
+      continue;
+    }
     char err[600];
     int sok = live;
     if (sok && o->kind <= OP_DMODEX &&
@@ -494,8 +540,7 @@ static void *store_thread(void *arg) {
       AGENT_ERROR("PMIx: %s", err);
       sok = 0;
     }
-    if (sok && o->kind > OP_DMODEX &&
-        job_store(p, &pclient, &pstore, &pgen, "", err, sizeof err)) {
+    if (sok && o->kind > OP_DMODEX && job_store(p, &pclient, &pstore, &pgen, "", err, sizeof err)) {
       AGENT_ERROR("PMIx: %s", err);
       sok = 0;
     }
@@ -812,9 +857,10 @@ static pmix_status_t m_spawn(const pmix_proc_t *proc, const pmix_info_t job_info
   (void)ninfo;
   (void)cb;
   (void)cbdata;
-  AGENT_ERROR("rank %u asked to spawn %zu application(s) (%s, MPI_Comm_spawn): tdist-agent does "
-              "not start processes on request; run every program of the job as its workers",
-              proc->rank, napps, napps && apps[0].cmd ? apps[0].cmd : "?");
+  AGENT_ERROR(
+      "rank %u asked to spawn %zu application(s) (%s, MPI_Comm_spawn): tdist-agent does "
+      "not start processes on request; run every program of the job as its workers",
+      proc->rank, napps, napps && apps[0].cmd ? apps[0].cmd : "?");
   return PMIX_ERR_NOT_SUPPORTED;
 }
 
@@ -825,9 +871,10 @@ static pmix_status_t m_connect(const pmix_proc_t procs[], size_t nprocs, const p
   (void)ninfo;
   (void)cb;
   (void)cbdata;
-  AGENT_ERROR("PMIx_Connect over %zu process(es) (MPI_Comm_connect/accept across jobs): not "
-              "supported by tdist-agent",
-              nprocs);
+  AGENT_ERROR(
+      "PMIx_Connect over %zu process(es) (MPI_Comm_connect/accept across jobs): not "
+      "supported by tdist-agent",
+      nprocs);
   return PMIX_ERR_NOT_SUPPORTED;
 }
 
@@ -928,8 +975,8 @@ int agent_pmix_job_start(agent_pmix_t *p, const agent_pmix_job_t *j, char *err, 
   }
   int *first = malloc((size_t)(j->nnodes + 1) * sizeof *first);
   char **maps = calloc((size_t)j->nnodes, sizeof *maps);
-  char *hosts = join_strs(j->hosts, j->nnodes, ','), *ppn = NULL, *nodemap = NULL,
-       *procmap = NULL, *peers = NULL;
+  char *hosts = join_strs(j->hosts, j->nnodes, ','), *ppn = NULL, *nodemap = NULL, *procmap = NULL,
+       *peers = NULL;
   int rc = -1;
   pmix_info_t *info = NULL;
   size_t ninfo = 0;
@@ -1009,10 +1056,10 @@ int agent_pmix_job_start(agent_pmix_t *p, const agent_pmix_job_t *j, char *err, 
   for (int i = 0; i < p->nseqs; i++) free(p->seqs[i].sig);
   p->nseqs = 0;
   pthread_mutex_unlock(&p->mu);
-  sync_t s;
-  sync_init(&s);
-  pmix_status_t st = PMIx_server_register_nspace(j->nspace, nlocal, info, k, sync_cb, &s);
-  if (st == PMIX_SUCCESS) st = sync_wait(&s);
+  sync_t *s = sync_new();
+  if (!s) goto nomem;
+  pmix_status_t st =
+      sync_wait(s, PMIx_server_register_nspace(j->nspace, nlocal, info, k, sync_cb, s));
   if (st != PMIX_SUCCESS) {
     snprintf(err, cap, "PMIx_server_register_nspace('%s'): %s", j->nspace, PMIx_Error_string(st));
     goto out;
@@ -1020,14 +1067,15 @@ int agent_pmix_job_start(agent_pmix_t *p, const agent_pmix_job_t *j, char *err, 
   for (int r = p->node_first[me]; r < p->node_first[me + 1]; r++) {
     pmix_proc_t proc;
     PMIX_PROC_LOAD(&proc, j->nspace, (pmix_rank_t)r);
-    sync_init(&s);
-    st = PMIx_server_register_client(&proc, geteuid(), getegid(), NULL, sync_cb, &s);
-    if (st == PMIX_SUCCESS) st = sync_wait(&s);
-    if (st != PMIX_SUCCESS && st != PMIX_OPERATION_SUCCEEDED) {
+    st = (s = sync_new()) ? sync_wait(s, PMIx_server_register_client(&proc, geteuid(), getegid(),
+                                                                     NULL, sync_cb, s))
+                          : PMIX_ERR_NOMEM;
+    if (st != PMIX_SUCCESS) {
       snprintf(err, cap, "PMIx_server_register_client(rank %d): %s", r, PMIx_Error_string(st));
-      sync_init(&s);
-      PMIx_server_deregister_nspace(j->nspace, sync_cb, &s);
-      sync_wait(&s);
+      if ((s = sync_new())) {
+        PMIx_server_deregister_nspace(j->nspace, sync_cb, s);
+        sync_wait(s, PMIX_SUCCESS);
+      }
       goto out;
     }
   }
@@ -1111,10 +1159,17 @@ void agent_pmix_job_end(agent_pmix_t *p) {
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
   if (!had) return;
-  sync_t s;
-  sync_init(&s);
-  PMIx_server_deregister_nspace(nspace, sync_cb, &s);
-  sync_wait(&s);
+  sync_t *s = sync_new();
+  if (!s) return;
+  PMIx_server_deregister_nspace(nspace, sync_cb, s);
+  if (sync_wait(s, PMIX_SUCCESS) == PMIX_ERR_TIMEOUT)
+    AGENT_WARN("PMIx: namespace %s not deregistered within %d s; going on", nspace, SYNC_MS / 1000);
+}
+
+static void *finalize_thread(void *arg) {
+  PMIx_server_finalize();
+  sync_cb(PMIX_SUCCESS, arg);
+  return NULL;
 }
 
 void agent_pmix_stop(agent_pmix_t *p) {
@@ -1128,7 +1183,20 @@ void agent_pmix_stop(agent_pmix_t *p) {
     pthread_join(p->thr, NULL);
     pthread_join(p->dmx_thr, NULL);
   }
-  PMIx_server_finalize();
+  sync_t *s = sync_new();
+  pthread_t t;
+  if (!s || pthread_create(&t, NULL, finalize_thread, s)) {
+    if (s) sync_cb(PMIX_SUCCESS, s); /* no thread: finalize here, unbounded */
+    PMIx_server_finalize();
+  } else {
+    pthread_detach(t);
+  }
+  if (s && sync_wait(s, PMIX_SUCCESS) == PMIX_ERR_TIMEOUT) {
+    /* p stays reachable (g_p) for libpmix's threads, which the process exit ends */
+    AGENT_WARN("PMIx: the server library did not finalize within %d s; exiting without it",
+               SYNC_MS / 1000);
+    return;
+  }
   g_p = NULL;
   tdist_store_destroy(p->store);
   tdist_store_destroy(p->client);

@@ -34,13 +34,20 @@ int main(int argc, char **argv) {
   int steps = 1, step_ms = 0, abort_rank = -1, abort_status = 1, hang_rank = -1, publish = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--seed") && v) seed = strtoull(v, NULL, 10), i++;
-    else if (!strcmp(a, "--steps") && v) steps = atoi(v), i++;
-    else if (!strcmp(a, "--step-ms") && v) step_ms = atoi(v), i++;
-    else if (!strcmp(a, "--abort-rank") && v) abort_rank = atoi(v), i++;
-    else if (!strcmp(a, "--abort-status") && v) abort_status = atoi(v), i++;
-    else if (!strcmp(a, "--hang-rank") && v) hang_rank = atoi(v), i++;
-    else if (!strcmp(a, "--publish")) publish = 1;
+    if (!strcmp(a, "--seed") && v)
+      seed = strtoull(v, NULL, 10), i++;
+    else if (!strcmp(a, "--steps") && v)
+      steps = atoi(v), i++;
+    else if (!strcmp(a, "--step-ms") && v)
+      step_ms = atoi(v), i++;
+    else if (!strcmp(a, "--abort-rank") && v)
+      abort_rank = atoi(v), i++;
+    else if (!strcmp(a, "--abort-status") && v)
+      abort_status = atoi(v), i++;
+    else if (!strcmp(a, "--hang-rank") && v)
+      hang_rank = atoi(v), i++;
+    else if (!strcmp(a, "--publish"))
+      publish = 1;
     else {
       fprintf(stderr, "mpi_check: unknown argument '%s'\n", a);
       return 2;
@@ -67,7 +74,8 @@ int main(int argc, char **argv) {
   int nhosts = 0;
   for (int r = 0; r < size; r++) {
     int seen = 0;
-    for (int q = 0; q < r; q++) seen |= !strcmp(hosts + (size_t)q * sizeof host, hosts + (size_t)r * sizeof host);
+    for (int q = 0; q < r; q++)
+      seen |= !strcmp(hosts + (size_t)q * sizeof host, hosts + (size_t)r * sizeof host);
     nhosts += !seen;
   }
   int64_t *mine = malloc(COUNT * sizeof *mine), *sum = malloc(COUNT * sizeof *sum),
