@@ -909,6 +909,10 @@ int agent_pmix_start(agent_pmix_t **out, const char *tmpdir, char *err, size_t c
   PMIX_INFO_CREATE(si, 2);
   PMIX_INFO_LOAD(&si[0], PMIX_SERVER_TMPDIR, tmpdir, PMIX_STRING);
   PMIX_INFO_LOAD(&si[1], PMIX_SYSTEM_TMPDIR, tmpdir, PMIX_STRING);
+  /* libpmix 4.2 dereferences getpwuid()'s NULL when HOME is unset and the user has no passwd
+   * entry (UID 65532 in our image, under a runtime that sets no HOME): give it what container
+   * runtimes give such a user. The workers inherit it. */
+  if (!getenv("HOME")) setenv("HOME", "/", 0);
   g_p = p;
   pmix_status_t rc = PMIx_server_init(&m, si, 2);
   PMIX_INFO_FREE(si, 2);

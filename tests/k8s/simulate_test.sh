@@ -32,7 +32,10 @@
 # index, a new pod name and IP) is started once the standby took group rank 1: the job must
 # complete on attempt 1, the replacement waiting as the new standby and exiting 0. The C example
 # gets --step-ms 5 there, so that training outlasts the loss.
-#   args: AGENT TRAIN PODSPEC_PY PODS_SH K8S_BASE_KUSTOMIZATION DDP_SCRIPT
+# With TDIST_SIM_OVERLAY=cpu-mpi (simulate_mpi_test) the MPI overlay: the agents are the PMIx
+# server of the C example's ranks on libtdist's mpi backend (Open MPI), with no mpirun; the
+# image's /opt/tdist/lib/libtdist-mpi.so is the Bazel-built plugin (PLUGIN).
+#   args: AGENT TRAIN PODSPEC_PY PODS_SH K8S_BASE_KUSTOMIZATION DDP_SCRIPT [PLUGIN]
 set -uo pipefail
 AGENT="$(realpath "$1")"; TRAIN="$(realpath "$2")"; PODSPEC="$(realpath "$3")"; PODS_SH="$(realpath "$4")"
 K8S_SRC="$(dirname "$(dirname "$5")")"; DDP="$(realpath "$6")"
@@ -54,6 +57,7 @@ finish() {
 
 cp -rL "$K8S_SRC" "$T/k8s"
 bins=(--bin "tdist-agent=$AGENT" --bin "train=$TRAIN")
+if [ -n "${7:-}" ]; then bins+=(--bin "../lib/libtdist-mpi.so=$(realpath "$7")"); fi
 if [ "$WORKER" = torch ]; then
   LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
   [ -f "$LIB/torch.sh" ] || LIB="$(dirname "$(realpath "$0")")/../testlib"

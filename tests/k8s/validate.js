@@ -279,7 +279,13 @@ function policy(objs, cfg, want) {
     if (cfg.nproc_per_node !== n) fail(`agent nproc_per_node is ${cfg.nproc_per_node} with ${n} GPUs (one worker per GPU)`);
   } else {
     if (gpuLimit !== undefined || (res.requests || {})["nvidia.com/gpu"] !== undefined) fail("a CPU kustomization asks for nvidia.com/gpu");
-    if (cfg.backend !== "gloo") fail(`agent backend is ${cfg.backend}, not gloo`);
+    if (cfg.backend !== "gloo" && cfg.backend !== "mpi") fail(`agent backend is ${cfg.backend}, not gloo or mpi`);
+    // mpi: the agents are the PMIx servers; nothing an ssh-based launcher needs may creep in.
+    if (cfg.backend === "mpi") {
+      const env = c.env || [];
+      if (env.some((e) => /^OMPI_MCA_plm/.test(e.name))) fail("an mpi kustomization sets an mpirun launch agent (OMPI_MCA_plm_*): the agents start the ranks");
+      if ((c.ports || []).some((p) => p.containerPort === 22)) fail("an mpi kustomization opens port 22 (sshd): no ssh is needed");
+    }
   }
   return errs;
 }

@@ -1,11 +1,12 @@
 /* A plain MPI program (mpicc) for tdist-agent's PMIx server tests: no libtdist, nothing but MPI.
  *   mpi_check [--seed S] [--steps N] [--step-ms MS] [--abort-rank R --abort-status C]
- *             [--hang-rank R] [--publish]
+ *             [--hang-rank R] [--publish] [--init-time]
  * Every step all-reduces 4096 random int64s (each rank's from seed S and its rank) and checks the
  * sum against the one it computes itself from every rank's seed; step 0 also all-gathers the
  * ranks' host names. --abort-rank: that rank calls MPI_Abort(C) after the first step.
  * --hang-rank: that rank (by the agent's RANK) sleeps before MPI_Init, so its node never reaches
  * the first fence. --publish: rank 0 publishes a service name and port that the others look up.
+ * --init-time: each rank prints the wall-clock time MPI_Init returned (bench/agent/mpi_startup.sh).
  * Prints "mpi_check: rank R of N on HOST: ..." lines; exits 0 only if every check passed. */
 #include <mpi.h>
 #include <stdint.h>
@@ -31,7 +32,8 @@ static void fill(int64_t *v, uint64_t seed, int rank, int step) {
 
 int main(int argc, char **argv) {
   uint64_t seed = 1;
-  int steps = 1, step_ms = 0, abort_rank = -1, abort_status = 1, hang_rank = -1, publish = 0;
+  int steps = 1, step_ms = 0, abort_rank = -1, abort_status = 1, hang_rank = -1, publish = 0,
+      init_time = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--seed") && v)
@@ -48,6 +50,8 @@ int main(int argc, char **argv) {
       hang_rank = atoi(v), i++;
     else if (!strcmp(a, "--publish"))
       publish = 1;
+    else if (!strcmp(a, "--init-time"))
+      init_time = 1;
     else {
       fprintf(stderr, "mpi_check: unknown argument '%s'\n", a);
       return 2;
@@ -59,9 +63,14 @@ int main(int argc, char **argv) {
     for (;;) pause();
   }
   MPI_Init(&argc, &argv);
+  struct timespec t_init;
+  clock_gettime(CLOCK_REALTIME, &t_init);
   int rank, size, bad = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (init_time)
+    printf("mpi_check: rank %d of %d: MPI_Init returned at %lld.%06ld\n", rank, size,
+           (long long)t_init.tv_sec, t_init.tv_nsec / 1000);
   char host[MPI_MAX_PROCESSOR_NAME] = "";
   gethostname(host, sizeof host - 1);
   if (env_rank && atoi(env_rank) != rank) {
