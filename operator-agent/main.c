@@ -627,7 +627,13 @@ static rdzv_outcome_t rendezvous(agent_t *a, int64_t *deadline) {
       agent_state_unlock(&a->st);
       return RDZV_TIMEOUT;
     }
-    wait_events(a, poll_ms(a) < 100 ? poll_ms(a) : 100);
+    int ms = poll_ms(a) < 100 ? poll_ms(a) : 100;
+    if (res == AGENT_RDZV_PENDING && !waiter_logged) {
+      /* Not closed yet: wait on the key itself, then look at signals without waiting. */
+      if (agent_rdzv_wait_closed(&a->rd, ms) < 0) return RDZV_STORE_LOST;
+      ms = 0;
+    }
+    wait_events(a, ms);
     if (a->stop_sig) return RDZV_STOPPED;
   }
   double secs = (double)(now_ns() - t0) / 1e9;

@@ -855,6 +855,15 @@ agent_rdzv_result_t agent_rdzv_join_poll(agent_rdzv_t *r, int64_t now_ns) {
   return res;
 }
 
+agent_rdzv_result_t agent_rdzv_wait_closed(agent_rdzv_t *r, int timeout_ms) {
+  char key[96];
+  snprintf(key, sizeof key, "%" PRId64 "/closed", r->round);
+  const char *keys[1] = {key};
+  tdist_status_t st = tdist_store_wait(r->store, keys, 1, timeout_ms > 0 ? timeout_ms : 1);
+  if (st == TDIST_OK || st == TDIST_ERR_TIMEOUT) return AGENT_RDZV_PENDING;
+  return fail(r, key, st);
+}
+
 static void copy_trunc(char *dst, size_t cap, const char *src) {
   size_t n = strlen(src);
   if (n >= cap) n = cap - 1;

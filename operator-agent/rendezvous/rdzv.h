@@ -160,6 +160,11 @@ void agent_rdzv_free(agent_rdzv_t *r);
  * for the lost store host (lost >= 0), so that no round waits for it. */
 agent_rdzv_result_t agent_rdzv_carry_over(agent_rdzv_t *r, int lost);
 
+/* Waits up to timeout_ms for the current round's "<round>/closed" (a store WAIT, which returns
+ * when the closer sets it: an agent learns of the closure at once, not at its next poll). Only a
+ * store failure is an error. */
+agent_rdzv_result_t agent_rdzv_wait_closed(agent_rdzv_t *r, int timeout_ms);
+
 /* Moves the round counter up to at least `want_round` (past carry_round on a store that never saw
  * it close: that round is over), then joins the current round with our record (attempt/failures are
  * this agent's view, agreed as the max over members). */
