@@ -344,37 +344,50 @@ out:
 static void do_dmodex(agent_pmix_t *p, op_t *o, tdist_store_t *s, int owner, double timeout_s) {
   pmix_status_t st = PMIX_ERROR;
   char err[600] = "", qkey[64], rkey[64], req[64];
-  int64_t k = 0;
+  int64_t k = 0, until = now_ms() + (int64_t)(timeout_s * 1000);
   void *v = NULL;
   size_t n = 0;
-  if (tdist_store_add(s, "dmodex/n", 1, &k) != TDIST_OK) {
-    snprintf(err, sizeof err, "store add failed: %s", tdist_last_error());
-    goto out;
-  }
-  snprintf(qkey, sizeof qkey, "dmodex/q/%d", owner);
-  snprintf(rkey, sizeof rkey, "dmodex/%" PRId64, k);
-  snprintf(req, sizeof req, "%" PRId64 " %d", k, o->rank);
-  if (tdist_store_queue_push(s, qkey, req, strlen(req)) != TDIST_OK) {
-    snprintf(err, sizeof err, "store queue push failed: %s", tdist_last_error());
-    goto out;
-  }
-  const char *keys[1] = {rkey};
-  int w = wait_keys(p, s, o->gen, keys, 1, (int64_t)(timeout_s * 1000), err, sizeof err);
-  if (w == -1) {
-    snprintf(err, sizeof err, "node %d did not answer within %.0f s", owner, timeout_s);
-    mark_timed_out(p, o->gen);
-  }
-  if (w) {
-    st = w == -1 ? PMIX_ERR_TIMEOUT : w == -2 ? PMIX_ERR_NOT_AVAILABLE : PMIX_ERROR;
-    goto out;
-  }
-  if (tdist_store_get(s, rkey, &v, &n) != TDIST_OK || n < 1) {
-    snprintf(err, sizeof err, "store get of %s failed: %s", rkey, tdist_last_error());
-    goto out;
-  }
-  if (((unsigned char *)v)[0] != 0) {
-    st = PMIX_ERR_NOT_FOUND;
-    goto out;
+  /* The owner answers "not found" when its libpmix does not have the data yet (its rank has not
+   * started or committed): ask again until the deadline, as a direct modex waits for the data. */
+  for (int tries = 0;; tries++) {
+    if (tries) {
+      struct timespec ts = {0, 50 * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+    tdist_free(v);
+    v = NULL;
+    if (tdist_store_add(s, "dmodex/n", 1, &k) != TDIST_OK) {
+      snprintf(err, sizeof err, "store add failed: %s", tdist_last_error());
+      goto out;
+    }
+    snprintf(qkey, sizeof qkey, "dmodex/q/%d", owner);
+    snprintf(rkey, sizeof rkey, "dmodex/%" PRId64, k);
+    snprintf(req, sizeof req, "%" PRId64 " %d", k, o->rank);
+    if (tdist_store_queue_push(s, qkey, req, strlen(req)) != TDIST_OK) {
+      snprintf(err, sizeof err, "store queue push failed: %s", tdist_last_error());
+      goto out;
+    }
+    const char *keys[1] = {rkey};
+    int64_t left = until - now_ms();
+    int w = left > 0 ? wait_keys(p, s, o->gen, keys, 1, left, err, sizeof err) : -1;
+    if (w == -1) {
+      snprintf(err, sizeof err, "node %d did not answer within %.0f s", owner, timeout_s);
+      mark_timed_out(p, o->gen);
+    }
+    if (w) {
+      st = w == -1 ? PMIX_ERR_TIMEOUT : w == -2 ? PMIX_ERR_NOT_AVAILABLE : PMIX_ERROR;
+      goto out;
+    }
+    if (tdist_store_get(s, rkey, &v, &n) != TDIST_OK || n < 1) {
+      snprintf(err, sizeof err, "store get of %s failed: %s", rkey, tdist_last_error());
+      goto out;
+    }
+    if (((unsigned char *)v)[0] == 0) break;
+    if (now_ms() >= until || !job_live(p, o->gen)) {
+      st = PMIX_ERR_NOT_FOUND;
+      snprintf(err, sizeof err, "node %d never had it within %.0f s", owner, timeout_s);
+      goto out;
+    }
   }
   char *data = malloc(n > 1 ? n - 1 : 1);
   if (!data) {
@@ -382,11 +395,12 @@ static void do_dmodex(agent_pmix_t *p, op_t *o, tdist_store_t *s, int owner, dou
     goto out;
   }
   memcpy(data, (char *)v + 1, n - 1);
+  AGENT_DEBUG("PMIx direct modex: rank %d's data from node %d (%zu bytes)", o->rank, owner, n - 1);
   o->modex_cb(PMIX_SUCCESS, data, n - 1, o->cbdata, release_buf, data);
   o->modex_cb = NULL;
   st = PMIX_SUCCESS;
 out:
-  if (st != PMIX_SUCCESS && st != PMIX_ERR_NOT_FOUND && err[0])
+  if (st != PMIX_SUCCESS && err[0])
     AGENT_ERROR("PMIx direct modex for rank %d (node %d): %s", o->rank, owner, err);
   if (o->modex_cb) o->modex_cb(st, NULL, 0, o->cbdata, NULL, NULL);
   tdist_free(v);
@@ -649,15 +663,20 @@ static void *dmx_thread(void *arg) {
     char nf = 1;
     const char *ans = &nf;
     size_t alen = 1;
-    if (PMIx_server_dmodex_request(&proc, dmx_answer, p) == PMIX_SUCCESS) {
+    pmix_status_t rs = PMIx_server_dmodex_request(&proc, dmx_answer, p);
+    if (rs == PMIX_SUCCESS) {
       pthread_mutex_lock(&p->mu);
       while (!p->dmx_done && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
+      rs = p->dmx_done ? p->dmx_status : PMIX_ERR_NOT_AVAILABLE;
       if (p->dmx_done && p->dmx_data) {
         ans = p->dmx_data;
         alen = p->dmx_len;
       }
       pthread_mutex_unlock(&p->mu);
     }
+    if (rs != PMIX_SUCCESS) /* the asker asks again while its deadline allows */
+      AGENT_DEBUG("PMIx direct modex: rank %d's data (request %" PRId64 "): %s", rank, k,
+                  PMIx_Error_string(rs));
     char rkey[64];
     snprintf(rkey, sizeof rkey, "dmodex/%" PRId64, k);
     tdist_store_set(p->dstore, rkey, ans, alen);

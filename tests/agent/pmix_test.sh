@@ -6,7 +6,9 @@
 #   A. 6 ranks all-reduce random int64 vectors (checked against each rank's own sum of every
 #      rank's data), see 3 distinct hosts, and MPI_Publish_name/MPI_Lookup_name go through the
 #      agents' store; every agent exits 0.
-#   B. the C example with --backend mpi: parameters bitwise identical on all 6 ranks.
+#   B. the C example with --backend mpi: parameters bitwise identical on all 6 ranks; while it
+#      runs, job-1's /metrics counts rank 2's all_reduce calls (the workers' stats files on the
+#      mpi backend).
 #   C. rank 3 (pod job-1) calls MPI_Abort(7): its agent exits 7 naming the rank and status, the
 #      others end too (exit 70, naming rank 3's MPI_Abort); no restart.
 #   D. pod job-2 is lost mid-job (network cut + SIGKILL) and replaced: the round restarts with a
@@ -14,6 +16,9 @@
 #   E. rank 5 (pod job-2) hangs before MPI_Init, so node 2 never reaches the first fence: an
 #      agent whose fence times out logs that node 2 never arrived within --rdzv-timeout (8 s),
 #      the ranks fail and every agent ends (no hang).
+#   F. Open MPI's asynchronous modex (no data in MPI_Init's fence): each rank fetches its peers'
+#      data on first contact, by direct modex from the other pods' agents through the store; the
+#      same all-reduce checks pass.
 #   args: AGENT PODS_SH MPI_CHECK TRAIN PLUGIN MPI_ENV_SH
 set -uo pipefail
 AGENT="$(realpath "$1")"; PODS_SH="$(realpath "$2")"; CHECK="$(realpath "$3")"
@@ -91,7 +96,14 @@ scenario_a() {
 }
 
 scenario_b() {
-  start_all B "$TRAIN" --steps 60 --print-every 20 --seed "$SEED" || return
+  start_all B "$TRAIN" --steps 300 --step-ms 20 --print-every 20 --seed "$SEED" || return
+  local v=""
+  if pods_wait_for "$T/B.0.log" "step     40" 60; then
+    v=$(PODS_FG_TIMEOUT=10 pods_exec_fg job-0 -- curl -s "http://job-1.svc:29600/metrics" |
+      awk '$1 == "tdist_collective_ops_total{rank=\"2\",local_rank=\"0\",op=\"all_reduce\"}" { print $2 }')
+  fi
+  [ "${v:-0}" -gt 0 ] 2>/dev/null && pass "B: job-1's /metrics counts rank 2's all_reduce calls on the mpi backend ($v)" ||
+    fail "B: no all_reduce count for rank 2 in job-1's /metrics ('$v')"
   if finish 0 0 1 2; then pass "B: all three agents exited 0"; else fail "B: agents"; dump B; fi
   if grep -hq "parameters bitwise identical on all 6 ranks" "$T"/B.0.log; then
     pass "B: the C example on libtdist's mpi backend: $(grep -h 'train: OK' "$T"/B.0.log | head -1)"
@@ -164,11 +176,25 @@ scenario_e() {
   cleanup_pods
 }
 
-only="${PMIX_ONLY:-abcde}"
+scenario_f() {
+  OMPI_MCA_pmix_base_async_modex=1 OMPI_MCA_pmix_base_collect_data=0 TDIST_LOG_LEVEL=debug \
+    start_all F "$CHECK" --seed "$SEED" --steps 5 || return
+  if finish 0 0 1 2; then pass "F: all three agents exited 0"; else fail "F: agents"; dump F; fi
+  local n m
+  n=$(ok_lines F 0)
+  m=$(cat "$T"/F.*.log | grep -c "PMIx direct modex: rank [0-5]'s data from node [0-2]")
+  [ "$n" = 6 ] && [ "$m" -gt 0 ] &&
+    pass "F: with Open MPI's async modex, $m direct modex request(s) answered across pods; 6 ranks OK" ||
+    { fail "F: $n of 6 ranks OK, $m direct modex answers"; dump F; }
+  cleanup_pods
+}
+
+only="${PMIX_ONLY:-abcdef}"
 [[ $only == *a* ]] && scenario_a
 [[ $only == *b* ]] && scenario_b
 [[ $only == *c* ]] && scenario_c
 [[ $only == *d* ]] && scenario_d
 [[ $only == *e* ]] && scenario_e
+[[ $only == *f* ]] && scenario_f
 if [ $fails -gt 0 ]; then echo "pmix_test: $fails failure(s)"; exit 1; fi
 echo "pmix_test: ok"
