@@ -690,17 +690,9 @@ static void *dmx_thread(void *arg) {
 
 /* ---- libpmix's module functions (its progress thread: never block) ---- */
 
-static pmix_status_t m_connected(const pmix_proc_t *proc, void *so, pmix_op_cbfunc_t cb,
-                                 void *cbdata) {
-  (void)proc;
-  (void)so;
-  (void)cb;
-  (void)cbdata;
-  return PMIX_OPERATION_SUCCEEDED;
-}
-
-static pmix_status_t m_finalized(const pmix_proc_t *proc, void *so, pmix_op_cbfunc_t cb,
-                                 void *cbdata) {
+/* client_connected and client_finalized: nothing to do (the agent watches its workers itself). */
+static pmix_status_t m_client_noop(const pmix_proc_t *proc, void *so, pmix_op_cbfunc_t cb,
+                                   void *cbdata) {
   (void)proc;
   (void)so;
   (void)cb;
@@ -914,8 +906,8 @@ int agent_pmix_start(agent_pmix_t **out, const char *tmpdir, char *err, size_t c
   pthread_cond_init(&p->cv, NULL);
   static pmix_server_module_t m;
   memset(&m, 0, sizeof m);
-  m.client_connected = m_connected;
-  m.client_finalized = m_finalized;
+  m.client_connected = m_client_noop;
+  m.client_finalized = m_client_noop;
   m.abort = m_abort;
   m.fence_nb = m_fence;
   m.direct_modex = m_dmodex;
