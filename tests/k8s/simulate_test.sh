@@ -31,7 +31,8 @@
 # stops a deleted, evicted or drained pod; the agent exits 143) and its replacement (the same
 # index, a new pod name and IP) is started once the standby took group rank 1: the job must
 # complete on attempt 1, the replacement waiting as the new standby and exiting 0. The C example
-# gets --step-ms 5 there, so that training outlasts the loss.
+# gets --step-ms 5 there, so that training outlasts the loss (elsewhere --step-ms 1, so that it
+# outlasts the probes of the last pod).
 # With TDIST_SIM_OVERLAY=cpu-mpi (simulate_mpi_test) the MPI overlay: the agents are the PMIx
 # server of the C example's ranks on libtdist's mpi backend (Open MPI), with no mpirun; the
 # image's /opt/tdist/lib/libtdist-mpi.so is the Bazel-built plugin (PLUGIN).
@@ -74,10 +75,14 @@ if [ "$WORKER" = torch ]; then
   grep -q 'ddp_train.py' "$T/k8s/base/agent.yaml" && grep -q 'TDIST_PYTHON' "$T/k8s/base/job.yaml" ||
     { fail "could not set the PyTorch command in the copied manifests"; finish; }
 fi
-if [ "$LOSE" = 1 ]; then
-  sed -i 's|^command: \[\(.*\)\]$|command: [\1, --step-ms, "5"]|' "$T/k8s/$OVERLAY/agent.yaml"
-  grep -q 'step-ms' "$T/k8s/$OVERLAY/agent.yaml" ||
-    { fail "could not add --step-ms to $OVERLAY/agent.yaml's command"; finish; }
+if [ "$WORKER" = c ]; then
+  # The C example trains in a fraction of a second: slow its steps so that the job outlasts the
+  # probes of the last pod (1 ms) and, with TDIST_SIM_LOSE, the loss of pod 1 (5 ms).
+  cfg="$T/k8s/$OVERLAY/agent.yaml"
+  [ -f "$cfg" ] || cfg="$T/k8s/base/agent.yaml"
+  ms=1; [ "$LOSE" = 1 ] && ms=5
+  sed -i 's|^command: \[\(.*\)\]$|command: [\1, --step-ms, "'"$ms"'"]|' "$cfg"
+  grep -q 'step-ms' "$cfg" || { fail "could not add --step-ms to $cfg's command"; finish; }
 fi
 PY="${PY:-/usr/bin/python3}"
 if ! kubectl kustomize "$T/k8s/$OVERLAY" >"$T/rendered.yaml" 2>"$T/render.err"; then
