@@ -1157,6 +1157,12 @@ static int check_start(agent_t *a) {
     }
   }
   agent_log_set_node_rank(a->node_rank);
+  if (!strcmp(c->backend, "mpi") && !agent_pmix_available()) {
+    AGENT_ERROR(
+        "--backend mpi: this tdist-agent was built without OpenPMIx, so it cannot start "
+        "MPI workers; rebuild it with libpmix-dev installed (pkg-config pmix)");
+    return EXIT_USAGE;
+  }
   if (a->node_rank >= c->nnodes_max + c->spares) {
     AGENT_ERROR("node rank %d is outside --nnodes %d:%d with %d spare(s) (node ranks are 0..%d)",
                 a->node_rank, c->nnodes_min, c->nnodes_max, c->spares,
