@@ -48,7 +48,8 @@ typedef enum {
     "0 turns off the shared-memory links between gloo ranks on the same host (TCP only).")        \
   X(SPIN_US, INT, NULL, "50 if ranks <= online CPUs, else 0", 0, TDIST__SPIN_MAX_US, NULL,        \
     TDIST__PARAM_LIB, "Microseconds a gloo TCP receive spins before it sleeps in poll.")          \
-  X(SHM_SPIN_US, INT, "2000", NULL, 0, TDIST__SPIN_MAX_US, NULL, TDIST__PARAM_LIB,                \
+  X(SHM_SPIN_US, INT, "2000", "2000 if this host's ranks <= online CPUs, else 0", 0,              \
+    TDIST__SPIN_MAX_US, NULL, TDIST__PARAM_LIB,                                                   \
     "Microseconds a shared-memory ring wait spins before it sleeps on the doorbell.")             \
   X(SHM_YIELD, INT, "1", NULL, 0, 1, NULL, TDIST__PARAM_LIB,                                      \
     "1: a rank spinning on a shared-memory ring yields the CPU between polls.")                   \
