@@ -721,6 +721,17 @@ static pmix_status_t m_abort(const pmix_proc_t *proc, void *so, int status, cons
   return PMIX_OPERATION_SUCCEEDED;
 }
 
+/* A new op of the current server (libpmix's module functions carry no context) for cbdata. */
+static pmix_status_t new_op(agent_pmix_t *p, op_kind_t kind, void *cbdata, op_t **out) {
+  if (!p) return PMIX_ERR_NOT_AVAILABLE;
+  op_t *o = calloc(1, sizeof *o);
+  if (!o) return PMIX_ERR_NOMEM;
+  o->kind = kind;
+  o->cbdata = cbdata;
+  *out = o;
+  return PMIX_SUCCESS;
+}
+
 static int cmp_int(const void *a, const void *b) {
   int x = *(const int *)a, y = *(const int *)b;
   return x < y ? -1 : x > y;
@@ -732,12 +743,10 @@ static pmix_status_t m_fence(const pmix_proc_t procs[], size_t nprocs, const pmi
   (void)info;
   (void)ninfo;
   agent_pmix_t *p = g_p;
-  if (!p) return PMIX_ERR_NOT_AVAILABLE;
-  op_t *o = calloc(1, sizeof *o);
-  if (!o) return PMIX_ERR_NOMEM;
-  o->kind = OP_FENCE;
+  op_t *o = NULL;
+  pmix_status_t st = new_op(p, OP_FENCE, cbdata, &o);
+  if (st != PMIX_SUCCESS) return st;
   o->modex_cb = cb;
-  o->cbdata = cbdata;
   pthread_mutex_lock(&p->mu);
   int nn = p->nnodes;
   char *in = calloc((size_t)(nn ? nn : 1), 1);
@@ -778,13 +787,11 @@ static pmix_status_t m_dmodex(const pmix_proc_t *proc, const pmix_info_t info[],
   (void)info;
   (void)ninfo;
   agent_pmix_t *p = g_p;
-  if (!p) return PMIX_ERR_NOT_AVAILABLE;
-  op_t *o = calloc(1, sizeof *o);
-  if (!o) return PMIX_ERR_NOMEM;
-  o->kind = OP_DMODEX;
+  op_t *o = NULL;
+  pmix_status_t st = new_op(p, OP_DMODEX, cbdata, &o);
+  if (st != PMIX_SUCCESS) return st;
   o->rank = (int)proc->rank;
   o->modex_cb = cb;
-  o->cbdata = cbdata;
   return enqueue(p, o);
 }
 
@@ -792,12 +799,10 @@ static pmix_status_t m_publish(const pmix_proc_t *proc, const pmix_info_t info[]
                                pmix_op_cbfunc_t cb, void *cbdata) {
   (void)proc;
   agent_pmix_t *p = g_p;
-  if (!p) return PMIX_ERR_NOT_AVAILABLE;
-  op_t *o = calloc(1, sizeof *o);
-  if (!o) return PMIX_ERR_NOMEM;
-  o->kind = OP_PUBLISH;
+  op_t *o = NULL;
+  pmix_status_t st = new_op(p, OP_PUBLISH, cbdata, &o);
+  if (st != PMIX_SUCCESS) return st;
   o->op_cb = cb;
-  o->cbdata = cbdata;
   pmix_data_buffer_t buf;
   PMIX_DATA_BUFFER_CONSTRUCT(&buf);
   for (size_t i = 0; i < ninfo; i++) {
@@ -827,12 +832,10 @@ static pmix_status_t m_lookup(const pmix_proc_t *proc, char **keys, const pmix_i
                               size_t ninfo, pmix_lookup_cbfunc_t cb, void *cbdata) {
   (void)proc;
   agent_pmix_t *p = g_p;
-  if (!p) return PMIX_ERR_NOT_AVAILABLE;
-  op_t *o = calloc(1, sizeof *o);
-  if (!o) return PMIX_ERR_NOMEM;
-  o->kind = OP_LOOKUP;
+  op_t *o = NULL;
+  pmix_status_t st = new_op(p, OP_LOOKUP, cbdata, &o);
+  if (st != PMIX_SUCCESS) return st;
   o->lookup_cb = cb;
-  o->cbdata = cbdata;
   for (size_t i = 0; i < ninfo; i++)
     if (!strcmp(info[i].key, PMIX_WAIT)) o->wait = PMIX_INFO_TRUE(&info[i]);
   if (!(o->keys = copy_keys(keys))) {
@@ -848,12 +851,10 @@ static pmix_status_t m_unpublish(const pmix_proc_t *proc, char **keys, const pmi
   (void)info;
   (void)ninfo;
   agent_pmix_t *p = g_p;
-  if (!p) return PMIX_ERR_NOT_AVAILABLE;
-  op_t *o = calloc(1, sizeof *o);
-  if (!o) return PMIX_ERR_NOMEM;
-  o->kind = OP_UNPUBLISH;
+  op_t *o = NULL;
+  pmix_status_t st = new_op(p, OP_UNPUBLISH, cbdata, &o);
+  if (st != PMIX_SUCCESS) return st;
   o->op_cb = cb;
-  o->cbdata = cbdata;
   if (!(o->keys = copy_keys(keys))) {
     op_free(o);
     return PMIX_ERR_NOMEM;
