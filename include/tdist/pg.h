@@ -231,7 +231,14 @@ TDIST_EXTERN tdist_status_t tdist_all_gather_v_async(tdist_pg_t *pg, void *out,
 TDIST_EXTERN tdist_status_t tdist_all_to_all_v_async(
     tdist_pg_t *pg, void *out, const size_t *out_counts, const size_t *out_displs, const void *in,
     const size_t *in_counts, const size_t *in_displs, tdist_dtype_t dtype, tdist_work_t **work);
-/* Point-to-point, like torch's isend/irecv. Tags are >= 0 and must match. */
+/* Point-to-point, like torch's isend/irecv. Tags are >= 0. A receive takes the first message
+ * from src with its tag: messages of one tag arrive in sending order, messages of different
+ * tags in any order (as Gloo matches them). On the gloo backend a message that arrives before its
+ * receive is held (up to TDIST_P2P_BUFFER_MB per group, else the receive fails with
+ * TDIST_ERR_NO_MEMORY naming it), and a rank waiting in any call of the group takes such
+ * messages off the wire, so a send need not wait for its receive to be posted: two ranks may each
+ * send the other before receiving, and a send may come before a collective that precedes its
+ * receive on the other rank. Async work of a group still runs in the order it was submitted. */
 TDIST_EXTERN tdist_status_t tdist_send_async(tdist_pg_t *pg, const void *buf, size_t count,
                                              tdist_dtype_t dtype, int dst, int tag,
                                              tdist_work_t **work);

@@ -53,6 +53,9 @@ typedef enum {
     "Microseconds a shared-memory ring wait spins before it sleeps on the doorbell.")             \
   X(SHM_YIELD, INT, "1", NULL, 0, 1, NULL, TDIST__PARAM_LIB,                                      \
     "1: a rank spinning on a shared-memory ring yields the CPU between polls.")                   \
+  X(P2P_BUFFER_MB, INT, "256", NULL, 0, 1048576, NULL, TDIST__PARAM_LIB,                          \
+    "MiB of send/recv messages a gloo group holds for receives not posted yet (early, or "        \
+    "out of tag order).")                                                                         \
   X(ALGO_ALLREDUCE, ENUM, "auto", NULL, 0, 0, "auto|ring|rd", TDIST__PARAM_LIB,                   \
     "gloo all_reduce algorithm: ring, recursive doubling (rd), or chosen by size (auto).")        \
   X(REDUCE_KERNELS, ENUM, "auto", NULL, 0, 0, "auto|generic", TDIST__PARAM_LIB,                   \

@@ -21,7 +21,8 @@
 #include "runtime/pg/reduce.h"
 
 #define RD_MAX_BYTES (64 * 1024)
-#define COLL_TAG(kind) (0x80000000u | (uint32_t)(kind))
+#define COLL_TAG(kind) (TDIST__XFER_COLL_TAG | (uint32_t)(kind))
+#define FINGERPRINT_TAG 0xffffffffu
 
 typedef struct {
   tdist__transport_t *tp;
@@ -422,7 +423,7 @@ static tdist_status_t check_fingerprints(tdist_pg_t *pg, const tdist__coll_t *k,
     cd[i] = 1;
     cd[p + i] = (size_t)i;
   }
-  ctx_t c = {pg, dl, "fingerprint check", 0x7fffffffu};
+  ctx_t c = {pg, dl, "fingerprint check", FINGERPRINT_TAG};
   tdist_status_t st = all_gather_v(&c, (uint8_t *)all, (uint8_t *)&mine, cd, cd + p, sizeof mine);
   for (int i = 0; !st && i < p; i++) {
     if (memcmp(&all[i], &mine, sizeof mine) != 0) {
@@ -446,11 +447,11 @@ static tdist_status_t gloo_connect(tdist_pg_t *pg, int64_t deadline) {
   gloo_t *g = calloc(1, sizeof *g);
   if (!g) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "gloo: out of memory");
   /* Every variable a gloo group reads, checked before anything is set up. */
-  static const tdist__param_id_t k_params[] = {TDIST__P_LOG_LEVEL,      TDIST__P_DEBUG,
-                                               TDIST__P_SOCKET_IFNAME,  TDIST__P_SHM,
-                                               TDIST__P_SPIN_US,        TDIST__P_SHM_SPIN_US,
-                                               TDIST__P_SHM_YIELD,      TDIST__P_ALGO_ALLREDUCE,
-                                               TDIST__P_REDUCE_KERNELS, TDIST__P_STATS_FILE};
+  static const tdist__param_id_t k_params[] = {
+      TDIST__P_LOG_LEVEL,  TDIST__P_DEBUG,          TDIST__P_SOCKET_IFNAME,
+      TDIST__P_SHM,        TDIST__P_SPIN_US,        TDIST__P_SHM_SPIN_US,
+      TDIST__P_SHM_YIELD,  TDIST__P_ALGO_ALLREDUCE, TDIST__P_REDUCE_KERNELS,
+      TDIST__P_STATS_FILE, TDIST__P_P2P_BUFFER_MB};
   const char *bad = tdist__param_first_error(k_params, sizeof k_params / sizeof k_params[0], 0);
   if (bad) {
     free(g);
@@ -504,7 +505,7 @@ static tdist_status_t gloo_run(tdist_pg_t *pg, const tdist__coll_t *k, int64_t d
     case TDIST__COLL_MONITORED_BARRIER: return monitored_barrier(&c, k->timeout_ms);
     case TDIST__COLL_SEND:
     case TDIST__COLL_RECV: {
-      c.tag = (uint32_t)k->tag & 0x7fffffffu;
+      c.tag = (uint32_t)k->tag & ~TDIST__XFER_COLL_TAG;
       tdist__xfer_t x = k->kind == TDIST__COLL_SEND ? xsend(&c, k->peer, k->in, k->count * es)
                                                     : xrecv(&c, k->peer, k->out, k->count * es);
       return xchg(&c, &x, 1);

@@ -9,6 +9,8 @@
 
 #include "runtime/common/log.h"
 
+#define SETUP_TAG (TDIST__XFER_COLL_TAG | 0x7ffffffeu) /* the pair check, before any collective */
+
 int tdist__shm_links_alloc(tdist__shm_links_t *l, int size) {
   l->out_ring = calloc((size_t)size, sizeof *l->out_ring);
   l->in_ring = calloc((size_t)size, sizeof *l->in_ring);
@@ -75,8 +77,10 @@ tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, tdist_pg_t *pg, tdi
     snprintf(name, sizeof name, "%.*s", (int)(len < 95 ? len : 95), (char *)v);
     tdist_free(v);
     flag_out[i] = !r && name[0] && tdist__shm_seg_open(&l->peer_seg[i], name, size) == 0;
-    x[n++] = (tdist__xfer_t){.peer = i, .is_send = 1, .buf = &flag_out[i], .len = 1, .tag = 1};
-    x[n++] = (tdist__xfer_t){.peer = i, .is_send = 0, .buf = &flag_in[i], .len = 1, .tag = 1};
+    x[n++] =
+        (tdist__xfer_t){.peer = i, .is_send = 1, .buf = &flag_out[i], .len = 1, .tag = SETUP_TAG};
+    x[n++] =
+        (tdist__xfer_t){.peer = i, .is_send = 0, .buf = &flag_in[i], .len = 1, .tag = SETUP_TAG};
   }
   st = tp->exchange(tp, x, n, deadline, "shared-memory setup");
   tdist__shm_seg_unlink(&l->own); /* everyone who will map it has */

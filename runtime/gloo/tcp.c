@@ -8,7 +8,11 @@
  * non-blocking: try every transfer, spin briefly (small messages on loopback answer within
  * microseconds), then poll() on the sockets and the group's abort eventfd until the deadline.
  * Same-host pairs move their bytes through shared-memory rings instead (shm.c), linked at set-up
- * by shm_link.c; their socket then only tells when the peer dies. */
+ * by shm_link.c; their socket then only tells when the peer dies.
+ * Receives read each peer's stream through rx_t: a send/recv message that no receive of this
+ * call is for is held as an early_t until a receive of its tag takes it; a call that waits also
+ * takes such messages off the streams of peers it does not receive from (drain), so their sends
+ * complete. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -48,6 +52,27 @@ static inline void cpu_relax(void) {
 }
 #define HELLO_MAGIC 0x7d15e110u
 
+/* A point-to-point message (tag without TDIST__XFER_COLL_TAG) that arrived before a receive for
+ * it: sent early (the sender's send completed before this rank got to its receive) or in another
+ * order of tags than this rank receives them (Gloo matches by peer and tag). Held per peer in
+ * arrival order until a receive of its tag takes it; same-tag messages keep their order. */
+typedef struct early {
+  struct early *next;
+  uint32_t tag;
+  size_t len, done; /* done < len: its payload is still being read (rx_t.filling) */
+  uint8_t *data;
+} early_t;
+
+/* Per peer: the receive side's view of its byte stream. */
+typedef struct {
+  uint8_t *ahead; /* bytes read past the message they were read for; consumed before the stream */
+  size_t ahead_off, ahead_len;
+  early_t *head, *tail; /* early messages, in arrival order */
+  early_t *filling;     /* the early message whose payload the stream continues with, or NULL */
+  int drain_stop; /* the stream continues with a collective's message, or ended: do not drain */
+  int readable;   /* poll found its socket readable */
+} rx_t;
+
 typedef struct {
   tdist__transport_t base;
   tdist_pg_t *pg;
@@ -65,7 +90,9 @@ typedef struct {
   /* Same-host peers talk through shared-memory rings (shm_link.c); their TCP socket stays open
    * only to notice when the peer dies (EOF). */
   tdist__shm_links_t shm;
-  uint8_t *gone; /* scratch for tcp_exchange */
+  uint8_t *gone, *busy;          /* scratch for tcp_exchange */
+  rx_t *rx;                      /* [peer]: what was read from its stream ahead of the receives */
+  size_t early_bytes, early_max; /* held in early_t messages; the bound (TDIST_P2P_BUFFER_MB) */
 } tcp_t;
 
 /* ---------------------------------------------------------------------------------------- */
@@ -140,6 +167,17 @@ static int wait_readable(int fd, int abort_fd, int64_t deadline) {
 static void tcp_destroy(tdist__transport_t *base) {
   tcp_t *t = (tcp_t *)base;
   tdist__shm_links_close(&t->shm, t->size);
+  if (t->rx)
+    for (int i = 0; i < t->size; i++) {
+      free(t->rx[i].ahead);
+      for (early_t *e = t->rx[i].head, *nx; e; e = nx) {
+        nx = e->next;
+        free(e->data);
+        free(e);
+      }
+    }
+  free(t->rx);
+  free(t->busy);
   free(t->gone);
   if (t->fds)
     for (int i = 0; i < t->size; i++)
@@ -179,14 +217,18 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   t->size = pg->size;
   t->fds = malloc(sizeof(int) * (size_t)t->size);
   t->addr = calloc((size_t)t->size, sizeof *t->addr);
-  t->pfds = calloc(2 * (size_t)t->size + 1, sizeof *t->pfds);
-  t->pidx = calloc(2 * (size_t)t->size + 1, sizeof *t->pidx);
+  t->pfds = calloc(3 * (size_t)t->size + 1, sizeof *t->pfds);
+  t->pidx = calloc(3 * (size_t)t->size + 1, sizeof *t->pidx);
   int shm_r = tdist__shm_links_alloc(&t->shm, t->size);
   t->gone = calloc((size_t)t->size, 1);
+  t->busy = calloc((size_t)t->size, 1);
+  t->rx = calloc((size_t)t->size, sizeof *t->rx);
+  t->early_max = (size_t)tdist__param_int(TDIST__P_P2P_BUFFER_MB) << 20;
   keys = calloc((size_t)t->size, sizeof *keys);
   vals = calloc((size_t)t->size, sizeof *vals);
   lens = calloc((size_t)t->size, sizeof *lens);
-  if (!t->fds || !t->addr || !t->pfds || !t->pidx || !keys || !vals || !lens || shm_r || !t->gone) {
+  if (!t->fds || !t->addr || !t->pfds || !t->pidx || !keys || !vals || !lens || shm_r || !t->gone ||
+      !t->busy || !t->rx) {
     st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
     goto done;
   }
@@ -403,6 +445,246 @@ done:
 /* ---------------------------------------------------------------------------------------- */
 /* Data path                                                                                 */
 
+/* ---------------------------------------------------------------------------------------- */
+/* Receive side: one byte stream per peer, early messages held by tag                        */
+
+/* Reads from peer's stream into iov: the bytes read ahead first, then its ring or socket.
+ * Returns the count, 0 when nothing is there yet, or -errno (-TDIST__ECLOSED: it closed). */
+static ssize_t rx_read(tcp_t *t, int peer, const struct iovec *iov, int n) {
+  rx_t *q = &t->rx[peer];
+  if (q->ahead_len) {
+    size_t got = 0;
+    for (int i = 0; i < n && q->ahead_len; i++) {
+      size_t k = iov[i].iov_len < q->ahead_len ? iov[i].iov_len : q->ahead_len;
+      if (k) memcpy(iov[i].iov_base, q->ahead + q->ahead_off, k);
+      q->ahead_off += k;
+      q->ahead_len -= k;
+      got += k;
+    }
+    if (!q->ahead_len) {
+      free(q->ahead);
+      q->ahead = NULL;
+      q->ahead_off = 0;
+    }
+    return (ssize_t)got;
+  }
+  if (t->shm.in_ring[peer]) {
+    size_t r = tdist__shm_ring_read(t->shm.in_ring[peer], iov, n);
+    if (r) tdist__shm_ring_doorbell(&t->shm.peer_seg[peer]); /* its writer may wait for space */
+    return (ssize_t)r;
+  }
+  ssize_t r = readv(t->fds[peer], iov, n);
+  if (r == 0) return -TDIST__ECLOSED;
+  if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
+  return r;
+}
+
+/* Puts k bytes back in front of peer's stream (read for a message they did not belong to). */
+static int rx_unread(rx_t *q, const uint8_t *b, size_t k) {
+  if (!k) return 0;
+  if (q->ahead_off >= k) {
+    q->ahead_off -= k;
+  } else {
+    uint8_t *nb = malloc(k + q->ahead_len);
+    if (!nb) return -ENOMEM;
+    if (q->ahead_len) memcpy(nb + k, q->ahead + q->ahead_off, q->ahead_len);
+    free(q->ahead);
+    q->ahead = nb;
+    q->ahead_off = 0;
+  }
+  memcpy(q->ahead + q->ahead_off, b, k);
+  q->ahead_len += k;
+  return 0;
+}
+
+/* Starts holding an early message of len bytes (its header read) whose first `got` payload bytes
+ * are at `first`. 1, or -ENOBUFS past the bound (detail in why), -ENOMEM. */
+static int early_start(tcp_t *t, int peer, uint32_t tag, size_t len, const uint8_t *first,
+                       size_t got, char *why, size_t wcap) {
+  rx_t *q = &t->rx[peer];
+  if (len > t->early_max - t->early_bytes) {
+    snprintf(
+        why, wcap,
+        "rank %d (%s) sent %zu bytes with tag %u before this rank received them, and %zu bytes "
+        "of such messages are already held (TDIST_P2P_BUFFER_MB=%zu): receive earlier, or "
+        "raise TDIST_P2P_BUFFER_MB",
+        peer, t->addr[peer], len, tag, t->early_bytes, t->early_max >> 20);
+    return -ENOBUFS;
+  }
+  early_t *e = calloc(1, sizeof *e);
+  uint8_t *data = malloc(len ? len : 1);
+  if (!e || !data) {
+    free(e);
+    free(data);
+    return -ENOMEM;
+  }
+  e->tag = tag;
+  e->len = len;
+  e->data = data;
+  e->done = got < len ? got : len;
+  if (e->done) memcpy(e->data, first, e->done);
+  if (got > len && rx_unread(q, first + len, got - len)) {
+    free(data);
+    free(e);
+    return -ENOMEM;
+  }
+  if (q->tail)
+    q->tail->next = e;
+  else
+    q->head = e;
+  q->tail = e;
+  t->early_bytes += len;
+  if (e->done < len) q->filling = e;
+  return 1;
+}
+
+/* Reads more of the early message the stream continues with. 1, 0 (nothing yet) or -errno. */
+static int early_fill(tcp_t *t, int peer) {
+  early_t *e = t->rx[peer].filling;
+  struct iovec iov = {e->data + e->done, e->len - e->done};
+  ssize_t r = rx_read(t, peer, &iov, 1);
+  if (r <= 0) return (int)r;
+  e->done += (size_t)r;
+  if (e->done == e->len) t->rx[peer].filling = NULL;
+  return 1;
+}
+
+/* The receive x takes the first early message of its tag, if there is one: 1 (x complete),
+ * 0 (none), -EPROTO (a length mismatch; detail in why). */
+static int early_take(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
+  rx_t *q = &t->rx[x->peer];
+  early_t *prev = NULL, *e = q->head;
+  while (e && e->tag != x->tag) {
+    prev = e;
+    e = e->next;
+  }
+  if (!e) return 0;
+  if (e->len != x->len) {
+    snprintf(why, wcap,
+             "rank %d (%s) sent %zu bytes with tag %u where this rank receives %zu bytes with "
+             "that tag",
+             x->peer, t->addr[x->peer], e->len, e->tag, x->len);
+    return -EPROTO;
+  }
+  if (e->len) memcpy(x->buf, e->data, e->len);
+  if (prev)
+    prev->next = e->next;
+  else
+    q->head = e->next;
+  if (q->tail == e) q->tail = prev;
+  t->early_bytes -= e->len;
+  free(e->data);
+  free(e);
+  x->hdr_done = 16;
+  x->done = x->len;
+  x->complete = 1;
+  return 1;
+}
+
+static int step_recv(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
+  rx_t *q = &t->rx[x->peer];
+  if (q->filling) return early_fill(t, x->peer); /* the stream's next bytes are its */
+  if (x->hdr_done == 0 && x->done == 0 && q->head && !(x->tag & TDIST__XFER_COLL_TAG)) {
+    int r = early_take(t, x, why, wcap);
+    if (r) return r;
+  }
+  struct iovec iov[2];
+  int n = 0;
+  if (x->hdr_done < 16) iov[n++] = (struct iovec){x->hdr + x->hdr_done, 16 - x->hdr_done};
+  if (x->done < x->len) iov[n++] = (struct iovec){(char *)x->buf + x->done, x->len - x->done};
+  ssize_t r = rx_read(t, x->peer, iov, n);
+  if (r <= 0) return (int)r;
+  q->drain_stop = 0;
+  size_t rr = (size_t)r;
+  int had_hdr = x->hdr_done == 16;
+  if (x->hdr_done < 16) {
+    size_t h = rr < 16 - x->hdr_done ? rr : 16 - x->hdr_done;
+    x->hdr_done += h;
+    rr -= h;
+  }
+  x->done += rr;
+  if (!had_hdr && x->hdr_done == 16) {
+    uint32_t magic = tdist__get_u32(x->hdr), tag = tdist__get_u32(x->hdr + 4);
+    uint64_t len = tdist__get_u64(x->hdr + 8);
+    if (magic != MSG_MAGIC) {
+      snprintf(why, wcap, "rank %d (%s) sent bytes that are not a tdist message", x->peer,
+               t->addr[x->peer]);
+      return -EPROTO;
+    }
+    if (tag != x->tag && !(tag & TDIST__XFER_COLL_TAG)) {
+      /* A send/recv message this receive is not for: hold it, and start over on the stream. */
+      size_t got = x->done;
+      x->hdr_done = x->done = 0;
+      if (len > SIZE_MAX / 2) {
+        snprintf(why, wcap, "rank %d (%s) sent a header claiming %llu bytes", x->peer,
+                 t->addr[x->peer], (unsigned long long)len);
+        return -EPROTO;
+      }
+      return early_start(t, x->peer, tag, (size_t)len, x->buf, got, why, wcap);
+    }
+    if (len != x->len || tag != x->tag) {
+      snprintf(why, wcap,
+               "rank %d (%s) sent a message of %llu bytes with tag %u where this rank expected "
+               "%zu bytes with tag %u: the ranks called different collectives or different "
+               "sizes (set TDIST_DEBUG=DETAIL to compare them)",
+               x->peer, t->addr[x->peer], (unsigned long long)len, tag, x->len, x->tag);
+      return -EPROTO;
+    }
+  }
+  if (x->hdr_done == 16 && x->done == x->len) x->complete = 1;
+  return 1;
+}
+
+/* While a call waits and receives nothing from peer: takes a send/recv message off its stream
+ * and holds it, so that a send of the peer's, which may be what the peer waits in (a send to us
+ * before its receive from us, or before a collective), completes. Stops at a collective's message
+ * (which only a receive of that collective may take) and at the end of the stream. 1, 0 or -errno
+ * (as step). */
+static int drain(tcp_t *t, int peer, char *why, size_t wcap) {
+  rx_t *q = &t->rx[peer];
+  if (q->filling) {
+    int r = early_fill(t, peer);
+    if (r == -TDIST__ECLOSED || r == -ECONNRESET) { /* its receive reports the cut message */
+      q->drain_stop = 1;
+      return 0;
+    }
+    return r;
+  }
+  if (q->drain_stop) return 0;
+  uint8_t hdr[16];
+  size_t got = 0;
+  int closed = 0;
+  while (got < 16) {
+    struct iovec iov = {hdr + got, 16 - got};
+    ssize_t r = rx_read(t, peer, &iov, 1);
+    if (r < 0) { /* a peer that left (it may have finished): the receive that needs it says so */
+      if (r != -TDIST__ECLOSED && r != -ECONNRESET) return (int)r;
+      closed = 1;
+      break;
+    }
+    if (r == 0) break;
+    got += (size_t)r;
+  }
+  uint32_t tag = tdist__get_u32(hdr + 4);
+  if (got < 16 || (tag & TDIST__XFER_COLL_TAG)) {
+    if (rx_unread(q, hdr, got)) return -ENOMEM;
+    q->drain_stop = got == 16 || closed;
+    return 0;
+  }
+  if (tdist__get_u32(hdr) != MSG_MAGIC) {
+    snprintf(why, wcap, "rank %d (%s) sent bytes that are not a tdist message", peer,
+             t->addr[peer]);
+    return -EPROTO;
+  }
+  uint64_t len = tdist__get_u64(hdr + 8);
+  if (len > SIZE_MAX / 2) {
+    snprintf(why, wcap, "rank %d (%s) sent a header claiming %llu bytes", peer, t->addr[peer],
+             (unsigned long long)len);
+    return -EPROTO;
+  }
+  return early_start(t, peer, tag, (size_t)len, NULL, 0, why, wcap);
+}
+
 /* 1 if an earlier incomplete transfer in the list uses the same peer and direction: messages
  * on one socket must go in list order. */
 static int blocked(const tdist__xfer_t *x, int i) {
@@ -412,79 +694,60 @@ static int blocked(const tdist__xfer_t *x, int i) {
 }
 
 /* Moves one transfer forward without blocking. 1 = progressed, 0 = would block, <0 = -errno,
- * -EPROTO = header mismatch (detail in *why). */
+ * -EPROTO = header mismatch, -ENOBUFS = too much held for receives (detail in *why). */
 static int step(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
-  int fd = t->fds[x->peer];
-  if (x->is_send) {
-    if (x->hdr_done == 0 && x->done == 0) {
-      tdist__put_u32(x->hdr, MSG_MAGIC);
-      tdist__put_u32(x->hdr + 4, x->tag);
-      tdist__put_u64(x->hdr + 8, x->len);
-    }
-    struct iovec iov[2];
-    int n = 0;
-    if (x->hdr_done < 16) iov[n++] = (struct iovec){x->hdr + x->hdr_done, 16 - x->hdr_done};
-    if (x->done < x->len) iov[n++] = (struct iovec){(char *)x->buf + x->done, x->len - x->done};
-    ssize_t w;
-    if (t->shm.out_ring[x->peer]) {
-      w = (ssize_t)tdist__shm_ring_write(t->shm.out_ring[x->peer], iov, n);
-      if (w == 0) return 0;
-      tdist__shm_ring_doorbell(&t->shm.peer_seg[x->peer]); /* the owner may sleep on its rings */
-    } else {
-      struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-      w = sendmsg(fd, &mh, MSG_NOSIGNAL);
-      if (w < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
-    }
-    size_t ww = (size_t)w;
-    if (x->hdr_done < 16) {
-      size_t h = ww < 16 - x->hdr_done ? ww : 16 - x->hdr_done;
-      x->hdr_done += h;
-      ww -= h;
-    }
-    x->done += ww;
-  } else {
-    struct iovec iov[2];
-    int n = 0;
-    if (x->hdr_done < 16) iov[n++] = (struct iovec){x->hdr + x->hdr_done, 16 - x->hdr_done};
-    if (x->done < x->len) iov[n++] = (struct iovec){(char *)x->buf + x->done, x->len - x->done};
-    ssize_t r;
-    if (t->shm.in_ring[x->peer]) {
-      r = (ssize_t)tdist__shm_ring_read(t->shm.in_ring[x->peer], iov, n);
-      if (r == 0) return 0;
-      tdist__shm_ring_doorbell(&t->shm.peer_seg[x->peer]); /* its writer may wait for space */
-    } else {
-      r = readv(fd, iov, n);
-      if (r == 0) return -TDIST__ECLOSED;
-    }
-    if (r < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
-    size_t rr = (size_t)r;
-    int had_hdr = x->hdr_done == 16;
-    if (x->hdr_done < 16) {
-      size_t h = rr < 16 - x->hdr_done ? rr : 16 - x->hdr_done;
-      x->hdr_done += h;
-      rr -= h;
-    }
-    x->done += rr;
-    if (!had_hdr && x->hdr_done == 16) {
-      uint32_t magic = tdist__get_u32(x->hdr), tag = tdist__get_u32(x->hdr + 4);
-      uint64_t len = tdist__get_u64(x->hdr + 8);
-      if (magic != MSG_MAGIC) {
-        snprintf(why, wcap, "rank %d (%s) sent bytes that are not a tdist message", x->peer,
-                 t->addr[x->peer]);
-        return -EPROTO;
-      }
-      if (len != x->len || tag != x->tag) {
-        snprintf(why, wcap,
-                 "rank %d (%s) sent a message of %llu bytes with tag %u where this rank expected "
-                 "%zu bytes with tag %u: the ranks called different collectives or different "
-                 "sizes (set TDIST_DEBUG=DETAIL to compare them)",
-                 x->peer, t->addr[x->peer], (unsigned long long)len, tag, x->len, x->tag);
-        return -EPROTO;
-      }
-    }
+  if (!x->is_send) return step_recv(t, x, why, wcap);
+  if (x->hdr_done == 0 && x->done == 0) {
+    tdist__put_u32(x->hdr, MSG_MAGIC);
+    tdist__put_u32(x->hdr + 4, x->tag);
+    tdist__put_u64(x->hdr + 8, x->len);
   }
+  struct iovec iov[2];
+  int n = 0;
+  if (x->hdr_done < 16) iov[n++] = (struct iovec){x->hdr + x->hdr_done, 16 - x->hdr_done};
+  if (x->done < x->len) iov[n++] = (struct iovec){(char *)x->buf + x->done, x->len - x->done};
+  ssize_t w;
+  if (t->shm.out_ring[x->peer]) {
+    w = (ssize_t)tdist__shm_ring_write(t->shm.out_ring[x->peer], iov, n);
+    if (w == 0) return 0;
+    tdist__shm_ring_doorbell(&t->shm.peer_seg[x->peer]); /* the owner may sleep on its rings */
+  } else {
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    w = sendmsg(t->fds[x->peer], &mh, MSG_NOSIGNAL);
+    if (w < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
+  }
+  size_t ww = (size_t)w;
+  if (x->hdr_done < 16) {
+    size_t h = ww < 16 - x->hdr_done ? ww : 16 - x->hdr_done;
+    x->hdr_done += h;
+    ww -= h;
+  }
+  x->done += ww;
   if (x->hdr_done == 16 && x->done == x->len) x->complete = 1;
   return 1;
+}
+
+/* The group's error for a drain of peer's stream that failed with r (<0). */
+static tdist_status_t drain_fail(tcp_t *t, int peer, int r, const char *what, const char *why) {
+  if (r == -EPROTO) return tdist__pg_fail(t->pg, TDIST_ERR_PROTOCOL, "%s: %s", what, why);
+  if (r == -ENOBUFS) return tdist__pg_fail(t->pg, TDIST_ERR_NO_MEMORY, "%s: %s", what, why);
+  return tdist__pg_fail(t->pg, TDIST_ERR_SYSTEM, "%s: reading ahead from rank %d (%s): %s", what,
+                        peer, t->addr[peer], strerror(-r));
+}
+
+/* The group's error for a transfer that failed with r (<0) on peer. */
+static tdist_status_t xfer_fail(tcp_t *t, const tdist__xfer_t *x, int r, const char *what,
+                                const char *why) {
+  tdist_pg_t *pg = t->pg;
+  if (r == -EPROTO) return tdist__pg_fail(pg, TDIST_ERR_PROTOCOL, "%s: %s", what, why);
+  if (r == -ENOBUFS) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "%s: %s", what, why);
+  if (r == -TDIST__ECLOSED || r == -ECONNRESET || r == -EPIPE)
+    return tdist__pg_fail(pg, TDIST_ERR_REMOTE,
+                          "%s: rank %d (%s) closed the connection (did that process exit "
+                          "or crash?)",
+                          what, x->peer, t->addr[x->peer]);
+  return tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "%s: %s with rank %d (%s): %s", what,
+                        x->is_send ? "send" : "receive", x->peer, t->addr[x->peer], strerror(-r));
 }
 
 static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, int n,
@@ -515,17 +778,7 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
       }
       for (;;) { /* drive this transfer until it would block */
         int r = step(t, &x[i], why, sizeof why);
-        if (r < 0) {
-          if (r == -EPROTO) return tdist__pg_fail(pg, TDIST_ERR_PROTOCOL, "%s: %s", what, why);
-          if (r == -TDIST__ECLOSED || r == -ECONNRESET || r == -EPIPE)
-            return tdist__pg_fail(pg, TDIST_ERR_REMOTE,
-                                  "%s: rank %d (%s) closed the connection (did that process exit "
-                                  "or crash?)",
-                                  what, x[i].peer, t->addr[x[i].peer]);
-          return tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "%s: %s with rank %d (%s): %s", what,
-                                x[i].is_send ? "send" : "receive", x[i].peer, t->addr[x[i].peer],
-                                strerror(-r));
-        }
+        if (r < 0) return xfer_fail(t, &x[i], r, what, why);
         if (r == 0 || x[i].complete) break;
         progressed = 1;
       }
@@ -548,6 +801,27 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
     }
     if (atomic_load_explicit(&pg->aborted, memory_order_relaxed))
       return tdist__pg_fail(pg, TDIST_ERR_ABORTED, "%s: aborted", what);
+    /* Nothing moved: take send/recv messages off the streams of peers this call does not
+     * receive from (rings: look; sockets: those poll found readable), so that their sends,
+     * which may be what they wait in, complete. */
+    int drain_shm = 0;
+    if (!progressed) {
+      memset(t->busy, 0, (size_t)t->size);
+      for (int i = 0; i < n; i++)
+        if (!x[i].complete && !x[i].is_send) t->busy[x[i].peer] = 1;
+      for (int p = 0; p < t->size && !progressed; p++) {
+        rx_t *q = &t->rx[p];
+        if (p == t->rank || t->busy[p] || q->drain_stop) continue;
+        if (t->shm.in_ring[p])
+          drain_shm = 1;
+        else if (!q->readable)
+          continue;
+        q->readable = 0;
+        int r = drain(t, p, why, sizeof why);
+        if (r < 0) return drain_fail(t, p, r, what, why);
+        progressed = r;
+      }
+    }
     if (progressed) {
       if (spin_until) spin_until = tdist__now_ns() + t->spin_ns;
       shm_spin_until = 0;
@@ -608,16 +882,26 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
       t->pfds[np] = (struct pollfd){.fd = t->fds[x[i].peer],
                                     .events = shm ? POLLRDHUP : (x[i].is_send ? POLLOUT : POLLIN)};
       t->pidx[np++] = i;
-      if (np == 2 * t->size) break; /* pfds holds 2 * size + 1 entries */
+      if (np == 2 * t->size) break; /* pfds holds 3 * size + 1 entries */
+    }
+    int nx = np; /* then the sockets of peers to drain (pidx: -1 - peer) */
+    for (int p = 0; p < t->size; p++) {
+      if (p == t->rank || t->busy[p] || t->rx[p].drain_stop || t->shm.in_ring[p]) continue;
+      t->pfds[np] = (struct pollfd){.fd = t->fds[p], .events = POLLIN};
+      t->pidx[np++] = -1 - p;
     }
     t->pfds[np] = (struct pollfd){.fd = pg->abort_fd, .events = POLLIN};
     int timeout = tdist__poll_timeout(deadline);
     if (on_shm && timeout > 1) timeout = on_tcp ? 1 : 0; /* ring-only waits slept above */
+    /* A same-host peer's ring has no fd: look at it again within 10 ms. */
+    if (drain_shm && timeout > 10) timeout = 10;
     int r = poll(t->pfds, (nfds_t)np + 1, timeout);
+    for (int k = nx; r > 0 && k < np; k++)
+      if (t->pfds[k].revents) t->rx[-1 - t->pidx[k]].readable = 1;
     if (on_shm && r > 0) {
       /* A same-host peer closed its socket: it exited. Its last messages may still sit in the
        * ring, so only fail once a full pass over the rings makes no progress. */
-      for (int k = 0; k < np; k++) {
+      for (int k = 0; k < nx; k++) {
         tdist__xfer_t *xk = &x[t->pidx[k]];
         int shm =
             xk->is_send ? t->shm.out_ring[xk->peer] != NULL : t->shm.in_ring[xk->peer] != NULL;

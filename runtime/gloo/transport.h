@@ -2,7 +2,12 @@
  * of point-to-point transfers progressed together until all complete, the deadline passes or the
  * group is aborted. Messages between two ranks arrive in the order they were sent; each carries a
  * small header so a size mismatch (ranks disagreeing about a collective) is an error, not a
- * silent desynchronisation. */
+ * silent desynchronisation. Collectives' messages (tags with TDIST__XFER_COLL_TAG) must be
+ * received in that order. Send/recv messages (tags without it) are matched by peer and tag: one
+ * that arrives before its receive (sent early, or out of tag order) is held by the transport, up
+ * to TDIST_P2P_BUFFER_MB per group, until a receive of its tag takes it; while a send waits for
+ * room, the transport also takes such messages off that peer's stream, so two ranks sending each
+ * other large messages before receiving do not wait on each other. */
 #ifndef TDIST_GLOO_TRANSPORT_H
 #define TDIST_GLOO_TRANSPORT_H
 
@@ -12,6 +17,9 @@
 #include "tdist/status.h"
 
 typedef struct tdist_pg_s tdist_pg_t;
+
+#define TDIST__XFER_COLL_TAG 0x80000000u /* set in every collective's tags, never in send/recv's \
+                                          */
 
 typedef struct {
   int peer;     /* group rank */

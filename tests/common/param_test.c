@@ -34,6 +34,7 @@ static const expect_t k_expect[] = {
     {"TDIST_SPIN_US", 'i', NULL, "0..10000000"},
     {"TDIST_SHM_SPIN_US", 'i', "2000", "0..10000000"},
     {"TDIST_SHM_YIELD", 'i', "1", "0..1"},
+    {"TDIST_P2P_BUFFER_MB", 'i', "256", "0..1048576"},
     {"TDIST_ALGO_ALLREDUCE", 'e', "auto", "auto|ring|rd"},
     {"TDIST_REDUCE_KERNELS", 'e', "auto", "auto|generic"},
     {"TDIST_STATS_FILE", 's', NULL, "1..4095"},
