@@ -46,13 +46,15 @@ typedef enum {
     "Network interface whose IPv4 address gloo listens on (the socket_ifname option wins).")      \
   X(SHM, INT, "1", NULL, 0, 1, NULL, TDIST__PARAM_LIB,                                            \
     "0 turns off the shared-memory links between gloo ranks on the same host (TCP only).")        \
-  X(SPIN_US, INT, NULL, "50 if ranks <= online CPUs, else 0", 0, TDIST__SPIN_MAX_US, NULL,        \
-    TDIST__PARAM_LIB, "Microseconds a gloo TCP receive spins before it sleeps in poll.")          \
-  X(SHM_SPIN_US, INT, "2000", "2000 if this host's ranks <= online CPUs, else 0", 0,              \
-    TDIST__SPIN_MAX_US, NULL, TDIST__PARAM_LIB,                                                   \
+  X(SPIN_US, INT, NULL, "50, or 200 if this host's ranks > online CPUs", 0, TDIST__SPIN_MAX_US,   \
+    NULL, TDIST__PARAM_LIB,                                                                       \
+    "Microseconds a gloo TCP receive spins (yielding the CPU if this host's ranks > online "      \
+    "CPUs) before it sleeps in poll.")                                                            \
+  X(SHM_SPIN_US, INT, "2000", NULL, 0, TDIST__SPIN_MAX_US, NULL, TDIST__PARAM_LIB,                \
     "Microseconds a shared-memory ring wait spins before it sleeps on the doorbell.")             \
   X(SHM_YIELD, INT, "1", NULL, 0, 1, NULL, TDIST__PARAM_LIB,                                      \
-    "1: a rank spinning on a shared-memory ring yields the CPU between polls.")                   \
+    "1: a rank spinning on a shared-memory ring yields the CPU between polls (after 20 us; "      \
+    "at once if this host's ranks > online CPUs).")                                               \
   X(P2P_BUFFER_MB, INT, "256", NULL, 0, 1048576, NULL, TDIST__PARAM_LIB,                          \
     "MiB of send/recv messages a gloo group holds for receives not posted yet (early, or "        \
     "out of tag order).")                                                                         \

@@ -21,6 +21,8 @@
 #include "runtime/pg/reduce.h"
 
 #define RD_MAX_BYTES (64 * 1024)
+#define SEG_BYTES \
+  (256 * 1024) /* pipelined ring steps and broadcast chains move this much at once */
 #define COLL_TAG(kind) (TDIST__XFER_COLL_TAG | (uint32_t)(kind))
 #define FINGERPRINT_TAG 0xffffffffu
 
@@ -85,6 +87,13 @@ static size_t blk_off(size_t count, int p, int i) {
 
 static int mod(int a, int p) { return ((a % p) + p) % p; }
 
+/* A block of n elements moves as nseg(n, seg) messages (one even when empty); the k-th holds
+ * seg_len(n, seg, k) elements. Sender and receiver of a block compute the same. */
+static size_t nseg(size_t n, size_t seg) { return n <= seg ? 1 : (n + seg - 1) / seg; }
+static size_t seg_len(size_t n, size_t seg, size_t k) {
+  return k * seg >= n ? 0 : (n - k * seg < seg ? n - k * seg : seg);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* all_reduce                                                                                */
 
@@ -130,19 +139,31 @@ static tdist_status_t allreduce_rd(ctx_t *c, uint8_t *buf, size_t count, tdist_d
 }
 
 /* Ring reduce-scatter over `count` elements of buf split in p blocks; afterwards rank r holds the
- * full reduction of block r. tmp holds one block. */
+ * full reduction of block r. tmp holds one block. A block of more than SEG_BYTES moves in
+ * segments, each reduced as soon as it is in, so that the left neighbour writes the next segment
+ * while this rank reduces (the transfer and the reduction overlap across ranks). The block a rank
+ * sends at one step is the one its right neighbour receives, so both split it alike; every
+ * element is still reduced in the same order. */
 static tdist_status_t ring_reduce_scatter(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
                                           tdist_reduce_op_t op, uint8_t *tmp) {
   int p = c->pg->size, r = c->pg->rank;
-  size_t es = tdist_dtype_size(dt);
+  size_t es = tdist_dtype_size(dt), seg = SEG_BYTES / es;
   int right = mod(r + 1, p), left = mod(r - 1, p);
   for (int s = 0; s < p - 1; s++) {
     int si = mod(r - 1 - s, p), ri = mod(r - 2 - s, p);
     size_t sc = blk_count(count, p, si), rc = blk_count(count, p, ri);
-    tdist_status_t st =
-        sendrecv(c, right, buf + blk_off(count, p, si) * es, sc * es, left, tmp, rc * es);
-    if (st) return st;
-    tdist__reduce(buf + blk_off(count, p, ri) * es, tmp, rc, dt, op);
+    uint8_t *sb = buf + blk_off(count, p, si) * es, *rb = buf + blk_off(count, p, ri) * es;
+    size_t ns = nseg(sc, seg), nr = nseg(rc, seg);
+    for (size_t k = 0; k < ns || k < nr; k++) {
+      size_t off = k * seg, sn = seg_len(sc, seg, k), rn = seg_len(rc, seg, k);
+      tdist__xfer_t x[2];
+      int n = 0;
+      if (k < ns) x[n++] = xsend(c, right, sb + off * es, sn * es);
+      if (k < nr) x[n++] = xrecv(c, left, tmp + off * es, rn * es);
+      tdist_status_t st = xchg(c, x, n);
+      if (st) return st;
+      if (rn) tdist__reduce(rb + off * es, tmp + off * es, rn, dt, op);
+    }
   }
   return TDIST_OK;
 }
@@ -207,8 +228,43 @@ static tdist_status_t all_reduce(ctx_t *c, uint8_t *buf, size_t count, tdist_dty
 /* ---------------------------------------------------------------------------------------- */
 /* Rooted collectives                                                                        */
 
+/* Large broadcast: a chain from the root in rank order, in segments; each rank forwards segment
+ * k-1 while it receives segment k, so the time is about one message's plus (p - 2) segments'
+ * instead of log2(p) messages'. */
+static tdist_status_t broadcast_chain(ctx_t *c, uint8_t *buf, size_t bytes, int root) {
+  int p = c->pg->size, r = c->pg->rank, vr = mod(r - root, p);
+  int prev = mod(r - 1, p), next = vr < p - 1 ? mod(r + 1, p) : -1;
+  size_t ns = nseg(bytes, SEG_BYTES);
+  if (vr == 0 || next < 0) { /* the root only sends, the last only receives: all in one call */
+    tdist__xfer_t *x = calloc(ns, sizeof *x);
+    if (!x) return nomem(c->pg, c->what, ns * sizeof *x);
+    for (size_t k = 0; k < ns; k++) {
+      uint8_t *seg = buf + k * SEG_BYTES;
+      size_t len = seg_len(bytes, SEG_BYTES, k);
+      x[k] = vr == 0 ? xsend(c, next, seg, len) : xrecv(c, prev, seg, len);
+    }
+    tdist_status_t st = xchg(c, x, (int)ns);
+    free(x);
+    return st;
+  }
+  for (size_t k = 0; k <= ns; k++) {
+    tdist__xfer_t x[2];
+    int n = 0;
+    if (k < ns) x[n++] = xrecv(c, prev, buf + k * SEG_BYTES, seg_len(bytes, SEG_BYTES, k));
+    if (k > 0) x[n++] = xsend(c, next, buf + (k - 1) * SEG_BYTES, seg_len(bytes, SEG_BYTES, k - 1));
+    tdist_status_t st = xchg(c, x, n);
+    if (st) return st;
+  }
+  return TDIST_OK;
+}
+
 static tdist_status_t broadcast(ctx_t *c, uint8_t *buf, size_t bytes, int root) {
   int p = c->pg->size, r = c->pg->rank;
+  /* The chain takes about (segments + p - 2) segment times, the tree depth x segments. */
+  int depth = 0;
+  while ((1 << depth) < p) depth++;
+  if (p >= 3 && nseg(bytes, SEG_BYTES) * (size_t)(depth - 1) > (size_t)(p - 2))
+    return broadcast_chain(c, buf, bytes, root);
   int vr = mod(r - root, p), mask = 1;
   tdist_status_t st;
   while (mask < p) {

@@ -41,7 +41,7 @@
 #include "runtime/store/local_ip.h"
 
 #define MSG_MAGIC 0x7d15c0deu
-#define SHM_PURE_SPIN_NS 20000 /* of which the first part spins without yielding */
+#define SHM_PURE_SPIN_NS 20000 /* a ring wait's first part spins without yielding (not crowded) */
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -82,9 +82,10 @@ typedef struct {
   int spin_us;
   int64_t spin_max_ns, spin_ns; /* adaptive TCP spin budget (see tcp_exchange) */
   int64_t shm_spin_ns;          /* ring wait before sleeping (TDIST_SHM_SPIN_US) */
+  int64_t pure_spin_ns;         /* of which the first part spins without yielding */
   int calls_without_spin;
-  int oversubscribed; /* more ranks in the group than online CPUs */
-  int yield;          /* sched_yield while spinning on rings (TDIST_SHM_YIELD, default 1) */
+  int crowded; /* this host has more of the group's ranks than online CPUs */
+  int yield;   /* sched_yield while spinning on rings (TDIST_SHM_YIELD, default 1) */
   struct pollfd *pfds;
   int *pidx;
   /* Same-host peers talk through shared-memory rings (shm_link.c); their TCP socket stays open
@@ -234,12 +235,7 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   }
   for (int i = 0; i < t->size; i++) t->fds[i] = -1;
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  /* Spinning only pays when every rank has a core to spin on. */
-  t->spin_us = tdist__param_is_set(TDIST__P_SPIN_US) ? (int)tdist__param_int(TDIST__P_SPIN_US)
-                                                     : (t->size <= ncpu ? 50 : 0);
-  t->oversubscribed = t->size > ncpu;
-  t->spin_max_ns = t->spin_ns = (int64_t)t->spin_us * 1000;
-  t->shm_spin_ns = (int64_t)tdist__param_int(TDIST__P_SHM_SPIN_US) * 1000; /* see below */
+  t->shm_spin_ns = (int64_t)tdist__param_int(TDIST__P_SHM_SPIN_US) * 1000;
   t->yield = (int)tdist__param_int(TDIST__P_SHM_YIELD);
   if (t->size == 1) {
     *out = &t->base;
@@ -415,14 +411,19 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
     if (t->fds[i] >= 0) tdist__sock_set_nonblock(t->fds[i], 1);
   if (tdist__param_int(TDIST__P_SHM))
     st = tdist__shm_links_setup(&t->shm, pg, &t->base, same, deadline);
-  if (!st && !tdist__param_is_set(TDIST__P_SHM_SPIN_US)) {
-    /* More ranks on this host than CPUs: a rank spinning on a ring (even yielding) holds a core
-     * its peer needs to write what it waits for; sleep on the doorbell at once (4 ranks on 2
-     * cores, all_reduce 256 B..16 KiB: 26-46 us spinning, 17-23 us sleeping). */
-    int local = 1;
-    for (int i = 0; i < t->size; i++) local += t->shm.in_ring[i] != NULL;
-    if (local > ncpu) t->shm_spin_ns = 0;
-  }
+  /* Waiting ranks spin before they sleep (a peer that is running answers within microseconds).
+   * When this host's ranks outnumber its CPUs, the peer a rank waits for may need the very core
+   * it spins on: then every spin yields the CPU from the start, so the rank with work gets it
+   * (4 ranks on 2 cores, 8 B..4 KiB all_reduce over rings: 21-43 us when the first 20 us of the
+   * spin did not yield, 3-6 us now; over TCP, where such groups used not to spin at all: 23-30 us
+   * before, 16-19 us yielding for up to 200 us). */
+  int local = 1;
+  for (int i = 0; i < t->size; i++) local += same[i];
+  t->crowded = local > ncpu;
+  t->spin_us = tdist__param_is_set(TDIST__P_SPIN_US) ? (int)tdist__param_int(TDIST__P_SPIN_US)
+                                                     : (t->crowded ? 200 : 50);
+  t->spin_max_ns = t->spin_ns = (int64_t)t->spin_us * 1000;
+  t->pure_spin_ns = t->crowded ? 0 : SHM_PURE_SPIN_NS;
   free(same);
   same = NULL;
   if (st) goto done;
@@ -848,7 +849,7 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
       if (now < shm_spin_until) {
         /* A few microseconds of pure spinning catch a peer that is running; after that, yield
          * so a peer waiting for this core gets it. */
-        if (t->yield && now - shm_spin_start > SHM_PURE_SPIN_NS)
+        if (t->yield && now - shm_spin_start >= t->pure_spin_ns)
           sched_yield();
         else
           cpu_relax();
@@ -868,6 +869,7 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
         armed = 0;
       }
     } else if (spin_until && now < spin_until) {
+      if (t->crowded) sched_yield();
       continue;
     }
     slept = 1;
