@@ -52,6 +52,9 @@ typedef enum {
     "CPUs) before it sleeps in poll.")                                                            \
   X(SHM_SPIN_US, INT, "2000", NULL, 0, TDIST__SPIN_MAX_US, NULL, TDIST__PARAM_LIB,                \
     "Microseconds a shared-memory ring wait spins before it sleeps on the doorbell.")             \
+  X(SHM_SINGLE_COPY, INT, "1", NULL, 0, 1, NULL, TDIST__PARAM_LIB,                                \
+    "1: same-host ranks copy large messages straight from the sender's memory "                   \
+    "(process_vm_readv, where allowed: one copy instead of two through the ring).")               \
   X(SHM_YIELD, INT, "1", NULL, 0, 1, NULL, TDIST__PARAM_LIB,                                      \
     "1: a rank spinning on a shared-memory ring yields the CPU between polls (after 20 us; "      \
     "at once if this host's ranks > online CPUs).")                                               \

@@ -507,7 +507,7 @@ static tdist_status_t gloo_connect(tdist_pg_t *pg, int64_t deadline) {
       TDIST__P_LOG_LEVEL,  TDIST__P_DEBUG,          TDIST__P_SOCKET_IFNAME,
       TDIST__P_SHM,        TDIST__P_SPIN_US,        TDIST__P_SHM_SPIN_US,
       TDIST__P_SHM_YIELD,  TDIST__P_ALGO_ALLREDUCE, TDIST__P_REDUCE_KERNELS,
-      TDIST__P_STATS_FILE, TDIST__P_P2P_BUFFER_MB};
+      TDIST__P_STATS_FILE, TDIST__P_P2P_BUFFER_MB,  TDIST__P_SHM_SINGLE_COPY};
   const char *bad = tdist__param_first_error(k_params, sizeof k_params / sizeof k_params[0], 0);
   if (bad) {
     free(g);

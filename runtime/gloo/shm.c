@@ -23,8 +23,9 @@ typedef struct {
 } seg_hdr_t;
 
 struct tdist__shm_ring {
-  _Alignas(64) _Atomic uint64_t head; /* bytes ever written (producer) */
-  _Alignas(64) _Atomic uint64_t tail; /* bytes ever read (consumer) */
+  _Alignas(64) _Atomic uint64_t head;   /* bytes ever written (producer) */
+  _Alignas(64) _Atomic uint64_t tail;   /* bytes ever read (consumer) */
+  _Alignas(64) _Atomic uint64_t copied; /* single-copy messages the consumer has copied */
   _Alignas(64) uint8_t data[TDIST__SHM_RING_BYTES];
 };
 
@@ -159,4 +160,18 @@ size_t tdist__shm_ring_read(tdist__shm_ring_t *r, const struct iovec *iov, int n
   }
   if (total) atomic_store_explicit(&r->tail, tail, memory_order_release);
   return total;
+}
+
+size_t tdist__shm_ring_space(tdist__shm_ring_t *r) {
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+  return TDIST__SHM_RING_BYTES - (size_t)(head - tail);
+}
+
+void tdist__shm_ring_copied(tdist__shm_ring_t *r) {
+  atomic_fetch_add_explicit(&r->copied, 1, memory_order_release);
+}
+
+uint64_t tdist__shm_ring_copied_count(tdist__shm_ring_t *r) {
+  return atomic_load_explicit(&r->copied, memory_order_acquire);
 }

@@ -36,6 +36,14 @@ size_t tdist__shm_ring_write(tdist__shm_ring_t *r, const struct iovec *iov, int 
 /* Copies as many bytes into iov as are available; returns the count (0 = empty). Consumer only. */
 size_t tdist__shm_ring_read(tdist__shm_ring_t *r, const struct iovec *iov, int n);
 
+/* Free bytes in the ring (producer side). */
+size_t tdist__shm_ring_space(tdist__shm_ring_t *r);
+/* Single-copy messages (the consumer copies the payload straight from the producer's memory,
+ * tcp.c): the consumer counts each one it has copied; the producer's buffer is free again once
+ * the count reaches that message's number. */
+void tdist__shm_ring_copied(tdist__shm_ring_t *r);
+uint64_t tdist__shm_ring_copied_count(tdist__shm_ring_t *r);
+
 /* Sleeping on rings without polling: the owner of `own` calls sleep_prepare, re-checks its rings,
  * then either sleep_cancel (work appeared) or sleep (up to timeout_us, or until a doorbell).
  * Writers and readers ring the peer's doorbell (the peer's segment) after moving bytes. */

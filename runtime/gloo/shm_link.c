@@ -1,21 +1,38 @@
 /* Shared-memory links between same-host ranks of a gloo group (shm_link.h): set-up over the
  * group's store and the TCP transport, and tear-down. The rings themselves are shm.c's. */
+#define _GNU_SOURCE
 #include "runtime/gloo/shm_link.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "runtime/common/log.h"
+#include "runtime/common/param.h"
 
 #define SETUP_TAG (TDIST__XFER_COLL_TAG | 0x7ffffffeu) /* the pair check, before any collective */
+
+/* What a peer reads through process_vm_readv to learn whether it may (single copies). */
+static const volatile uint64_t k_probe = 0x7d15c0de5e1f0c0bull;
+
+/* 1 if this process can read pid's memory at addr (the peer's k_probe). */
+static int can_read(int pid, uint64_t addr) {
+  uint64_t v = 0;
+  struct iovec l = {&v, sizeof v}, r = {(void *)(uintptr_t)addr, sizeof v};
+  return pid > 0 && addr && process_vm_readv(pid, &l, 1, &r, 1, 0) == (ssize_t)sizeof v &&
+         v == k_probe;
+}
 
 int tdist__shm_links_alloc(tdist__shm_links_t *l, int size) {
   l->out_ring = calloc((size_t)size, sizeof *l->out_ring);
   l->in_ring = calloc((size_t)size, sizeof *l->in_ring);
+  l->pid = calloc((size_t)size, sizeof *l->pid);
+  l->copy_to = calloc((size_t)size, 1);
   l->peer_seg = calloc((size_t)size, sizeof *l->peer_seg);
-  return l->out_ring && l->in_ring && l->peer_seg ? 0 : -ENOMEM;
+  return l->out_ring && l->in_ring && l->peer_seg && l->pid && l->copy_to ? 0 : -ENOMEM;
 }
 
 void tdist__shm_links_close(tdist__shm_links_t *l, int size) {
@@ -26,6 +43,10 @@ void tdist__shm_links_close(tdist__shm_links_t *l, int size) {
   free(l->peer_seg);
   free(l->out_ring);
   free(l->in_ring);
+  free(l->pid);
+  free(l->copy_to);
+  l->pid = NULL;
+  l->copy_to = NULL;
   l->peer_seg = NULL;
   l->out_ring = l->in_ring = NULL;
 }
@@ -44,10 +65,12 @@ tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, tdist_pg_t *pg, tdi
                "rank %d: cannot create shared memory (%s): same-host "
                "peers use TCP. Is /dev/shm mounted and large enough (%zu bytes needed)?",
                rank, strerror(-r), TDIST__SHM_RING_BYTES * (size_t)size);
-  char key[64];
+  char key[64], entry[160];
   snprintf(key, sizeof key, "shm/%d", rank);
-  tdist_status_t st =
-      tdist_store_set(pg->store, key, r ? "" : l->own.name, r ? 0 : strlen(l->own.name));
+  int elen = r ? 0
+               : snprintf(entry, sizeof entry, "%s %d %llx", l->own.name, (int)getpid(),
+                          (unsigned long long)(uintptr_t)&k_probe);
+  tdist_status_t st = tdist_store_set(pg->store, key, entry, (size_t)elen);
   if (st)
     return tdist__pg_fail(pg, st, "publishing shared-memory segment: %s",
                           tdist_store_last_error(pg->store));
@@ -73,22 +96,31 @@ tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, tdist_pg_t *pg, tdi
       return tdist__pg_fail(pg, st, "reading rank %d's shared-memory segment: %s", i,
                             tdist_store_last_error(pg->store));
     }
-    char name[96];
-    snprintf(name, sizeof name, "%.*s", (int)(len < 95 ? len : 95), (char *)v);
+    char text[160], name[96] = "";
+    int pid = 0;
+    unsigned long long probe = 0;
+    snprintf(text, sizeof text, "%.*s", (int)(len < 159 ? len : 159), (char *)v);
     tdist_free(v);
+    if (sscanf(text, "%95s %d %llx", name, &pid, &probe) < 1) name[0] = '\0';
+    l->pid[i] = pid;
     flag_out[i] = !r && name[0] && tdist__shm_seg_open(&l->peer_seg[i], name, size) == 0;
+    if (flag_out[i] && tdist__param_int(TDIST__P_SHM_SINGLE_COPY) && can_read(pid, probe))
+      flag_out[i] |= 2;
     x[n++] =
         (tdist__xfer_t){.peer = i, .is_send = 1, .buf = &flag_out[i], .len = 1, .tag = SETUP_TAG};
     x[n++] =
         (tdist__xfer_t){.peer = i, .is_send = 0, .buf = &flag_in[i], .len = 1, .tag = SETUP_TAG};
   }
   st = tp->exchange(tp, x, n, deadline, "shared-memory setup");
+  int copies = 0;
   tdist__shm_seg_unlink(&l->own); /* everyone who will map it has */
   for (int i = 0; !st && i < size; i++) {
-    if (same[i] && flag_out[i] && flag_in[i]) {
+    if (same[i] && (flag_out[i] & 1) && (flag_in[i] & 1)) {
       l->out_ring[i] = tdist__shm_slot(&l->peer_seg[i], rank);
       l->in_ring[i] = tdist__shm_slot(&l->own, i);
+      l->copy_to[i] = (flag_in[i] & 2) != 0;
       l->peers++;
+      copies += l->copy_to[i];
     } else {
       tdist__shm_seg_close(&l->peer_seg[i]);
     }
@@ -97,6 +129,9 @@ tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, tdist_pg_t *pg, tdi
   free(flag_in);
   free(x);
   if (!st && l->peers)
-    tdist__log(TDIST__LOG_DEBUG, "gloo", "rank %d: %d peers over shared memory", rank, l->peers);
+    tdist__log(TDIST__LOG_DEBUG, "gloo",
+               "rank %d: %d peers over shared memory, %d of which read large messages straight "
+               "from this rank's memory",
+               rank, l->peers, copies);
   return st;
 }

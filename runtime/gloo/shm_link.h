@@ -15,18 +15,23 @@ typedef struct {
                                               that pair uses TCP */
   tdist__shm_seg_t own;                    /* zeroed until created */
   tdist__shm_seg_t *peer_seg;              /* [peer] */
-  int peers;                               /* pairs linked */
+  int *pid;                                /* [peer]: its process id (single copies read it) */
+  uint8_t *copy_to; /* [peer]: it can read our memory (process_vm_readv): large messages to it
+                       go as single copies */
+  int peers;        /* pairs linked */
 } tdist__shm_links_t;
 
 /* Allocates the per-peer arrays of a zeroed *l for a group of size ranks: 0 or -ENOMEM (then
  * tdist__shm_links_close still releases what was allocated). */
 int tdist__shm_links_alloc(tdist__shm_links_t *l, int size);
 
-/* Links this rank to every peer with same[peer] set: publishes its segment under shm/<rank> in
- * the group's store, maps the peers' and confirms each pair with one flag byte each way over tp
- * (the TCP transport, whose exchange must still send everything over TCP). Blocks until the
- * deadline. Fails only on store or TCP errors (which fail the group); a segment that cannot be
- * created or mapped leaves those pairs on TCP, with a warning. */
+/* Links this rank to every peer with same[peer] set: publishes its segment, process id and the
+ * address of a probe word under shm/<rank> in the group's store, maps the peers' segments, tries
+ * to read each peer's probe word with process_vm_readv (TDIST_SHM_SINGLE_COPY=1), and confirms
+ * each pair with one flag byte each way over tp (the TCP transport, whose exchange must still
+ * send everything over TCP): mapped, and whether this rank can read the peer's memory. Blocks
+ * until the deadline. Fails only on store or TCP errors (which fail the group); a segment that
+ * cannot be created or mapped leaves those pairs on TCP, with a warning. */
 tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, tdist_pg_t *pg, tdist__transport_t *tp,
                                       const int *same, int64_t deadline);
 

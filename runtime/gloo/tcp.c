@@ -41,6 +41,11 @@
 #include "runtime/store/local_ip.h"
 
 #define MSG_MAGIC 0x7d15c0deu
+/* A single-copy message (same host, TDIST_SHM_SINGLE_COPY): the header, then the 8-byte address
+ * of the payload in the sender's memory, which the receiver copies with process_vm_readv and
+ * acknowledges through the ring's copy counter; the sender's send completes then. */
+#define MSG_MAGIC_COPY 0x7d15c0dfu
+#define COPY_MIN_BYTES (256 * 1024) /* below, two copies through the ring are faster */
 #define SHM_PURE_SPIN_NS 20000 /* a ring wait's first part spins without yielding (not crowded) */
 
 static inline void cpu_relax(void) {
@@ -93,6 +98,7 @@ typedef struct {
   tdist__shm_links_t shm;
   uint8_t *gone, *busy;          /* scratch for tcp_exchange */
   rx_t *rx;                      /* [peer]: what was read from its stream ahead of the receives */
+  uint64_t *copies_sent;         /* [peer]: single-copy messages sent to it */
   size_t early_bytes, early_max; /* held in early_t messages; the bound (TDIST_P2P_BUFFER_MB) */
 } tcp_t;
 
@@ -178,6 +184,7 @@ static void tcp_destroy(tdist__transport_t *base) {
       }
     }
   free(t->rx);
+  free(t->copies_sent);
   free(t->busy);
   free(t->gone);
   if (t->fds)
@@ -224,12 +231,13 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   t->gone = calloc((size_t)t->size, 1);
   t->busy = calloc((size_t)t->size, 1);
   t->rx = calloc((size_t)t->size, sizeof *t->rx);
+  t->copies_sent = calloc((size_t)t->size, sizeof *t->copies_sent);
   t->early_max = (size_t)tdist__param_int(TDIST__P_P2P_BUFFER_MB) << 20;
   keys = calloc((size_t)t->size, sizeof *keys);
   vals = calloc((size_t)t->size, sizeof *vals);
   lens = calloc((size_t)t->size, sizeof *lens);
   if (!t->fds || !t->addr || !t->pfds || !t->pidx || !keys || !vals || !lens || shm_r || !t->gone ||
-      !t->busy || !t->rx) {
+      !t->busy || !t->rx || !t->copies_sent) {
     st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
     goto done;
   }
@@ -582,6 +590,64 @@ static int early_take(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
   return 1;
 }
 
+/* After a single-copy header: the payload's address, from the `got` bytes read after the header
+ * into first (the rest goes back to the stream) and then the stream. 1 or -EPROTO. */
+static int copy_addr(tcp_t *t, int peer, const uint8_t *first, size_t got, uint64_t *addr,
+                     char *why, size_t wcap) {
+  uint8_t a[8];
+  size_t have = got < 8 ? got : 8;
+  if (have) memcpy(a, first, have);
+  if (got > 8 && rx_unread(&t->rx[peer], first + 8, got - 8)) return -ENOMEM;
+  while (have < 8) { /* written with its header in one go: it is there */
+    struct iovec iov = {a + have, 8 - have};
+    ssize_t r = rx_read(t, peer, &iov, 1);
+    if (r <= 0) {
+      snprintf(why, wcap, "rank %d (%s) sent a single-copy header without its address", peer,
+               t->addr[peer]);
+      return -EPROTO;
+    }
+    have += (size_t)r;
+  }
+  *addr = tdist__get_u64(a);
+  if (!t->shm.in_ring[peer]) {
+    snprintf(why, wcap, "rank %d (%s) sent a single-copy message over TCP", peer, t->addr[peer]);
+    return -EPROTO;
+  }
+  return 1;
+}
+
+/* Copies len bytes at addr in peer's memory to dst and tells the peer its buffer is free. */
+static int copy_in(tcp_t *t, int peer, uint8_t *dst, uint64_t addr, size_t len, char *why,
+                   size_t wcap) {
+  size_t done = 0;
+  while (done < len) {
+    struct iovec l = {dst + done, len - done}, r = {(void *)(uintptr_t)(addr + done), len - done};
+    ssize_t n = process_vm_readv(t->shm.pid[peer], &l, 1, &r, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == ESRCH) return -TDIST__ECLOSED; /* it exited */
+    if (n <= 0) {
+      snprintf(why, wcap, "reading rank %d's (%s) message of %zu bytes from its memory: %s", peer,
+               t->addr[peer], len, n < 0 ? strerror(errno) : "nothing read");
+      return -EPROTO;
+    }
+    done += (size_t)n;
+  }
+  tdist__shm_ring_copied(t->shm.in_ring[peer]);
+  tdist__shm_ring_doorbell(&t->shm.peer_seg[peer]); /* the sender may sleep until then */
+  return 1;
+}
+
+/* Holds a single-copy message (header read, address known) as an early message. */
+static int early_copy(tcp_t *t, int peer, uint32_t tag, size_t len, uint64_t addr, char *why,
+                      size_t wcap) {
+  int r = early_start(t, peer, tag, len, NULL, 0, why, wcap);
+  if (r < 0) return r;
+  early_t *e = t->rx[peer].tail;
+  t->rx[peer].filling = NULL;
+  e->done = len;
+  return copy_in(t, peer, e->data, addr, len, why, wcap);
+}
+
 static int step_recv(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
   rx_t *q = &t->rx[x->peer];
   if (q->filling) return early_fill(t, x->peer); /* the stream's next bytes are its */
@@ -606,22 +672,29 @@ static int step_recv(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
   x->done += rr;
   if (!had_hdr && x->hdr_done == 16) {
     uint32_t magic = tdist__get_u32(x->hdr), tag = tdist__get_u32(x->hdr + 4);
-    uint64_t len = tdist__get_u64(x->hdr + 8);
-    if (magic != MSG_MAGIC) {
+    uint64_t len = tdist__get_u64(x->hdr + 8), addr = 0;
+    if (magic != MSG_MAGIC && magic != MSG_MAGIC_COPY) {
       snprintf(why, wcap, "rank %d (%s) sent bytes that are not a tdist message", x->peer,
                t->addr[x->peer]);
       return -EPROTO;
+    }
+    if (len > SIZE_MAX / 2) {
+      snprintf(why, wcap, "rank %d (%s) sent a header claiming %llu bytes", x->peer,
+               t->addr[x->peer], (unsigned long long)len);
+      return -EPROTO;
+    }
+    int copy = magic == MSG_MAGIC_COPY;
+    if (copy) { /* what was read after the header is the address (and maybe what follows) */
+      int r = copy_addr(t, x->peer, x->buf, x->done, &addr, why, wcap);
+      x->done = 0;
+      if (r < 0) return r;
     }
     if (tag != x->tag && !(tag & TDIST__XFER_COLL_TAG)) {
       /* A send/recv message this receive is not for: hold it, and start over on the stream. */
       size_t got = x->done;
       x->hdr_done = x->done = 0;
-      if (len > SIZE_MAX / 2) {
-        snprintf(why, wcap, "rank %d (%s) sent a header claiming %llu bytes", x->peer,
-                 t->addr[x->peer], (unsigned long long)len);
-        return -EPROTO;
-      }
-      return early_start(t, x->peer, tag, (size_t)len, x->buf, got, why, wcap);
+      return copy ? early_copy(t, x->peer, tag, (size_t)len, addr, why, wcap)
+                  : early_start(t, x->peer, tag, (size_t)len, x->buf, got, why, wcap);
     }
     if (len != x->len || tag != x->tag) {
       snprintf(why, wcap,
@@ -630,6 +703,11 @@ static int step_recv(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
                "sizes (set TDIST_DEBUG=DETAIL to compare them)",
                x->peer, t->addr[x->peer], (unsigned long long)len, tag, x->len, x->tag);
       return -EPROTO;
+    }
+    if (copy) {
+      int r = copy_in(t, x->peer, x->buf, addr, x->len, why, wcap);
+      if (r < 0) return r;
+      x->done = x->len;
     }
   }
   if (x->hdr_done == 16 && x->done == x->len) x->complete = 1;
@@ -672,16 +750,21 @@ static int drain(tcp_t *t, int peer, char *why, size_t wcap) {
     q->drain_stop = got == 16 || closed;
     return 0;
   }
-  if (tdist__get_u32(hdr) != MSG_MAGIC) {
+  uint32_t magic = tdist__get_u32(hdr);
+  if (magic != MSG_MAGIC && magic != MSG_MAGIC_COPY) {
     snprintf(why, wcap, "rank %d (%s) sent bytes that are not a tdist message", peer,
              t->addr[peer]);
     return -EPROTO;
   }
-  uint64_t len = tdist__get_u64(hdr + 8);
+  uint64_t len = tdist__get_u64(hdr + 8), addr;
   if (len > SIZE_MAX / 2) {
     snprintf(why, wcap, "rank %d (%s) sent a header claiming %llu bytes", peer, t->addr[peer],
              (unsigned long long)len);
     return -EPROTO;
+  }
+  if (magic == MSG_MAGIC_COPY) {
+    int r = copy_addr(t, peer, NULL, 0, &addr, why, wcap);
+    return r < 0 ? r : early_copy(t, peer, tag, (size_t)len, addr, why, wcap);
   }
   return early_start(t, peer, tag, (size_t)len, NULL, 0, why, wcap);
 }
@@ -696,8 +779,34 @@ static int blocked(const tdist__xfer_t *x, int i) {
 
 /* Moves one transfer forward without blocking. 1 = progressed, 0 = would block, <0 = -errno,
  * -EPROTO = header mismatch, -ENOBUFS = too much held for receives (detail in *why). */
+/* A single-copy send: the header and the payload's address into the ring, then wait until the
+ * receiver says it has copied the payload. */
+static int step_send_copy(tcp_t *t, tdist__xfer_t *x) {
+  tdist__shm_ring_t *ring = t->shm.out_ring[x->peer];
+  if (!x->copy_seq) {
+    uint8_t m[24];
+    if (tdist__shm_ring_space(ring) < sizeof m) return 0;
+    tdist__put_u32(m, MSG_MAGIC_COPY);
+    tdist__put_u32(m + 4, x->tag);
+    tdist__put_u64(m + 8, x->len);
+    tdist__put_u64(m + 16, (uint64_t)(uintptr_t)x->buf);
+    struct iovec iov = {m, sizeof m};
+    tdist__shm_ring_write(ring, &iov, 1); /* all of it: there was room */
+    tdist__shm_ring_doorbell(&t->shm.peer_seg[x->peer]);
+    x->copy_seq = ++t->copies_sent[x->peer];
+    x->hdr_done = 16;
+    return 1;
+  }
+  if (tdist__shm_ring_copied_count(ring) < x->copy_seq) return 0;
+  x->done = x->len;
+  x->complete = 1;
+  return 1;
+}
+
 static int step(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
   if (!x->is_send) return step_recv(t, x, why, wcap);
+  if (x->len >= COPY_MIN_BYTES && t->shm.out_ring[x->peer] && t->shm.copy_to[x->peer])
+    return step_send_copy(t, x);
   if (x->hdr_done == 0 && x->done == 0) {
     tdist__put_u32(x->hdr, MSG_MAGIC);
     tdist__put_u32(x->hdr + 4, x->tag);

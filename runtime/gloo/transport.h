@@ -18,8 +18,9 @@
 
 typedef struct tdist_pg_s tdist_pg_t;
 
-#define TDIST__XFER_COLL_TAG 0x80000000u /* set in every collective's tags, never in send/recv's \
-                                          */
+#define TDIST__XFER_COLL_TAG                                          \
+  0x80000000u /* set in every collective's tags, never in send/recv's \
+               */
 
 typedef struct {
   int peer;     /* group rank */
@@ -31,6 +32,7 @@ typedef struct {
   size_t done;
   uint8_t hdr[16];
   size_t hdr_done;
+  uint64_t copy_seq; /* a single-copy send: its number on the pair (0: not one, or not yet sent) */
   int complete;
 } tdist__xfer_t;
 

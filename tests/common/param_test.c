@@ -33,6 +33,7 @@ static const expect_t k_expect[] = {
     {"TDIST_SHM", 'i', "1", "0..1"},
     {"TDIST_SPIN_US", 'i', NULL, "0..10000000"},
     {"TDIST_SHM_SPIN_US", 'i', "2000", "0..10000000"},
+    {"TDIST_SHM_SINGLE_COPY", 'i', "1", "0..1"},
     {"TDIST_SHM_YIELD", 'i', "1", "0..1"},
     {"TDIST_P2P_BUFFER_MB", 'i', "256", "0..1048576"},
     {"TDIST_ALGO_ALLREDUCE", 'e', "auto", "auto|ring|rd"},
