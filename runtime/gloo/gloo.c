@@ -4,8 +4,12 @@
  * debug level):
  *   all_reduce      recursive doubling (MPICH's non-power-of-two fold) up to 64 KiB, else ring
  *                   reduce-scatter + ring all-gather (bandwidth optimal);
- *   broadcast       binomial tree;   reduce  binomial tree;   gather/scatter  direct from/to root;
- *   all_gather(_v)  ring;            reduce_scatter  ring (a real one: (p-1)/p of the data moves);
+ *   broadcast       binomial tree, or a segmented chain for large messages on 3+ ranks;
+ *   reduce  binomial tree;   gather/scatter  direct from/to root;
+ *   all_gather(_v)  Bruck (ceil(log2 p) rounds) for equal blocks up to 64 KiB in all on 3+ ranks,
+ *                   else ring;
+ *   reduce_scatter  recursive doubling of the whole vector up to 16 KiB on 3+ ranks, else ring
+ *                   (a real one: (p-1)/p of the data moves);
  *   all_to_all(_v)  all pairs at once;  barrier  dissemination;  monitored_barrier  via rank 0.
  * Every rank gets bitwise identical all_reduce results: each element is reduced in one order
  * (ring), or pairwise with commutative operations (recursive doubling). */
@@ -21,6 +25,8 @@
 #include "runtime/pg/reduce.h"
 
 #define RD_MAX_BYTES (64 * 1024)
+#define RS_RD_MAX_BYTES \
+  (16 * 1024) /* reduce_scatter by all-reduce: every rank moves all p blocks */
 #define SEG_BYTES \
   (256 * 1024) /* pipelined ring steps and broadcast chains move this much at once */
 #define COLL_TAG(kind) (TDIST__XFER_COLL_TAG | (uint32_t)(kind))
@@ -339,11 +345,35 @@ static tdist_status_t gather_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
 /* ---------------------------------------------------------------------------------------- */
 /* All-to-all style                                                                          */
 
+/* Bruck's all-gather of p equal blocks of blk bytes (block i at out + i * blk, this rank's in
+ * place): ceil(log2 p) rounds instead of the ring's p - 1, for small blocks, where rounds cost
+ * more than bytes. Round k sends the first min(k, p - k) blocks of a rotated copy to rank r - k
+ * and appends as many from rank r + k. */
+static tdist_status_t bruck_all_gather(ctx_t *c, uint8_t *out, size_t blk) {
+  tdist_pg_t *pg = c->pg;
+  int p = pg->size, r = pg->rank;
+  uint8_t *tmp = scratch(pg, (size_t)p * blk);
+  if (!tmp) return nomem(pg, c->what, (size_t)p * blk);
+  memcpy(tmp, out + (size_t)r * blk, blk);
+  for (int k = 1; k < p; k <<= 1) {
+    size_t n = (size_t)(k < p - k ? k : p - k);
+    tdist_status_t st =
+        sendrecv(c, mod(r - k, p), tmp, n * blk, mod(r + k, p), tmp + (size_t)k * blk, n * blk);
+    if (st) return st;
+  }
+  for (int i = 1; i < p; i++) memcpy(out + (size_t)mod(r + i, p) * blk, tmp + (size_t)i * blk, blk);
+  return TDIST_OK;
+}
+
 static tdist_status_t all_gather_v(ctx_t *c, uint8_t *out, const uint8_t *in, const size_t *counts,
                                    const size_t *displs, size_t es) {
-  int r = c->pg->rank;
+  int p = c->pg->size, r = c->pg->rank;
   if (counts[r]) memmove(out + displs[r] * es, in, counts[r] * es);
-  return c->pg->size == 1 ? TDIST_OK : ring_all_gather(c, out, counts, displs, es);
+  if (p == 1) return TDIST_OK;
+  int even = p > 2 && counts[0] * es * (size_t)p <= RD_MAX_BYTES;
+  for (int i = 0; even && i < p; i++) even = counts[i] == counts[0] && displs[i] == i * counts[0];
+  return even ? bruck_all_gather(c, out, counts[0] * es)
+              : ring_all_gather(c, out, counts, displs, es);
 }
 
 static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, size_t count,
@@ -352,6 +382,18 @@ static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
   int p = pg->size, r = pg->rank;
   size_t es = tdist_dtype_size(dt), total = count * (size_t)p * es;
   int avg = op == TDIST_AVG;
+  if (p > 2 && total <= RS_RD_MAX_BYTES) {
+    /* Small: all-reduce everything by recursive doubling (log2 p rounds, not p - 1) and keep
+     * this rank's block. */
+    uint8_t *all = malloc(total ? total : 1);
+    if (!all) return nomem(pg, c->what, total);
+    if (total) memcpy(all, in, total);
+    tdist_status_t st = allreduce_rd(c, all, count * (size_t)p, dt, avg ? TDIST_SUM : op);
+    if (!st && count) memcpy(out, all + (size_t)r * count * es, count * es);
+    free(all);
+    if (!st && avg) tdist__reduce_finish_avg(out, count, dt, p);
+    return st;
+  }
   /* One scratch area: the working copy of all blocks, then one receive block. */
   uint8_t *work = scratch(pg, total + count * es);
   if (!work) return nomem(pg, c->what, total + count * es);
