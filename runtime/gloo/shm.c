@@ -31,6 +31,7 @@ struct tdist__shm_ring {
   _Alignas(64) _Atomic uint64_t tail;   /* bytes ever read (consumer) */
   uint64_t head_seen;                   /* consumer's copy of head */
   _Alignas(64) _Atomic uint64_t copied; /* single-copy messages the consumer has copied */
+  _Atomic uint64_t revoked; /* the last single-copy message its producer gave up on (it failed) */
   _Alignas(64) uint8_t data[TDIST__SHM_RING_BYTES];
 };
 
@@ -199,4 +200,15 @@ void tdist__shm_ring_copied(tdist__shm_ring_t *r) {
 
 uint64_t tdist__shm_ring_copied_count(tdist__shm_ring_t *r) {
   return atomic_load_explicit(&r->copied, memory_order_acquire);
+}
+
+void tdist__shm_ring_revoke(tdist__shm_ring_t *r, uint64_t seq) {
+  uint64_t old = atomic_load_explicit(&r->revoked, memory_order_relaxed);
+  while (old < seq && !atomic_compare_exchange_weak_explicit(
+                          &r->revoked, &old, seq, memory_order_seq_cst, memory_order_relaxed)) {
+  }
+}
+
+int tdist__shm_ring_is_revoked(tdist__shm_ring_t *r, uint64_t seq) {
+  return atomic_load_explicit(&r->revoked, memory_order_seq_cst) >= seq;
 }

@@ -43,6 +43,11 @@ size_t tdist__shm_ring_space(tdist__shm_ring_t *r);
  * the count reaches that message's number. */
 void tdist__shm_ring_copied(tdist__shm_ring_t *r);
 uint64_t tdist__shm_ring_copied_count(tdist__shm_ring_t *r);
+/* A producer that gives up on single-copy message seq (its call failed, and its buffer may be
+ * reused from now on) revokes it before returning; a consumer that copied message seq checks
+ * afterwards that it was not revoked, else what it copied may be anything. */
+void tdist__shm_ring_revoke(tdist__shm_ring_t *r, uint64_t seq);
+int tdist__shm_ring_is_revoked(tdist__shm_ring_t *r, uint64_t seq);
 
 /* Sleeping on rings without polling: the owner of `own` calls sleep_prepare, re-checks its rings,
  * then either sleep_cancel (work appeared) or sleep (up to timeout_us, or until a doorbell).

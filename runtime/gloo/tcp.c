@@ -96,9 +96,9 @@ typedef struct {
   /* Same-host peers talk through shared-memory rings (shm_link.c); their TCP socket stays open
    * only to notice when the peer dies (EOF). */
   tdist__shm_links_t shm;
-  uint8_t *gone, *busy;          /* scratch for tcp_exchange */
-  rx_t *rx;                      /* [peer]: what was read from its stream ahead of the receives */
-  uint64_t *copies_sent;         /* [peer]: single-copy messages sent to it */
+  uint8_t *gone, *busy; /* scratch for tcp_exchange */
+  rx_t *rx;             /* [peer]: what was read from its stream ahead of the receives */
+  uint64_t *copies_sent, *copies_recv; /* [peer]: single-copy messages sent to / read from it */
   size_t early_bytes, early_max; /* held in early_t messages; the bound (TDIST_P2P_BUFFER_MB) */
 } tcp_t;
 
@@ -185,6 +185,7 @@ static void tcp_destroy(tdist__transport_t *base) {
     }
   free(t->rx);
   free(t->copies_sent);
+  free(t->copies_recv);
   free(t->busy);
   free(t->gone);
   if (t->fds)
@@ -232,12 +233,13 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   t->busy = calloc((size_t)t->size, 1);
   t->rx = calloc((size_t)t->size, sizeof *t->rx);
   t->copies_sent = calloc((size_t)t->size, sizeof *t->copies_sent);
+  t->copies_recv = calloc((size_t)t->size, sizeof *t->copies_recv);
   t->early_max = (size_t)tdist__param_int(TDIST__P_P2P_BUFFER_MB) << 20;
   keys = calloc((size_t)t->size, sizeof *keys);
   vals = calloc((size_t)t->size, sizeof *vals);
   lens = calloc((size_t)t->size, sizeof *lens);
   if (!t->fds || !t->addr || !t->pfds || !t->pidx || !keys || !vals || !lens || shm_r || !t->gone ||
-      !t->busy || !t->rx || !t->copies_sent) {
+      !t->busy || !t->rx || !t->copies_sent || !t->copies_recv) {
     st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
     goto done;
   }
@@ -632,6 +634,13 @@ static int copy_in(tcp_t *t, int peer, uint8_t *dst, uint64_t addr, size_t len, 
     }
     done += (size_t)n;
   }
+  if (tdist__shm_ring_is_revoked(t->shm.in_ring[peer], ++t->copies_recv[peer])) {
+    snprintf(why, wcap,
+             "rank %d (%s) gave up on its message of %zu bytes while this rank copied it (that "
+             "rank failed)",
+             peer, t->addr[peer], len);
+    return -ECANCELED;
+  }
   tdist__shm_ring_copied(t->shm.in_ring[peer]);
   tdist__shm_ring_doorbell(&t->shm.peer_seg[peer]); /* the sender may sleep until then */
   return 1;
@@ -841,6 +850,7 @@ static int step(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
 static tdist_status_t drain_fail(tcp_t *t, int peer, int r, const char *what, const char *why) {
   if (r == -EPROTO) return tdist__pg_fail(t->pg, TDIST_ERR_PROTOCOL, "%s: %s", what, why);
   if (r == -ENOBUFS) return tdist__pg_fail(t->pg, TDIST_ERR_NO_MEMORY, "%s: %s", what, why);
+  if (r == -ECANCELED) return tdist__pg_fail(t->pg, TDIST_ERR_REMOTE, "%s: %s", what, why);
   return tdist__pg_fail(t->pg, TDIST_ERR_SYSTEM, "%s: reading ahead from rank %d (%s): %s", what,
                         peer, t->addr[peer], strerror(-r));
 }
@@ -851,6 +861,7 @@ static tdist_status_t xfer_fail(tcp_t *t, const tdist__xfer_t *x, int r, const c
   tdist_pg_t *pg = t->pg;
   if (r == -EPROTO) return tdist__pg_fail(pg, TDIST_ERR_PROTOCOL, "%s: %s", what, why);
   if (r == -ENOBUFS) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "%s: %s", what, why);
+  if (r == -ECANCELED) return tdist__pg_fail(pg, TDIST_ERR_REMOTE, "%s: %s", what, why);
   if (r == -TDIST__ECLOSED || r == -ECONNRESET || r == -EPIPE)
     return tdist__pg_fail(pg, TDIST_ERR_REMOTE,
                           "%s: rank %d (%s) closed the connection (did that process exit "
@@ -860,9 +871,8 @@ static tdist_status_t xfer_fail(tcp_t *t, const tdist__xfer_t *x, int r, const c
                         x->is_send ? "send" : "receive", x->peer, t->addr[x->peer], strerror(-r));
 }
 
-static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, int n,
-                                   int64_t deadline, const char *what) {
-  tcp_t *t = (tcp_t *)base;
+static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadline,
+                               const char *what) {
   tdist_pg_t *pg = t->pg;
   /* Adaptive spinning (TCP): spin_ns grows while peers answer within the spin and halves when
    * we end up sleeping in poll anyway (a busy machine, or a slow peer), down to 0; at 0 it is
@@ -1046,4 +1056,15 @@ static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, i
                             what, (long long)pg->timeout_ms, ranks);
     }
   }
+}
+
+static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, int n,
+                                   int64_t deadline, const char *what) {
+  tcp_t *t = (tcp_t *)base;
+  tdist_status_t st = exchange(t, x, n, deadline, what);
+  /* Failed with single copies still unread: their buffers go back to the caller now. */
+  for (int i = 0; st && i < n; i++)
+    if (x[i].is_send && x[i].copy_seq && !x[i].complete)
+      tdist__shm_ring_revoke(t->shm.out_ring[x[i].peer], x[i].copy_seq);
+  return st;
 }
