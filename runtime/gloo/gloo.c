@@ -370,7 +370,7 @@ static tdist_status_t all_gather_v(ctx_t *c, uint8_t *out, const uint8_t *in, co
   int p = c->pg->size, r = c->pg->rank;
   if (counts[r]) memmove(out + displs[r] * es, in, counts[r] * es);
   if (p == 1) return TDIST_OK;
-  int even = p > 2 && counts[0] * es * (size_t)p <= RD_MAX_BYTES;
+  int even = p > 2 && counts[0] && counts[0] * es * (size_t)p <= RD_MAX_BYTES;
   for (int i = 0; even && i < p; i++) even = counts[i] == counts[0] && displs[i] == i * counts[0];
   return even ? bruck_all_gather(c, out, counts[0] * es)
               : ring_all_gather(c, out, counts, displs, es);
