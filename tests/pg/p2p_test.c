@@ -25,11 +25,38 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <signal.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "check.h"
+#include "logcap.h"
 #include "ranks.h"
 #include "rng.h"
 
 static uint64_t g_seed;
+static int g_pass;       /* 0: single copies on, 1: off (rings only), 2: TCP */
+static int g_copy_works; /* this machine lets a process read a sibling's memory */
+
+/* Whether process_vm_readv may read a forked child's memory here (same user; no seccomp or Yama
+ * rule against it): then the single-copy pass must really use it. */
+static int probe_copy(void) {
+  static volatile uint64_t word = 0x5eed;
+  pid_t pid = fork();
+  if (pid == 0) {
+    pause();
+    _exit(0);
+  }
+  uint64_t v = 0;
+  struct iovec l = {&v, sizeof v}, r = {(void *)&word, sizeof v};
+  int ok = pid > 0 && process_vm_readv(pid, &l, 1, &r, 1, 0) == (ssize_t)sizeof v && v == word;
+  if (pid > 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+  }
+  return ok;
+}
 
 static uint8_t byte_of(uint64_t stream, size_t i) {
   return (uint8_t)(tdist_test_rand(g_seed, stream, i / 8) >> (8 * (i % 8)));
@@ -135,7 +162,16 @@ static int body_a(int rank, int world, int port, void *arg) {
 
 static int body_b(int rank, int world, int port, void *arg) {
   tdist_store_t *store;
+  logcap_begin("p2p");
   tdist_pg_t *pg = init(rank, world, port, &store);
+  /* Which way the 8 MiB messages go: straight from the sender's memory, or through the rings. */
+  char *log = logcap_end();
+  char want[64];
+  snprintf(want, sizeof want, "%d of which read large messages",
+           g_pass == 0 && g_copy_works ? 2 : 0);
+  if (g_pass < 2 && world == 3 && !strstr(log, want))
+    TEST_FAIL("rank %d: expected \"%s\" in its log:\n%s", rank, want, log);
+  free(log);
   size_t n = (size_t)8 << 20;
   int right = (rank + 1) % world, left = (rank + world - 1) % world;
   uint8_t *out = malloc(n), *in = malloc(n);
@@ -392,10 +428,14 @@ static int want(char scenario) {
 }
 
 int main(void) {
+  logcap_enable_debug();
   g_seed = test_rng_init("p2p_test", 0);
+  g_copy_works = probe_copy();
+  TEST_LOG("process_vm_readv between processes: %s", g_copy_works ? "allowed" : "refused");
   /* Shared memory with single copies of large messages (where this machine allows them), with
    * every message through the rings, then TCP. */
   for (int pass = 0; pass < 3; pass++) {
+    g_pass = pass;
     setenv("TDIST_SHM", pass < 2 ? "1" : "0", 1);
     setenv("TDIST_SHM_SINGLE_COPY", pass == 0 ? "1" : "0", 1);
     TEST_LOG("transport: %s", pass == 0   ? "shared memory, single copies"
