@@ -613,6 +613,29 @@ static tdist_status_t gloo_run(tdist_pg_t *pg, const tdist__coll_t *k, int64_t d
   }
 }
 
+/* Queued sends and receives in one exchange: each keeps its own tag; the transport keeps their
+ * order per peer and direction. */
+static tdist_status_t gloo_run_p2p(tdist_pg_t *pg, const tdist__coll_t *const *k, int n,
+                                   int64_t dl) {
+  if (!pg->be_state)
+    return tdist__pg_fail(pg, TDIST_ERR_INVALID_USAGE, "%s: the process group was finalized",
+                          tdist__coll_name(k[0]->kind));
+  char what[64];
+  tdist__coll_what(what, k[0]->kind, k[0]->seq);
+  ctx_t c = {pg, dl, what, 0};
+  tdist__xfer_t x[TDIST__P2P_BATCH_MAX];
+  if (tdist__log_enabled(TDIST__LOG_DEBUG))
+    tdist__log(TDIST__LOG_DEBUG, "gloo", "rank %d: %d queued sends/receives at once from %s",
+               pg->rank, n, what);
+  for (int i = 0; i < n && i < TDIST__P2P_BATCH_MAX; i++) {
+    size_t bytes = k[i]->count * tdist_dtype_size(k[i]->dtype);
+    c.tag = (uint32_t)k[i]->tag & ~TDIST__XFER_COLL_TAG;
+    x[i] = k[i]->kind == TDIST__COLL_SEND ? xsend(&c, k[i]->peer, k[i]->in, bytes)
+                                          : xrecv(&c, k[i]->peer, k[i]->out, bytes);
+  }
+  return xchg(&c, x, n < TDIST__P2P_BATCH_MAX ? n : TDIST__P2P_BATCH_MAX);
+}
+
 static void gloo_hangup(tdist_pg_t *pg) {
   if (G(pg) && G(pg)->tp && G(pg)->tp->hangup) G(pg)->tp->hangup(G(pg)->tp);
 }
@@ -621,4 +644,5 @@ const tdist__backend_t tdist__gloo_backend = {.name = "gloo",
                                               .connect = gloo_connect,
                                               .destroy = gloo_destroy,
                                               .run = gloo_run,
+                                              .run_p2p = gloo_run_p2p,
                                               .hangup = gloo_hangup};

@@ -34,6 +34,26 @@ tdist_status_t tdist__pg_run(tdist_pg_t *pg, tdist__coll_t *c) {
   return st;
 }
 
+tdist_status_t tdist__pg_run_p2p(tdist_pg_t *pg, tdist__coll_t *const *c, int n) {
+  if (atomic_load(&pg->aborted))
+    return tdist__fail(pg->sticky, "%s: process group is aborted after an earlier failure: %s",
+                       tdist__coll_name(c[0]->kind), pg->err);
+  int64_t now = tdist__now_ns();
+  int64_t deadline = now / 1000000 + pg->timeout_ms;
+  tdist__stats_op_t sop[TDIST__P2P_BATCH_MAX];
+  for (int i = 0; i < n; i++) tdist__stats_begin(pg->stats_group, pg->size, c[i], now, &sop[i]);
+  tdist_status_t st = pg->be->run_p2p(pg, (const tdist__coll_t *const *)c, n, deadline);
+  for (int i = 0; i < n; i++) tdist__stats_end(pg->stats_group, c[i], &sop[i], st);
+  if (st) {
+    if (!atomic_load(&pg->aborted)) {
+      st = tdist__pg_share_failure(pg, st);
+      tdist__pg_set_sticky(pg, st);
+    }
+    tdist__fail(st, "%s", pg->err);
+  }
+  return st;
+}
+
 void tdist__coll_free_arrays(tdist__coll_t *c) {
   if (c->owned_arrays) free(c->counts);
   c->owned_arrays = 0;

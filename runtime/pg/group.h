@@ -37,6 +37,9 @@ void tdist__pg_set_sticky(tdist_pg_t *pg, tdist_status_t st);
 
 /* coll.c: runs one collective on this thread (statistics, sticky error). */
 tdist_status_t tdist__pg_run(tdist_pg_t *pg, tdist__coll_t *c);
+/* The same for n (<= TDIST__P2P_BATCH_MAX) queued sends and receives at once, through the
+ * backend's run_p2p; they share the one status returned. */
+tdist_status_t tdist__pg_run_p2p(tdist_pg_t *pg, tdist__coll_t *const *c, int n);
 /* Frees the arrays a descriptor owns (owned_arrays); they are one allocation at `counts`. */
 void tdist__coll_free_arrays(tdist__coll_t *c);
 

@@ -49,6 +49,8 @@ const char *tdist__coll_name(tdist__coll_kind_t kind);
 #define TDIST__WHAT_MAX 48 /* the longest name (17) + " #" + 20 digits + NUL */
 const char *tdist__coll_what(char out[TDIST__WHAT_MAX], tdist__coll_kind_t kind, uint64_t seq);
 
+#define TDIST__P2P_BATCH_MAX 64 /* sends and receives one run_p2p call takes at most */
+
 typedef struct tdist__backend {
   const char *name;
   /* Connects the backend among the group's ranks (store under pg->store). */
@@ -57,6 +59,11 @@ typedef struct tdist__backend {
   /* Runs one collective; must honour the deadline and pg->abort_fd. Returns TDIST_OK or an
    * error after writing the detail with tdist__pg_fail. */
   tdist_status_t (*run)(tdist_pg_t *pg, const tdist__coll_t *c, int64_t deadline_ms);
+  /* Optional. Runs n queued sends and receives together (list order kept per peer and
+   * direction), so that async ones submitted back to back progress at once; same contract as
+   * run. Without it the worker runs them one by one. */
+  tdist_status_t (*run_p2p)(tdist_pg_t *pg, const tdist__coll_t *const *c, int n,
+                            int64_t deadline_ms);
   /* Optional. Refuses, before it is queued, a call this backend cannot run (after coll.c's own
    * argument checks); the error goes through tdist__pg_fail and does not fail the group. */
   tdist_status_t (*check)(tdist_pg_t *pg, const tdist__coll_t *c);

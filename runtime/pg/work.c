@@ -30,25 +30,46 @@ struct tdist_work_s {
       return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, fn ": work handle is NULL or destroyed"); \
   } while (0)
 
+static int is_p2p(const tdist_work_t *w) {
+  return w->coll.kind == TDIST__COLL_SEND || w->coll.kind == TDIST__COLL_RECV;
+}
+
+static tdist_work_t *pop(tdist_pg_t *pg) {
+  tdist_work_t *w = pg->qhead;
+  pg->qhead = w->next;
+  if (!pg->qhead) pg->qtail = NULL;
+  return w;
+}
+
+/* Takes the next op off the queue, or, where the backend can run sends and receives together,
+ * every send and receive queued in a row from there (an isend and an irecv submitted back to
+ * back then progress at once instead of the first waiting for the second's peer). */
 static void *worker_main(void *arg) {
   tdist_pg_t *pg = arg;
+  tdist_work_t *batch[TDIST__P2P_BATCH_MAX];
+  tdist__coll_t *colls[TDIST__P2P_BATCH_MAX];
   pthread_mutex_lock(&pg->mu);
   for (;;) {
     while (!pg->qhead && !pg->stopping) pthread_cond_wait(&pg->cv, &pg->mu);
     if (!pg->qhead) break; /* stopping and drained */
-    tdist_work_t *w = pg->qhead;
-    pg->qhead = w->next;
-    if (!pg->qhead) pg->qtail = NULL;
+    int n = 0;
+    batch[n++] = pop(pg);
+    if (pg->be->run_p2p && is_p2p(batch[0]))
+      while (n < TDIST__P2P_BATCH_MAX && pg->qhead && is_p2p(pg->qhead)) batch[n++] = pop(pg);
     pg->running = 1; /* tdist__pg_drain and destroy must see work that left the queue */
     pthread_mutex_unlock(&pg->mu);
-    tdist_status_t st = tdist__pg_run(pg, &w->coll);
+    for (int i = 0; i < n; i++) colls[i] = &batch[i]->coll;
+    tdist_status_t st = n == 1 ? tdist__pg_run(pg, colls[0]) : tdist__pg_run_p2p(pg, colls, n);
     pthread_mutex_lock(&pg->mu);
     pg->running = 0;
-    w->status = st;
-    w->done = 1;
-    if (w->abandoned) {
-      tdist__coll_free_arrays(&w->coll);
-      free(w);
+    for (int i = 0; i < n; i++) {
+      tdist_work_t *w = batch[i];
+      w->status = st;
+      w->done = 1;
+      if (w->abandoned) {
+        tdist__coll_free_arrays(&w->coll);
+        free(w);
+      }
     }
     pthread_cond_broadcast(&pg->cv);
   }

@@ -15,6 +15,8 @@
  *      blocking) interleaved with messages between random pairs on 4 tags, each sent async or
  *      blocking at its place in the program and received async or blocking 0-5 steps later,
  *      with random waits in between; every result compared with the model's;
+ *   F. an async send and receive that wait in the queue behind a barrier run as one exchange
+ *      (checked in the debug log) and both arrive whole;
  *   E. errors: a receive whose size differs from the held message of its tag names the tag and
  *      both sizes (TDIST_ERR_PROTOCOL); more held than TDIST_P2P_BUFFER_MB fails with a message
  *      naming the variable (TDIST_ERR_NO_MEMORY), and the sender is not left hanging.
@@ -374,6 +376,40 @@ static int body_d(int rank, int world, int port, void *arg) {
   return 0;
 }
 
+/* ---- F ------------------------------------------------------------------------------------ */
+
+/* Rank 1 queues an async barrier, then an async 8 MiB send and receive, which wait behind the
+ * barrier until rank 0 comes 50 ms later: its worker then runs the two together (one exchange,
+ * said in its debug log) and both arrive whole. */
+static int body_f(int rank, int world, int port, void *arg) {
+  tdist_store_t *store;
+  tdist_pg_t *pg = init(rank, world, port, &store);
+  size_t n = (size_t)8 << 20;
+  uint8_t *out = malloc(n), *in = calloc(1, n);
+  fill(out, n, 6000 + (uint64_t)rank);
+  if (rank == 0) usleep(50000);
+  tdist_work_t *w[3] = {0};
+  logcap_begin("p2p-batch");
+  CHECK_OK_MSG(tdist_barrier_async(pg, &w[0]), tdist_pg_last_error(pg));
+  CHECK_OK_MSG(tdist_send_async(pg, out, n, TDIST_UINT8, 1 - rank, 9, &w[1]),
+               tdist_pg_last_error(pg));
+  CHECK_OK_MSG(tdist_recv_async(pg, in, n, TDIST_UINT8, 1 - rank, 9, &w[2]),
+               tdist_pg_last_error(pg));
+  for (int i = 0; i < 3; i++) {
+    CHECK_OK_MSG(tdist_work_wait(w[i], -1), tdist_pg_last_error(pg));
+    tdist_work_destroy(w[i]);
+  }
+  char *log = logcap_end();
+  if (rank == 1 && !strstr(log, "rank 1: 2 queued sends/receives at once"))
+    TEST_FAIL("rank 1 did not run its queued send and receive together; its log:\n%s", log);
+  free(log);
+  CHECK(same(in, n, 6000 + (uint64_t)(1 - rank)));
+  free(out);
+  free(in);
+  done(pg, store);
+  return 0;
+}
+
 /* ---- E ------------------------------------------------------------------------------------ */
 
 static int body_e_size(int rank, int world, int port, void *arg) {
@@ -463,6 +499,10 @@ int main(void) {
         g_seed += 0x9e3779b97f4a7c15ull;
       }
       g_seed -= 3 * 0x9e3779b97f4a7c15ull;
+    }
+    if (want('F')) {
+      TEST_LOG("F: an async send and receive queued behind a barrier run together");
+      CHECK_EQ_INT(tdist_test_run_ranks(2, 60000, body_f, NULL), 0);
     }
     if (want('E')) {
       TEST_LOG("E: size mismatch on a held message; the buffer bound");
