@@ -862,6 +862,11 @@ static tdist_status_t xfer_fail(tcp_t *t, const tdist__xfer_t *x, int r, const c
   if (r == -EPROTO) return tdist__pg_fail(pg, TDIST_ERR_PROTOCOL, "%s: %s", what, why);
   if (r == -ENOBUFS) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "%s: %s", what, why);
   if (r == -ECANCELED) return tdist__pg_fail(pg, TDIST_ERR_REMOTE, "%s: %s", what, why);
+  if ((r == -TDIST__ECLOSED || r == -ECONNRESET || r == -EPIPE) && t->shm.in_ring[x->peer])
+    return tdist__pg_fail(pg, TDIST_ERR_REMOTE, /* a single copy found the process gone */
+                          "%s: rank %d (%s, same host) closed its connection (did that process "
+                          "exit or crash?)",
+                          what, x->peer, t->addr[x->peer]);
   if (r == -TDIST__ECLOSED || r == -ECONNRESET || r == -EPIPE)
     return tdist__pg_fail(pg, TDIST_ERR_REMOTE,
                           "%s: rank %d (%s) closed the connection (did that process exit "
