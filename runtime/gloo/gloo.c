@@ -241,23 +241,17 @@ static tdist_status_t broadcast_chain(ctx_t *c, uint8_t *buf, size_t bytes, int 
   int p = c->pg->size, r = c->pg->rank, vr = mod(r - root, p);
   int prev = mod(r - 1, p), next = vr < p - 1 ? mod(r + 1, p) : -1;
   size_t ns = nseg(bytes, SEG_BYTES);
-  if (vr == 0 || next < 0) { /* the root only sends, the last only receives: all in one call */
-    tdist__xfer_t *x = calloc(ns, sizeof *x);
-    if (!x) return nomem(c->pg, c->what, ns * sizeof *x);
-    for (size_t k = 0; k < ns; k++) {
-      uint8_t *seg = buf + k * SEG_BYTES;
-      size_t len = seg_len(bytes, SEG_BYTES, k);
-      x[k] = vr == 0 ? xsend(c, next, seg, len) : xrecv(c, prev, seg, len);
-    }
-    tdist_status_t st = xchg(c, x, (int)ns);
-    free(x);
-    return st;
-  }
+  /* One call per segment (the root only sends, the last rank only receives): messages to one
+   * peer go one at a time anyway, and a call over every segment at once would rescan them all
+   * on each pass. */
   for (size_t k = 0; k <= ns; k++) {
     tdist__xfer_t x[2];
     int n = 0;
-    if (k < ns) x[n++] = xrecv(c, prev, buf + k * SEG_BYTES, seg_len(bytes, SEG_BYTES, k));
-    if (k > 0) x[n++] = xsend(c, next, buf + (k - 1) * SEG_BYTES, seg_len(bytes, SEG_BYTES, k - 1));
+    if (k < ns && vr > 0)
+      x[n++] = xrecv(c, prev, buf + k * SEG_BYTES, seg_len(bytes, SEG_BYTES, k));
+    if (k > 0 && next >= 0)
+      x[n++] = xsend(c, next, buf + (k - 1) * SEG_BYTES, seg_len(bytes, SEG_BYTES, k - 1));
+    if (!n) continue;
     tdist_status_t st = xchg(c, x, n);
     if (st) return st;
   }
