@@ -14,16 +14,19 @@
 #include "runtime/pg/reduce.h"
 #include "runtime/pg/stats.h"
 
-tdist_status_t tdist__pg_run(tdist_pg_t *pg, tdist__coll_t *c) {
+/* Runs n ops (n > 1: queued sends and receives, through run_p2p) with one deadline, their
+ * statistics, and the group's failure handling. */
+static tdist_status_t run_ops(tdist_pg_t *pg, tdist__coll_t *const *c, int n) {
   if (atomic_load(&pg->aborted))
     return tdist__fail(pg->sticky, "%s: process group is aborted after an earlier failure: %s",
-                       tdist__coll_name(c->kind), pg->err);
+                       tdist__coll_name(c[0]->kind), pg->err);
   int64_t now = tdist__now_ns(); /* one clock reading for the deadline and the statistics */
   int64_t deadline = now / 1000000 + pg->timeout_ms;
-  tdist__stats_op_t sop;
-  tdist__stats_begin(pg->stats_group, pg->size, c, now, &sop);
-  tdist_status_t st = pg->be->run(pg, c, deadline);
-  tdist__stats_end(pg->stats_group, c, &sop, st);
+  tdist__stats_op_t sop[TDIST__P2P_BATCH_MAX];
+  for (int i = 0; i < n; i++) tdist__stats_begin(pg->stats_group, pg->size, c[i], now, &sop[i]);
+  tdist_status_t st = n == 1 ? pg->be->run(pg, c[0], deadline)
+                             : pg->be->run_p2p(pg, (const tdist__coll_t *const *)c, n, deadline);
+  for (int i = 0; i < n; i++) tdist__stats_end(pg->stats_group, c[i], &sop[i], st);
   if (st) {
     if (!atomic_load(&pg->aborted)) {
       st = tdist__pg_share_failure(pg, st);
@@ -34,24 +37,10 @@ tdist_status_t tdist__pg_run(tdist_pg_t *pg, tdist__coll_t *c) {
   return st;
 }
 
+tdist_status_t tdist__pg_run(tdist_pg_t *pg, tdist__coll_t *c) { return run_ops(pg, &c, 1); }
+
 tdist_status_t tdist__pg_run_p2p(tdist_pg_t *pg, tdist__coll_t *const *c, int n) {
-  if (atomic_load(&pg->aborted))
-    return tdist__fail(pg->sticky, "%s: process group is aborted after an earlier failure: %s",
-                       tdist__coll_name(c[0]->kind), pg->err);
-  int64_t now = tdist__now_ns();
-  int64_t deadline = now / 1000000 + pg->timeout_ms;
-  tdist__stats_op_t sop[TDIST__P2P_BATCH_MAX];
-  for (int i = 0; i < n; i++) tdist__stats_begin(pg->stats_group, pg->size, c[i], now, &sop[i]);
-  tdist_status_t st = pg->be->run_p2p(pg, (const tdist__coll_t *const *)c, n, deadline);
-  for (int i = 0; i < n; i++) tdist__stats_end(pg->stats_group, c[i], &sop[i], st);
-  if (st) {
-    if (!atomic_load(&pg->aborted)) {
-      st = tdist__pg_share_failure(pg, st);
-      tdist__pg_set_sticky(pg, st);
-    }
-    tdist__fail(st, "%s", pg->err);
-  }
-  return st;
+  return run_ops(pg, c, n);
 }
 
 void tdist__coll_free_arrays(tdist__coll_t *c) {
