@@ -592,6 +592,24 @@ static int early_take(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
   return 1;
 }
 
+/* Checks a message header read from peer's stream: a tdist message (plain or single-copy) of a
+ * plausible length. 0, or -EPROTO with the detail in why. */
+static int check_hdr(tcp_t *t, int peer, const uint8_t *hdr, char *why, size_t wcap) {
+  uint32_t magic = tdist__get_u32(hdr);
+  uint64_t len = tdist__get_u64(hdr + 8);
+  if (magic != MSG_MAGIC && magic != MSG_MAGIC_COPY) {
+    snprintf(why, wcap, "rank %d (%s) sent bytes that are not a tdist message", peer,
+             t->addr[peer]);
+    return -EPROTO;
+  }
+  if (len > SIZE_MAX / 2) {
+    snprintf(why, wcap, "rank %d (%s) sent a header claiming %llu bytes", peer, t->addr[peer],
+             (unsigned long long)len);
+    return -EPROTO;
+  }
+  return 0;
+}
+
 /* After a single-copy header: the payload's address, from the `got` bytes read after the header
  * into first (the rest goes back to the stream) and then the stream. 1 or -EPROTO. */
 static int copy_addr(tcp_t *t, int peer, const uint8_t *first, size_t got, uint64_t *addr,
@@ -680,19 +698,11 @@ static int step_recv(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
   }
   x->done += rr;
   if (!had_hdr && x->hdr_done == 16) {
-    uint32_t magic = tdist__get_u32(x->hdr), tag = tdist__get_u32(x->hdr + 4);
+    uint32_t tag = tdist__get_u32(x->hdr + 4);
     uint64_t len = tdist__get_u64(x->hdr + 8), addr = 0;
-    if (magic != MSG_MAGIC && magic != MSG_MAGIC_COPY) {
-      snprintf(why, wcap, "rank %d (%s) sent bytes that are not a tdist message", x->peer,
-               t->addr[x->peer]);
-      return -EPROTO;
-    }
-    if (len > SIZE_MAX / 2) {
-      snprintf(why, wcap, "rank %d (%s) sent a header claiming %llu bytes", x->peer,
-               t->addr[x->peer], (unsigned long long)len);
-      return -EPROTO;
-    }
-    int copy = magic == MSG_MAGIC_COPY;
+    int bad = check_hdr(t, x->peer, x->hdr, why, wcap);
+    if (bad) return bad;
+    int copy = tdist__get_u32(x->hdr) == MSG_MAGIC_COPY;
     if (copy) { /* what was read after the header is the address (and maybe what follows) */
       int r = copy_addr(t, x->peer, x->buf, x->done, &addr, why, wcap);
       x->done = 0;
@@ -759,19 +769,10 @@ static int drain(tcp_t *t, int peer, char *why, size_t wcap) {
     q->drain_stop = got == 16 || closed;
     return 0;
   }
-  uint32_t magic = tdist__get_u32(hdr);
-  if (magic != MSG_MAGIC && magic != MSG_MAGIC_COPY) {
-    snprintf(why, wcap, "rank %d (%s) sent bytes that are not a tdist message", peer,
-             t->addr[peer]);
-    return -EPROTO;
-  }
+  int bad = check_hdr(t, peer, hdr, why, wcap);
+  if (bad) return bad;
   uint64_t len = tdist__get_u64(hdr + 8), addr;
-  if (len > SIZE_MAX / 2) {
-    snprintf(why, wcap, "rank %d (%s) sent a header claiming %llu bytes", peer, t->addr[peer],
-             (unsigned long long)len);
-    return -EPROTO;
-  }
-  if (magic == MSG_MAGIC_COPY) {
+  if (tdist__get_u32(hdr) == MSG_MAGIC_COPY) {
     int r = copy_addr(t, peer, NULL, 0, &addr, why, wcap);
     return r < 0 ? r : early_copy(t, peer, tag, (size_t)len, addr, why, wcap);
   }
@@ -846,11 +847,17 @@ static int step(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
   return 1;
 }
 
+/* The status of the failures whose detail is in why (-EPROTO, -ENOBUFS, -ECANCELED), else 0. */
+static tdist_status_t why_status(int r) {
+  return r == -EPROTO      ? TDIST_ERR_PROTOCOL
+         : r == -ENOBUFS   ? TDIST_ERR_NO_MEMORY
+         : r == -ECANCELED ? TDIST_ERR_REMOTE
+                           : TDIST_OK;
+}
+
 /* The group's error for a drain of peer's stream that failed with r (<0). */
 static tdist_status_t drain_fail(tcp_t *t, int peer, int r, const char *what, const char *why) {
-  if (r == -EPROTO) return tdist__pg_fail(t->pg, TDIST_ERR_PROTOCOL, "%s: %s", what, why);
-  if (r == -ENOBUFS) return tdist__pg_fail(t->pg, TDIST_ERR_NO_MEMORY, "%s: %s", what, why);
-  if (r == -ECANCELED) return tdist__pg_fail(t->pg, TDIST_ERR_REMOTE, "%s: %s", what, why);
+  if (why_status(r)) return tdist__pg_fail(t->pg, why_status(r), "%s: %s", what, why);
   return tdist__pg_fail(t->pg, TDIST_ERR_SYSTEM, "%s: reading ahead from rank %d (%s): %s", what,
                         peer, t->addr[peer], strerror(-r));
 }
@@ -859,9 +866,7 @@ static tdist_status_t drain_fail(tcp_t *t, int peer, int r, const char *what, co
 static tdist_status_t xfer_fail(tcp_t *t, const tdist__xfer_t *x, int r, const char *what,
                                 const char *why) {
   tdist_pg_t *pg = t->pg;
-  if (r == -EPROTO) return tdist__pg_fail(pg, TDIST_ERR_PROTOCOL, "%s: %s", what, why);
-  if (r == -ENOBUFS) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "%s: %s", what, why);
-  if (r == -ECANCELED) return tdist__pg_fail(pg, TDIST_ERR_REMOTE, "%s: %s", what, why);
+  if (why_status(r)) return tdist__pg_fail(pg, why_status(r), "%s: %s", what, why);
   if ((r == -TDIST__ECLOSED || r == -ECONNRESET || r == -EPIPE) && t->shm.in_ring[x->peer])
     return tdist__pg_fail(pg, TDIST_ERR_REMOTE, /* a single copy found the process gone */
                           "%s: rank %d (%s, same host) closed its connection (did that process "
