@@ -61,7 +61,7 @@ static tdist_status_t nomem(tdist_pg_t *pg, const char *what, size_t bytes) {
 typedef struct {
   tdist_pg_t *pg;
   int64_t dl;
-  const char *what;
+  tdist__what_t *what;
   uint32_t tag;
 } ctx_t;
 
@@ -109,7 +109,7 @@ static tdist_status_t allreduce_rd(ctx_t *c, uint8_t *buf, size_t count, tdist_d
   int p = pg->size, r = pg->rank;
   size_t bytes = count * tdist_dtype_size(dt);
   uint8_t *tmp = scratch(pg, bytes);
-  if (!tmp) return nomem(pg, c->what, bytes);
+  if (!tmp) return nomem(pg, tdist__what(c->what), bytes);
   int pof2 = 1;
   while (pof2 * 2 <= p) pof2 *= 2;
   int rem = p - pof2, newrank;
@@ -198,7 +198,7 @@ static tdist_status_t allreduce_ring(ctx_t *c, uint8_t *buf, size_t count, tdist
   uint8_t *tmp = scratch(pg, maxblk);
   if (!cd || !tmp) {
     free(cd);
-    return nomem(pg, c->what, maxblk);
+    return nomem(pg, tdist__what(c->what), maxblk);
   }
   for (int i = 0; i < p; i++) {
     cd[i] = blk_count(count, p, i);
@@ -290,7 +290,7 @@ static tdist_status_t reduce(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t
   tdist_reduce_op_t eff = avg ? TDIST_SUM : op;
   size_t bytes = count * tdist_dtype_size(dt);
   uint8_t *tmp = scratch(pg, bytes);
-  if (!tmp) return nomem(pg, c->what, bytes);
+  if (!tmp) return nomem(pg, tdist__what(c->what), bytes);
   int vr = mod(r - root, p);
   tdist_status_t st;
   for (int mask = 1; mask < p; mask <<= 1) {
@@ -318,7 +318,7 @@ static tdist_status_t gather_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
     return xchg(c, &x, 1);
   }
   tdist__xfer_t *x = calloc((size_t)p, sizeof *x);
-  if (!x) return nomem(pg, c->what, (size_t)p * sizeof *x);
+  if (!x) return nomem(pg, tdist__what(c->what), (size_t)p * sizeof *x);
   int n = 0;
   for (int i = 0; i < p; i++) {
     if (i == r) continue;
@@ -347,7 +347,7 @@ static tdist_status_t bruck_all_gather(ctx_t *c, uint8_t *out, size_t blk) {
   tdist_pg_t *pg = c->pg;
   int p = pg->size, r = pg->rank;
   uint8_t *tmp = scratch(pg, (size_t)p * blk);
-  if (!tmp) return nomem(pg, c->what, (size_t)p * blk);
+  if (!tmp) return nomem(pg, tdist__what(c->what), (size_t)p * blk);
   memcpy(tmp, out + (size_t)r * blk, blk);
   for (int k = 1; k < p; k <<= 1) {
     size_t n = (size_t)(k < p - k ? k : p - k);
@@ -380,7 +380,7 @@ static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
     /* Small: all-reduce everything by recursive doubling (log2 p rounds, not p - 1) and keep
      * this rank's block. */
     uint8_t *all = malloc(total ? total : 1);
-    if (!all) return nomem(pg, c->what, total);
+    if (!all) return nomem(pg, tdist__what(c->what), total);
     if (total) memcpy(all, in, total);
     tdist_status_t st = allreduce_rd(c, all, count * (size_t)p, dt, avg ? TDIST_SUM : op);
     if (!st && count) memcpy(out, all + (size_t)r * count * es, count * es);
@@ -390,7 +390,7 @@ static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
   }
   /* One scratch area: the working copy of all blocks, then one receive block. */
   uint8_t *work = scratch(pg, total + count * es);
-  if (!work) return nomem(pg, c->what, total + count * es);
+  if (!work) return nomem(pg, tdist__what(c->what), total + count * es);
   if (total) memcpy(work, in, total);
   tdist_status_t st = p == 1 ? TDIST_OK
                              : ring_reduce_scatter(c, work, count * (size_t)p, dt,
@@ -414,7 +414,7 @@ static tdist_status_t all_to_all_v(ctx_t *c, const tdist__coll_t *k) {
   if (k->counts[r]) memmove(out + k->displs[r] * es, in + k->in_displs[r] * es, k->counts[r] * es);
   if (p == 1) return TDIST_OK;
   tdist__xfer_t *x = calloc(2 * (size_t)p, sizeof *x);
-  if (!x) return nomem(pg, c->what, 2 * (size_t)p * sizeof *x);
+  if (!x) return nomem(pg, tdist__what(c->what), 2 * (size_t)p * sizeof *x);
   int n = 0;
   /* Staggered order (r+s, r-s) spreads the load; the transport runs them all concurrently. */
   for (int s = 1; s < p; s++) {
@@ -448,7 +448,7 @@ static tdist_status_t monitored_barrier(ctx_t *c, int64_t timeout_ms) {
     return xchg(&c2, x, 2);
   }
   tdist__xfer_t *x = calloc((size_t)p, sizeof *x);
-  if (!x) return nomem(pg, c->what, (size_t)p * sizeof *x);
+  if (!x) return nomem(pg, tdist__what(c->what), (size_t)p * sizeof *x);
   for (int i = 1; i < p; i++) x[i - 1] = xrecv(c, i, NULL, 0);
   ctx_t c2 = *c;
   c2.dl = dl;
@@ -515,7 +515,8 @@ static tdist_status_t check_fingerprints(tdist_pg_t *pg, const tdist__coll_t *k,
     cd[i] = 1;
     cd[p + i] = (size_t)i;
   }
-  ctx_t c = {pg, dl, "fingerprint check", FINGERPRINT_TAG};
+  tdist__what_t what = {.fixed = "fingerprint check"};
+  ctx_t c = {pg, dl, &what, FINGERPRINT_TAG};
   tdist_status_t st = all_gather_v(&c, (uint8_t *)all, (uint8_t *)&mine, cd, cd + p, sizeof mine);
   for (int i = 0; !st && i < p; i++) {
     if (memcmp(&all[i], &mine, sizeof mine) != 0) {
@@ -573,9 +574,8 @@ static tdist_status_t gloo_run(tdist_pg_t *pg, const tdist__coll_t *k, int64_t d
   if (!pg->be_state)
     return tdist__pg_fail(pg, TDIST_ERR_INVALID_USAGE, "%s: the process group was finalized",
                           tdist__coll_name(k->kind));
-  char what[64];
-  tdist__coll_what(what, k->kind, k->seq);
-  ctx_t c = {pg, dl, what, COLL_TAG(k->kind)};
+  tdist__what_t what = {.kind = k->kind, .seq = k->seq};
+  ctx_t c = {pg, dl, &what, COLL_TAG(k->kind)};
   size_t es = tdist_dtype_size(k->dtype);
   tdist_status_t st;
   if (G(pg)->fingerprint && pg->size > 1 && k->kind != TDIST__COLL_SEND &&
@@ -614,13 +614,12 @@ static tdist_status_t gloo_run_p2p(tdist_pg_t *pg, const tdist__coll_t *const *k
   if (!pg->be_state)
     return tdist__pg_fail(pg, TDIST_ERR_INVALID_USAGE, "%s: the process group was finalized",
                           tdist__coll_name(k[0]->kind));
-  char what[64];
-  tdist__coll_what(what, k[0]->kind, k[0]->seq);
-  ctx_t c = {pg, dl, what, 0};
+  tdist__what_t what = {.kind = k[0]->kind, .seq = k[0]->seq};
+  ctx_t c = {pg, dl, &what, 0};
   tdist__xfer_t x[TDIST__P2P_BATCH_MAX];
   if (tdist__log_enabled(TDIST__LOG_DEBUG))
     tdist__log(TDIST__LOG_DEBUG, "gloo", "rank %d: %d queued sends/receives at once from %s",
-               pg->rank, n, what);
+               pg->rank, n, tdist__what(&what));
   for (int i = 0; i < n && i < TDIST__P2P_BATCH_MAX; i++) {
     size_t bytes = k[i]->count * tdist_dtype_size(k[i]->dtype);
     c.tag = (uint32_t)k[i]->tag & ~TDIST__XFER_COLL_TAG;

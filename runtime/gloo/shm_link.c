@@ -111,7 +111,8 @@ tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, tdist_pg_t *pg, tdi
     x[n++] =
         (tdist__xfer_t){.peer = i, .is_send = 0, .buf = &flag_in[i], .len = 1, .tag = SETUP_TAG};
   }
-  st = tp->exchange(tp, x, n, deadline, "shared-memory setup");
+  tdist__what_t what = {.fixed = "shared-memory setup"};
+  st = tp->exchange(tp, x, n, deadline, &what);
   int copies = 0;
   tdist__shm_seg_unlink(&l->own); /* everyone who will map it has */
   for (int i = 0; !st && i < size; i++) {

@@ -199,7 +199,7 @@ static void tcp_destroy(tdist__transport_t *base) {
 }
 
 static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, int n,
-                                   int64_t deadline, const char *what);
+                                   int64_t deadline, tdist__what_t *what);
 
 static void tcp_hangup(tdist__transport_t *base) {
   tcp_t *t = (tcp_t *)base;
@@ -856,16 +856,18 @@ static tdist_status_t why_status(int r) {
 }
 
 /* The group's error for a drain of peer's stream that failed with r (<0). */
-static tdist_status_t drain_fail(tcp_t *t, int peer, int r, const char *what, const char *why) {
+static tdist_status_t drain_fail(tcp_t *t, int peer, int r, tdist__what_t *w, const char *why) {
+  const char *what = tdist__what(w);
   if (why_status(r)) return tdist__pg_fail(t->pg, why_status(r), "%s: %s", what, why);
   return tdist__pg_fail(t->pg, TDIST_ERR_SYSTEM, "%s: reading ahead from rank %d (%s): %s", what,
                         peer, t->addr[peer], strerror(-r));
 }
 
 /* The group's error for a transfer that failed with r (<0) on peer. */
-static tdist_status_t xfer_fail(tcp_t *t, const tdist__xfer_t *x, int r, const char *what,
+static tdist_status_t xfer_fail(tcp_t *t, const tdist__xfer_t *x, int r, tdist__what_t *w,
                                 const char *why) {
   tdist_pg_t *pg = t->pg;
+  const char *what = tdist__what(w);
   if (why_status(r)) return tdist__pg_fail(pg, why_status(r), "%s: %s", what, why);
   if ((r == -TDIST__ECLOSED || r == -ECONNRESET || r == -EPIPE) && t->shm.in_ring[x->peer])
     return tdist__pg_fail(pg, TDIST_ERR_REMOTE, /* a single copy found the process gone */
@@ -882,7 +884,7 @@ static tdist_status_t xfer_fail(tcp_t *t, const tdist__xfer_t *x, int r, const c
 }
 
 static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadline,
-                               const char *what) {
+                               tdist__what_t *what) {
   tdist_pg_t *pg = t->pg;
   /* Adaptive spinning (TCP): spin_ns grows while peers answer within the spin and halves when
    * we end up sleeping in poll anyway (a busy machine, or a slow peer), down to 0; at 0 it is
@@ -933,7 +935,7 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
       return TDIST_OK;
     }
     if (atomic_load_explicit(&pg->aborted, memory_order_relaxed))
-      return tdist__pg_fail(pg, TDIST_ERR_ABORTED, "%s: aborted", what);
+      return tdist__pg_fail(pg, TDIST_ERR_ABORTED, "%s: aborted", tdist__what(what));
     /* Nothing moved: take send/recv messages off the streams of peers this call does not
      * receive from (rings: look; sockets: those poll found readable), so that their sends,
      * which may be what they wait in, complete. */
@@ -958,6 +960,7 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
     if (progressed) {
       if (spin_until) spin_until = INT64_MAX;
       shm_spin_until = 0;
+      idle_passes = 0;
       if (armed) tdist__shm_sleep_cancel(&t->shm.own);
       armed = 0;
       continue;
@@ -970,8 +973,17 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
       else
         on_tcp = 1;
     }
-    /* The clock costs as much as a look at the rings: read it on every 16th idle pass. */
-    if ((idle_passes++ & 15) == 0 || !shm_spin_until) now = tdist__now_ns();
+    /* The clock costs as much as a look at the rings: read it on every 16th idle pass, and on
+     * rings not before the fourth (most small messages arrive within the first few looks). */
+    unsigned pass = idle_passes++;
+    if (on_shm && !on_tcp && !shm_spin_until && pass < 3) {
+      if (t->yield && t->pure_spin_ns == 0)
+        sched_yield();
+      else
+        cpu_relax();
+      continue;
+    }
+    if ((pass & 15) == 0 || !shm_spin_until) now = tdist__now_ns();
     if (spin_until == INT64_MAX) spin_until = now + t->spin_ns;
     if (on_shm) {
       /* Rings have no fd to sleep on: spin a while (yielding when ranks outnumber cores), then
@@ -1046,13 +1058,14 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
             return tdist__pg_fail(pg, TDIST_ERR_REMOTE,
                                   "%s: rank %d (%s, same host) closed its connection (did that "
                                   "process exit or crash?)",
-                                  what, xk->peer, t->addr[xk->peer]);
+                                  tdist__what(what), xk->peer, t->addr[xk->peer]);
           gone_seen[xk->peer] = 1;
         }
       }
     }
     if (r < 0 && errno != EINTR)
-      return tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "%s: poll: %s", what, strerror(errno));
+      return tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "%s: poll: %s", tdist__what(what),
+                            strerror(errno));
     if (r == 0 && tdist__now_ms() >= deadline) {
       char ranks[200] = "";
       size_t rl = 0;
@@ -1063,13 +1076,13 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
       return tdist__pg_fail(pg, TDIST_ERR_TIMEOUT,
                             "%s: timed out after %lld ms waiting for rank %s (stuck, or not "
                             "calling the same collective?)",
-                            what, (long long)pg->timeout_ms, ranks);
+                            tdist__what(what), (long long)pg->timeout_ms, ranks);
     }
   }
 }
 
 static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, int n,
-                                   int64_t deadline, const char *what) {
+                                   int64_t deadline, tdist__what_t *what) {
   tcp_t *t = (tcp_t *)base;
   tdist_status_t st = exchange(t, x, n, deadline, what);
   /* Failed with single copies still unread: their buffers go back to the caller now. */

@@ -16,6 +16,8 @@
 
 #include "tdist/status.h"
 
+typedef struct tdist__what tdist__what_t; /* pg_internal.h */
+
 typedef struct tdist_pg_s tdist_pg_t;
 
 #define TDIST__XFER_COLL_TAG                                          \
@@ -42,7 +44,7 @@ struct tdist__transport {
    * (TDIST_ERR_TIMEOUT), abort, or a peer failure, after writing the detail (peer rank and
    * address) into the group's error with tdist__pg_fail. `what` names the collective. */
   tdist_status_t (*exchange)(tdist__transport_t *t, tdist__xfer_t *x, int n, int64_t deadline_ms,
-                             const char *what);
+                             tdist__what_t *what);
   void (*destroy)(tdist__transport_t *t);
   /* Shuts down every connection (the descriptors stay open until destroy) so that peers
    * blocked on this rank see it leave at once instead of at their deadline. Any thread. */

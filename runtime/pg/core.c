@@ -32,6 +32,12 @@ const char *tdist__coll_what(char out[TDIST__WHAT_MAX], tdist__coll_kind_t k, ui
   return out;
 }
 
+const char *tdist__what(tdist__what_t *w) {
+  if (w->fixed) return w->fixed;
+  if (!w->s[0]) tdist__coll_what(w->s, w->kind, w->seq);
+  return w->s;
+}
+
 tdist_status_t tdist__pg_fail(tdist_pg_t *pg, tdist_status_t st, const char *fmt, ...) {
   char msg[TDIST__ERRMSG_MAX];
   va_list ap;

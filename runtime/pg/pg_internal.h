@@ -48,6 +48,15 @@ const char *tdist__coll_name(tdist__coll_kind_t kind);
 /* "all_reduce #12": the collective's name and sequence number, written to out; returns out. */
 #define TDIST__WHAT_MAX 48 /* the longest name (17) + " #" + 20 digits + NUL */
 const char *tdist__coll_what(char out[TDIST__WHAT_MAX], tdist__coll_kind_t kind, uint64_t seq);
+/* A collective's name for error messages, formatted (tdist__coll_what) only when a message needs
+ * it: formatting it before every call was a tenth of a small shared-memory broadcast. */
+typedef struct tdist__what {
+  const char *fixed; /* a name to use as is, or NULL: kind and seq */
+  tdist__coll_kind_t kind;
+  uint64_t seq;
+  char s[TDIST__WHAT_MAX]; /* "" until formatted */
+} tdist__what_t;
+const char *tdist__what(tdist__what_t *w);
 
 #define TDIST__P2P_BATCH_MAX 64 /* sends and receives one run_p2p call takes at most */
 
