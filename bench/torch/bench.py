@@ -15,8 +15,10 @@ default) it starts that many ranks of this script, each with the default group o
   2. DDP step time (forward, backward with DDP's bucketed all_reduce, SGD step) for a small MLP
      (batch 16, and batch 1, where communication dominates), a wider MLP (8.4M parameters, batch
      1: communication is nearly all of the step) and a small conv net on CPU: tdist
-     against gloo, models and data identical, medians, with the step's compute alone (no_sync)
-     and the share of gloo's step that is communication.
+     against gloo, models and data identical, medians, with the step's compute alone (no_sync),
+     the step with free communication (DDP's own bucket work kept, its all_reduce replaced by a
+     comm hook that returns at once: the floor no backend can go under), and the share of
+     gloo's step that is communication.
 tdist and gloo alternate block by block so drift of the machine hits both alike. Prints
 numbers; asserts nothing (bench/torch/run.sh runs it under PyTorch 1.13 and 2.6).
 """
@@ -215,6 +217,11 @@ for size in [parse_size(s) for s in a.sizes.split(",")]:
                                                                    td - base, py - base))
 
 if not a.skip_ddp and WORLD > 1:
+    def free_comm(state, bucket):
+        fut = torch.futures.Future()
+        fut.set_result(bucket.buffer())
+        return fut
+
     def mlp():
         return torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
                                    torch.nn.ReLU(), torch.nn.Linear(1024, 10))
@@ -233,8 +240,9 @@ if not a.skip_ddp and WORLD > 1:
     out()
     out("== DDP step time on CPU, %d ranks, tdist over %s (median of %d steps, slowest rank) =="
         % (WORLD, a.transports, a.ddp_steps))
-    out("%-34s %9s %9s %9s %9s %9s %9s" % ("model, batch per rank", "params", "no-comm", "tdist ms", "gloo ms",
-                                          "tdist/gloo", "comm share"))
+    out("%-34s %9s %9s %9s %9s %9s %9s %9s %9s" % ("model, batch per rank", "params", "no-comm", "free ms",
+                                                   "tdist ms", "gloo ms", "tdist/gloo", "comm share",
+                                                   "comm ratio"))
     for name, make, shape, batch in (("MLP 256-1024-1024-10, 16", mlp, (256,), 16),
                                      ("MLP 256-1024-1024-10, 1", mlp, (256,), 1),
                                      ("MLP 1024-2048-2048-1024-10, 1", wide, (1024,), 1),
@@ -242,15 +250,18 @@ if not a.skip_ddp and WORLD > 1:
         torch.manual_seed(0)
         base = make()
         models, optim = {}, {}
-        for key, grp in (("td", None), ("gl", GLOO)):
+        for key, grp in (("td", None), ("gl", GLOO), ("fr", None)):
             m = make()
             m.load_state_dict(base.state_dict())
             models[key] = torch.nn.parallel.DistributedDataParallel(m, process_group=grp)
             optim[key] = torch.optim.SGD(models[key].parameters(), lr=0.01)
+        # "fr": free communication. DDP still copies gradients into its buckets, calls the hook
+        # per bucket and copies the results back; the hook hands the bucket back at once.
+        models["fr"].register_comm_hook(None, free_comm)
         g = torch.Generator().manual_seed(RANK)
         xb = torch.randn((batch,) + shape, generator=g)
         yb = torch.randint(0, 10, (batch,), generator=g)
-        times = {"td": [], "gl": [], "nc": []}
+        times = {"td": [], "gl": [], "nc": [], "fr": []}
 
         def step(key):
             optim[key].zero_grad()
@@ -260,7 +271,7 @@ if not a.skip_ddp and WORLD > 1:
 
         for i in range(a.ddp_steps + 3):
             # "nc": the same step with DDP's gradient all_reduce skipped (no_sync): the compute.
-            for key in (("td", "gl", "nc") if i % 2 == 0 else ("nc", "gl", "td")):
+            for key in (("td", "gl", "nc", "fr") if i % 2 == 0 else ("fr", "nc", "gl", "td")):
                 dist.barrier(group=GLOO)
                 t0 = time.perf_counter()
                 if key == "nc":
@@ -270,12 +281,15 @@ if not a.skip_ddp and WORLD > 1:
                     step(key)
                 if i >= 3:
                     times[key].append(time.perf_counter() - t0)
-        td, gl, nc = (med_across(statistics.median(times[k])) * 1e3 for k in ("td", "gl", "nc"))
+        td, gl, nc, fr = (med_across(statistics.median(times[k])) * 1e3
+                          for k in ("td", "gl", "nc", "fr"))
         nparam = sum(p.numel() for p in base.parameters())
-        out("%-34s %9d %9.2f %9.2f %9.2f %9.2f %8.0f%%" % (name, nparam, nc, td, gl, td / gl,
-                                                          100.0 * max(gl - nc, 0.0) / gl))
-    out("(no-comm: the tdist model's step under DDP's no_sync(), no gradient all_reduce; comm share:"
-        " (gloo - no-comm) / gloo)")
+        out("%-34s %9d %9.2f %9.2f %9.2f %9.2f %9.2f %8.0f%% %9.2f" % (
+            name, nparam, nc, fr, td, gl, td / gl, 100.0 * max(gl - nc, 0.0) / gl,
+            max(td - fr, 0.0) / max(gl - fr, 1e-9)))
+    out("(no-comm: the step under DDP's no_sync(), no gradient all_reduce; free: DDP's bucket work"
+        " with an all_reduce that costs nothing; comm share: (gloo - no-comm) / gloo; comm ratio:"
+        " (tdist - free) / (gloo - free), what each backend adds to the step)")
 
 dist.barrier(group=GLOO)
 dist.destroy_process_group()
