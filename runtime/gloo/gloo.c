@@ -63,6 +63,7 @@ typedef struct {
   int64_t dl;
   tdist__what_t *what;
   uint32_t tag;
+  int direct; /* the collective moves data without reducing it (xfer.direct) */
 } ctx_t;
 
 static tdist_status_t xchg(ctx_t *c, tdist__xfer_t *x, int n) {
@@ -70,7 +71,12 @@ static tdist_status_t xchg(ctx_t *c, tdist__xfer_t *x, int n) {
 }
 
 static tdist__xfer_t xsend(ctx_t *c, int peer, const void *buf, size_t len) {
-  return (tdist__xfer_t){.peer = peer, .is_send = 1, .buf = (void *)buf, .len = len, .tag = c->tag};
+  return (tdist__xfer_t){.peer = peer,
+                         .is_send = 1,
+                         .buf = (void *)buf,
+                         .len = len,
+                         .tag = c->tag,
+                         .direct = c->direct};
 }
 static tdist__xfer_t xrecv(ctx_t *c, int peer, void *buf, size_t len) {
   return (tdist__xfer_t){.peer = peer, .is_send = 0, .buf = buf, .len = len, .tag = c->tag};
@@ -175,14 +181,15 @@ static tdist_status_t ring_reduce_scatter(ctx_t *c, uint8_t *buf, size_t count, 
 }
 
 /* Ring all-gather of p blocks laid out by counts/displs (elements); rank r owns block r. */
-static tdist_status_t ring_all_gather(ctx_t *c, uint8_t *out, const size_t *counts,
-                                      const size_t *displs, size_t es) {
+/* own: this rank's block where the first step sends it from (NULL: out). */
+static tdist_status_t ring_all_gather(ctx_t *c, uint8_t *out, const uint8_t *own,
+                                      const size_t *counts, const size_t *displs, size_t es) {
   int p = c->pg->size, r = c->pg->rank;
   int right = mod(r + 1, p), left = mod(r - 1, p);
   for (int s = 0; s < p - 1; s++) {
     int si = mod(r - s, p), ri = mod(r - s - 1, p);
-    tdist_status_t st = sendrecv(c, right, out + displs[si] * es, counts[si] * es, left,
-                                 out + displs[ri] * es, counts[ri] * es);
+    tdist_status_t st = sendrecv(c, right, s == 0 && own ? own : out + displs[si] * es,
+                                 counts[si] * es, left, out + displs[ri] * es, counts[ri] * es);
     if (st) return st;
   }
   return TDIST_OK;
@@ -207,7 +214,7 @@ static tdist_status_t allreduce_ring(ctx_t *c, uint8_t *buf, size_t count, tdist
   tdist_status_t st = ring_reduce_scatter(c, buf, count, dt, op, tmp);
   /* AVG: divide only the block we own, before it is shared. */
   if (!st && avg) tdist__reduce_finish_avg(buf + cd[p + pg->rank] * es, cd[pg->rank], dt, p);
-  if (!st) st = ring_all_gather(c, buf, cd, cd + p, es);
+  if (!st) st = ring_all_gather(c, buf, NULL, cd, cd + p, es);
   free(cd);
   return st;
 }
@@ -366,8 +373,17 @@ static tdist_status_t all_gather_v(ctx_t *c, uint8_t *out, const uint8_t *in, co
   if (p == 1) return TDIST_OK;
   int even = p > 2 && counts[0] && counts[0] * es * (size_t)p <= RD_MAX_BYTES;
   for (int i = 0; even && i < p; i++) even = counts[i] == counts[0] && displs[i] == i * counts[0];
+  /* The first step sends this rank's block from `in`, which the caller wrote long ago, rather
+   * than from its copy in `out` just written: a same-host peer that copies it straight from our
+   * memory reads clean lines (2 ranks, 64-256 KiB blocks: 7.4 -> 4.7, 19 -> 16 us). Not when
+   * `in` overlaps `out` elsewhere than this rank's block: the copy may have overwritten it. */
+  size_t end = 0;
+  for (int i = 0; i < p; i++)
+    if (counts[i] && (displs[i] + counts[i]) * es > end) end = (displs[i] + counts[i]) * es;
+  const uint8_t *own =
+      in == out + displs[r] * es || in + counts[r] * es <= out || in >= out + end ? in : NULL;
   return even ? bruck_all_gather(c, out, counts[0] * es)
-              : ring_all_gather(c, out, counts, displs, es);
+              : ring_all_gather(c, out, own, counts, displs, es);
 }
 
 static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, size_t count,
@@ -516,7 +532,7 @@ static tdist_status_t check_fingerprints(tdist_pg_t *pg, const tdist__coll_t *k,
     cd[p + i] = (size_t)i;
   }
   tdist__what_t what = {.fixed = "fingerprint check"};
-  ctx_t c = {pg, dl, &what, FINGERPRINT_TAG};
+  ctx_t c = {pg, dl, &what, FINGERPRINT_TAG, 0};
   tdist_status_t st = all_gather_v(&c, (uint8_t *)all, (uint8_t *)&mine, cd, cd + p, sizeof mine);
   for (int i = 0; !st && i < p; i++) {
     if (memcmp(&all[i], &mine, sizeof mine) != 0) {
@@ -575,7 +591,10 @@ static tdist_status_t gloo_run(tdist_pg_t *pg, const tdist__coll_t *k, int64_t d
     return tdist__pg_fail(pg, TDIST_ERR_INVALID_USAGE, "%s: the process group was finalized",
                           tdist__coll_name(k->kind));
   tdist__what_t what = {.kind = k->kind, .seq = k->seq};
-  ctx_t c = {pg, dl, &what, COLL_TAG(k->kind)};
+  ctx_t c = {pg, dl, &what, COLL_TAG(k->kind),
+             k->kind == TDIST__COLL_ALL_GATHER_V || k->kind == TDIST__COLL_ALL_TO_ALL_V ||
+                 k->kind == TDIST__COLL_BROADCAST || k->kind == TDIST__COLL_GATHER ||
+                 k->kind == TDIST__COLL_SCATTER || k->kind == TDIST__COLL_SEND};
   size_t es = tdist_dtype_size(k->dtype);
   tdist_status_t st;
   if (G(pg)->fingerprint && pg->size > 1 && k->kind != TDIST__COLL_SEND &&
@@ -615,7 +634,7 @@ static tdist_status_t gloo_run_p2p(tdist_pg_t *pg, const tdist__coll_t *const *k
     return tdist__pg_fail(pg, TDIST_ERR_INVALID_USAGE, "%s: the process group was finalized",
                           tdist__coll_name(k[0]->kind));
   tdist__what_t what = {.kind = k[0]->kind, .seq = k[0]->seq};
-  ctx_t c = {pg, dl, &what, 0};
+  ctx_t c = {pg, dl, &what, 0, 1};
   tdist__xfer_t x[TDIST__P2P_BATCH_MAX];
   if (tdist__log_enabled(TDIST__LOG_DEBUG))
     tdist__log(TDIST__LOG_DEBUG, "gloo", "rank %d: %d queued sends/receives at once from %s",
