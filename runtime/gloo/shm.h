@@ -33,8 +33,18 @@ tdist__shm_ring_t *tdist__shm_slot(tdist__shm_seg_t *seg, int i);
 
 /* Copies as many bytes from iov as fit; returns the count (0 = ring full). Producer side only. */
 size_t tdist__shm_ring_write(tdist__shm_ring_t *r, const struct iovec *iov, int n);
-/* Copies as many bytes into iov as are available; returns the count (0 = empty). Consumer only. */
-size_t tdist__shm_ring_read(tdist__shm_ring_t *r, const struct iovec *iov, int n);
+/* Copies bytes into iov (as many as the ring has, or one small write's); returns the count
+ * (0 = empty). *freed: ring space was freed (a producer waiting for space needs the doorbell).
+ * Consumer only. */
+size_t tdist__shm_ring_read(tdist__shm_ring_t *r, const struct iovec *iov, int n, int *freed);
+
+/* Allocates and maps every page of the ring now (MADV_POPULATE_WRITE), so that no message pays
+ * for first-touch page faults, and so that a /dev/shm too small to hold it shows here as an
+ * error (-ENOMEM, -EFAULT, ...) instead of SIGBUS on a later write. 0 also where the kernel
+ * lacks it (before 5.14). */
+int tdist__shm_ring_prefault(tdist__shm_ring_t *r);
+/* Bytes of shared memory one ring takes (its counters, slots and data). */
+size_t tdist__shm_ring_size(void);
 
 /* Free bytes in the ring (producer side). */
 size_t tdist__shm_ring_space(tdist__shm_ring_t *r);

@@ -104,6 +104,20 @@ tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, tdist_pg_t *pg, tdi
     if (sscanf(text, "%95s %d %llx", name, &pid, &probe) < 1) name[0] = '\0';
     l->pid[i] = pid;
     flag_out[i] = !r && name[0] && tdist__shm_seg_open(&l->peer_seg[i], name, size) == 0;
+    if (flag_out[i]) {
+      /* Both rings of the pair in memory now: the one we write (the peer's segment) and the
+       * one we read (ours). Without room for them in /dev/shm the pair uses TCP. */
+      int pf = tdist__shm_ring_prefault(tdist__shm_slot(&l->peer_seg[i], rank));
+      if (!pf) pf = tdist__shm_ring_prefault(tdist__shm_slot(&l->own, i));
+      if (pf) {
+        tdist__log(TDIST__LOG_WARN, "gloo",
+                   "rank %d: no room in shared memory for the rings with rank %d (%s): that "
+                   "pair uses TCP. Is /dev/shm large enough (%zu bytes per rank of the group "
+                   "for each rank on this host)?",
+                   rank, i, strerror(-pf), tdist__shm_ring_size());
+        flag_out[i] = 0;
+      }
+    }
     if (flag_out[i] && tdist__param_int(TDIST__P_SHM_SINGLE_COPY) && can_read(pid, probe))
       flag_out[i] |= 2;
     x[n++] =

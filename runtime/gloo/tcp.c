@@ -486,8 +486,9 @@ static ssize_t rx_read(tcp_t *t, int peer, const struct iovec *iov, int n) {
     return (ssize_t)got;
   }
   if (t->shm.in_ring[peer]) {
-    size_t r = tdist__shm_ring_read(t->shm.in_ring[peer], iov, n);
-    if (r) tdist__shm_ring_doorbell(&t->shm.peer_seg[peer]); /* its writer may wait for space */
+    int freed;
+    size_t r = tdist__shm_ring_read(t->shm.in_ring[peer], iov, n, &freed);
+    if (freed) tdist__shm_ring_doorbell(&t->shm.peer_seg[peer]); /* its writer may wait for space */
     return (ssize_t)r;
   }
   ssize_t r = readv(t->fds[peer], iov, n);

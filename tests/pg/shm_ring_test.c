@@ -1,0 +1,189 @@
+/* The shared-memory ring (runtime/gloo/shm.c) as a byte stream: a producer thread writes a known
+ * pseudo-random stream in chunks of random sizes (mostly small, so most go through the slots;
+ * some large, so the ring fills and wraps), split over 1-3 iovecs; the consumer reads it back
+ * in pieces of random sizes and checks every byte and its order. Small writes use slots only
+ * while the ring holds nothing unread, so slots and ring bytes interleave all the time; a read
+ * that took a slot's bytes before earlier ring bytes, or ring bytes before an earlier slot,
+ * shows as a wrong byte. Threads, not processes, so that TSan checks the ordering (the memory is
+ * the same shared mapping the processes use). */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "runtime/gloo/shm.h"
+#include "tests/testlib/check.h"
+
+#define TOTAL_BYTES ((uint64_t)24 << 20)
+
+static uint8_t stream_byte(uint64_t i) {
+  uint64_t x = (i + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
+  return (uint8_t)((x ^ (x >> 29)) >> 17);
+}
+
+static uint64_t rnd(uint64_t *s) { /* xorshift64* */
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return *s * 2685821657736338717ull;
+}
+
+/* Mostly small (what goes through the slots), sometimes around the slot size, seldom large. */
+static size_t chunk_len(uint64_t *s, int large) {
+  uint64_t r = rnd(s) % 100;
+  if (r < 60) return 1 + rnd(s) % 64;
+  if (r < 85) return 40 + rnd(s) % 480; /* both sides of a slot's 56 */
+  if (r < 99 || !large) return 525 + rnd(s) % 4096;
+  return 4096 + rnd(s) % (300 * 1024); /* fills and wraps the 1 MiB ring */
+}
+
+typedef struct {
+  tdist__shm_ring_t *ring;
+  uint64_t seed;
+} producer_t;
+
+static void *produce(void *arg) {
+  producer_t *p = arg;
+  uint64_t s = p->seed, pos = 0;
+  uint8_t *buf = malloc(310 * 1024);
+  CHECK(buf != NULL);
+  while (pos < TOTAL_BYTES) {
+    /* Often let the consumer empty the ring first: small writes then go through the slots,
+     * and ring bytes written after them must wait their turn. */
+    if (rnd(&s) % 4 == 0)
+      while (tdist__shm_ring_space(p->ring) < TDIST__SHM_RING_BYTES) sched_yield();
+    size_t len = chunk_len(&s, 1);
+    if (len > TOTAL_BYTES - pos) len = (size_t)(TOTAL_BYTES - pos);
+    for (size_t i = 0; i < len; i++) buf[i] = stream_byte(pos + i);
+    size_t done = 0;
+    while (done < len) { /* the ring may take part of it: write the rest again */
+      size_t left = len - done, a = left > 1 ? rnd(&s) % left : 0, b = left - a;
+      struct iovec iov[3] = {{buf + done, a / 2}, {buf + done + a / 2, a - a / 2},
+                             {buf + done + a, b}};
+      size_t w = tdist__shm_ring_write(p->ring, iov, 3);
+      if (w == 0) sched_yield();
+      done += w;
+    }
+    pos += len;
+  }
+  free(buf);
+  return NULL;
+}
+
+/* One thread, fixed sequences: which path each write takes, and the order reads return. */
+static void write_all(tdist__shm_ring_t *r, uint64_t from, size_t len) {
+  uint8_t b[2048];
+  CHECK(len <= sizeof b);
+  for (size_t i = 0; i < len; i++) b[i] = stream_byte(from + i);
+  struct iovec iov = {b, len};
+  CHECK_EQ_UINT(tdist__shm_ring_write(r, &iov, 1), len);
+}
+
+static void read_expect(tdist__shm_ring_t *r, uint64_t from, size_t len, int want_freed) {
+  uint8_t b[2048];
+  struct iovec iov = {b, sizeof b};
+  int freed = -1;
+  size_t got = tdist__shm_ring_read(r, &iov, 1, &freed);
+  if (got != len || freed != want_freed)
+    TEST_FAIL("read %zu bytes (freed %d) at stream byte %llu, expected %zu (freed %d)", got,
+              freed, (unsigned long long)from, len, want_freed);
+  for (size_t i = 0; i < len; i++) CHECK_EQ_UINT(b[i], stream_byte(from + i));
+}
+
+static void fixed_sequences(void) {
+  tdist__shm_seg_t seg;
+  CHECK_EQ_INT(tdist__shm_seg_create(&seg, 1), 0);
+  tdist__shm_seg_unlink(&seg);
+  tdist__shm_ring_t *r = tdist__shm_slot(&seg, 0);
+  size_t ring_bytes = TDIST__SHM_RING_BYTES;
+  /* Empty ring: a small write takes a slot (no ring space used); one too big for a slot goes to
+   * the ring; a small write behind unread ring bytes goes to the ring too. */
+  write_all(r, 0, 24);
+  CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes);
+  write_all(r, 24, 600);
+  CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes - 600);
+  write_all(r, 624, 10);
+  CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes - 610);
+  read_expect(r, 0, 24, 0);     /* the slot first, alone */
+  read_expect(r, 24, 610, 1);   /* then the ring's bytes */
+  read_expect(r, 634, 0, 0);    /* then nothing */
+  /* Sixteen slots: the seventeenth small write goes to the ring and comes after them. */
+  uint64_t pos = 634;
+  for (int i = 0; i < 17; i++) write_all(r, pos + (uint64_t)i * 50, 50);
+  CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes - 50);
+  for (int i = 0; i < 17; i++) read_expect(r, pos + (uint64_t)i * 50, 50, i == 16);
+  pos += 17 * 50;
+  /* The largest write a slot takes, and one byte more. */
+  write_all(r, pos, 56);
+  CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes);
+  read_expect(r, pos, 56, 0);
+  write_all(r, pos + 56, 57);
+  CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes - 57);
+  read_expect(r, pos + 56, 57, 1);
+  tdist__shm_seg_close(&seg);
+}
+
+int main(void) {
+  fixed_sequences();
+  tdist__shm_seg_t seg;
+  CHECK_EQ_INT(tdist__shm_seg_create(&seg, 1), 0);
+  tdist__shm_seg_unlink(&seg);
+  for (int round = 0; round < 3; round++) {
+    /* A fresh segment per round: its rings start empty (counters zero). */
+    if (round > 0) {
+      tdist__shm_seg_close(&seg);
+      CHECK_EQ_INT(tdist__shm_seg_create(&seg, 1), 0);
+      tdist__shm_seg_unlink(&seg);
+    }
+    tdist__shm_ring_t *ring = tdist__shm_slot(&seg, 0);
+    producer_t p = {ring, 0x1234567ull + (uint64_t)round * 7919};
+    pthread_t th;
+    CHECK_EQ_INT(pthread_create(&th, NULL, produce, &p), 0);
+    uint8_t *got = malloc(80 * 1024);
+    CHECK(got != NULL);
+    uint64_t s = 0xabcdefull + (uint64_t)round, pos = 0, slot_reads = 0, ring_reads = 0;
+    while (pos < TOTAL_BYTES) {
+      size_t want = round == 2 ? 1 + rnd(&s) % 16 : chunk_len(&s, 0) * (rnd(&s) % 4 == 0 ? 16 : 1);
+      if (want > 80 * 1024) want = 80 * 1024;
+      size_t a = rnd(&s) % (want + 1);
+      struct iovec iov[2] = {{got, a}, {got + a, want - a}};
+      int freed = -1;
+      size_t r = tdist__shm_ring_read(ring, iov, 2, &freed);
+      CHECK(freed == 0 || freed == 1);
+      if (r == 0) {
+        CHECK_EQ_INT(freed, 0);
+        sched_yield();
+        continue;
+      }
+      CHECK_CMP_UINT(r, <=, want);
+      if (freed)
+        ring_reads++;
+      else
+        slot_reads++;
+      for (size_t i = 0; i < r; i++)
+        if (got[i] != stream_byte(pos + i))
+          TEST_FAIL("round %d: byte %llu of the stream is %u, expected %u (read of %zu at %llu)",
+                    round, (unsigned long long)(pos + i), got[i], stream_byte(pos + i), r,
+                    (unsigned long long)pos);
+      pos += r;
+    }
+    CHECK_EQ_INT(pthread_join(th, NULL), 0);
+    /* Everything written was read: nothing more comes. */
+    int freed = -1;
+    struct iovec iov = {got, 64};
+    CHECK_EQ_UINT(tdist__shm_ring_read(ring, &iov, 1, &freed), 0);
+    CHECK_EQ_INT(freed, 0);
+    TEST_LOG("round %d: %llu bytes in order; %llu reads from slots, %llu from the ring", round,
+             (unsigned long long)pos, (unsigned long long)slot_reads,
+             (unsigned long long)ring_reads);
+    /* Both paths were taken, many times. */
+    CHECK_CMP_UINT(slot_reads, >, 1000);
+    CHECK_CMP_UINT(ring_reads, >, 1000);
+    free(got);
+  }
+  tdist__shm_seg_close(&seg);
+  return 0;
+}
