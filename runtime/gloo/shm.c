@@ -14,6 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
 /* The segment starts with the owner's doorbell: a futex word that every writer into the owner's
  * rings (and every reader that frees space in a ring the owner writes) bumps when the owner
  * says it is sleeping. One cache line, before the rings. */
@@ -76,6 +80,16 @@ int tdist__shm_seg_create(tdist__shm_seg_t *seg, int nslots) {
   int e = errno;
   close(fd);
   if (seg->base == MAP_FAILED) {
+    seg->base = NULL;
+    shm_unlink(seg->name);
+    return -e;
+  }
+  /* The doorbell's page now: with /dev/shm full, its first use would be SIGBUS. Each ring's
+   * pages come when its pair is linked (tdist__shm_ring_prefault). */
+  if (madvise(seg->base, (size_t)sysconf(_SC_PAGESIZE), MADV_POPULATE_WRITE) != 0 &&
+      errno != EINVAL) {
+    e = errno;
+    munmap(seg->base, seg->len);
     seg->base = NULL;
     shm_unlink(seg->name);
     return -e;
@@ -272,10 +286,6 @@ size_t tdist__shm_ring_space(tdist__shm_ring_t *r) {
   r->tail_seen = atomic_load_explicit(&r->tail, memory_order_acquire);
   return TDIST__SHM_RING_BYTES - (size_t)(head - r->tail_seen);
 }
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
 
 size_t tdist__shm_ring_size(void) { return sizeof(struct tdist__shm_ring); }
 

@@ -61,8 +61,8 @@ static void *produce(void *arg) {
     size_t done = 0;
     while (done < len) { /* the ring may take part of it: write the rest again */
       size_t left = len - done, a = left > 1 ? rnd(&s) % left : 0, b = left - a;
-      struct iovec iov[3] = {{buf + done, a / 2}, {buf + done + a / 2, a - a / 2},
-                             {buf + done + a, b}};
+      struct iovec iov[3] = {
+          {buf + done, a / 2}, {buf + done + a / 2, a - a / 2}, {buf + done + a, b}};
       size_t w = tdist__shm_ring_write(p->ring, iov, 3);
       if (w == 0) sched_yield();
       done += w;
@@ -88,8 +88,8 @@ static void read_expect(tdist__shm_ring_t *r, uint64_t from, size_t len, int wan
   int freed = -1;
   size_t got = tdist__shm_ring_read(r, &iov, 1, &freed);
   if (got != len || freed != want_freed)
-    TEST_FAIL("read %zu bytes (freed %d) at stream byte %llu, expected %zu (freed %d)", got,
-              freed, (unsigned long long)from, len, want_freed);
+    TEST_FAIL("read %zu bytes (freed %d) at stream byte %llu, expected %zu (freed %d)", got, freed,
+              (unsigned long long)from, len, want_freed);
   for (size_t i = 0; i < len; i++) CHECK_EQ_UINT(b[i], stream_byte(from + i));
 }
 
@@ -107,9 +107,9 @@ static void fixed_sequences(void) {
   CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes - 600);
   write_all(r, 624, 10);
   CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes - 610);
-  read_expect(r, 0, 24, 0);     /* the slot first, alone */
-  read_expect(r, 24, 610, 1);   /* then the ring's bytes */
-  read_expect(r, 634, 0, 0);    /* then nothing */
+  read_expect(r, 0, 24, 0);   /* the slot first, alone */
+  read_expect(r, 24, 610, 1); /* then the ring's bytes */
+  read_expect(r, 634, 0, 0);  /* then nothing */
   /* Sixteen slots: the seventeenth small write goes to the ring and comes after them. */
   uint64_t pos = 634;
   for (int i = 0; i < 17; i++) write_all(r, pos + (uint64_t)i * 50, 50);
