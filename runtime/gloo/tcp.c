@@ -45,13 +45,9 @@
  * of the payload in the sender's memory, which the receiver copies with process_vm_readv and
  * acknowledges through the ring's copy counter; the sender's send completes then. */
 #define MSG_MAGIC_COPY 0x7d15c0dfu
-/* Below these sizes two copies through the ring are faster. Sends whose receiver then reduces
- * (all_reduce, reduce_scatter, reduce steps) switch late: 16-64 KiB all_reduce took 1.7-1.9x as
- * long with single copies. Sends whose bytes the receiver keeps as they are (xfer.direct: gathers,
- * broadcast, all_to_all, send/recv) switch at 32 KiB: 2 ranks, 128 KiB messages, all_to_all 16
- * -> 9 us, all_gather 16.5 -> 9 us. */
+/* Below this size (or the transfer's own copy_min, gloo.c) two copies through the ring are
+ * faster than one single copy. */
 #define COPY_MIN_BYTES (256 * 1024)
-#define DIRECT_COPY_MIN_BYTES (32 * 1024)
 #define SHM_PURE_SPIN_NS 20000 /* a ring wait's first part spins without yielding (not crowded) */
 
 static inline void cpu_relax(void) {
@@ -822,7 +818,7 @@ static int step_send_copy(tcp_t *t, tdist__xfer_t *x) {
 
 static int step(tcp_t *t, tdist__xfer_t *x, char *why, size_t wcap) {
   if (!x->is_send) return step_recv(t, x, why, wcap);
-  if (x->len >= (x->direct ? DIRECT_COPY_MIN_BYTES : COPY_MIN_BYTES) && t->shm.out_ring[x->peer] &&
+  if (x->len >= (x->copy_min ? x->copy_min : COPY_MIN_BYTES) && t->shm.out_ring[x->peer] &&
       t->shm.copy_to[x->peer])
     return step_send_copy(t, x);
   if (x->hdr_done == 0 && x->done == 0) {

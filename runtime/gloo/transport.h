@@ -30,9 +30,9 @@ typedef struct {
   void *buf;    /* send: data (read only); receive: destination */
   size_t len;   /* bytes; a receive must match the sender's length exactly */
   uint32_t tag; /* must match between sender and receiver */
-  /* A send whose receiver keeps the bytes as they are (no reduction follows): on the same host
-   * it goes by single copy from a smaller size than other sends. */
-  int direct;
+  /* Same-host sends of at least this many bytes go by single copy (the receiver reads them
+   * from the sender's memory); 0: the transport's default, for sends the receiver reduces. */
+  size_t copy_min;
   /* progress state, owned by the transport (zero before the call) */
   size_t done;
   uint8_t hdr[16];

@@ -52,10 +52,10 @@ static int body(int rank, int world, int port, void *arg) {
   }
   /* Messages under the single-copy size between every pair, through the rings, until each ring
    * has wrapped: every page of every linked ring is written (without room for them: SIGBUS). */
-  size_t blk = 7000; /* floats: 28 KB per pair */
+  size_t blk = 1500; /* floats: 6000 bytes per pair, under all_to_all's 8 KiB single-copy size */
   float *a2a_in = malloc(sizeof(float) * blk * WORLD);
   CHECK(a2a_in != NULL);
-  for (int it = 0; it < 48; it++) {
+  for (int it = 0; it < 240; it++) {
     for (int d = 0; d < world; d++)
       for (size_t i = 0; i < blk; i++) a2a_in[(size_t)d * blk + i] = val(rank * 100 + d + it, i);
     CHECK_OK_MSG(tdist_all_to_all(pg, buf, a2a_in, blk, TDIST_FLOAT32), tdist_pg_last_error(pg));
@@ -92,7 +92,8 @@ static int body(int rank, int world, int port, void *arg) {
 int main(void) {
   if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
       mount("tdist-small-shm", "/dev/shm", "tmpfs", 0, "size=5m") != 0) {
-    TEST_LOG("SKIPPED: cannot mount a small tmpfs on /dev/shm here (%s); needs root", strerror(errno));
+    TEST_LOG("SKIPPED: cannot mount a small tmpfs on /dev/shm here (%s); needs root",
+             strerror(errno));
     return 0;
   }
   logcap_enable_debug();
