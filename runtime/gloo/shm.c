@@ -46,7 +46,8 @@ typedef struct {
 
 /* Each side keeps the other's counter as it last read it, on its own counter's cache line, and
  * reads the real one only when that copy says the ring is full (producer) or empty (consumer):
- * a small message then moves the data's and the head's lines to the consumer, and nothing back. */
+ * a message through the ring then moves its data's and the head's lines to the consumer, and
+ * nothing back. */
 struct tdist__shm_ring {
   _Alignas(64) _Atomic uint64_t head;   /* bytes ever written (producer) */
   uint64_t tail_seen;                   /* producer's copy of tail */
