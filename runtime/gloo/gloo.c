@@ -53,11 +53,6 @@ static void *scratch(tdist_pg_t *pg, size_t bytes) {
   return g->scratch ? g->scratch : (void *)g; /* non-NULL even for 0 bytes */
 }
 
-static tdist_status_t nomem(tdist_pg_t *pg, const char *what, size_t bytes) {
-  return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch", what,
-                        bytes);
-}
-
 typedef struct {
   tdist_pg_t *pg;
   int64_t dl;
@@ -65,6 +60,11 @@ typedef struct {
   uint32_t tag;
   size_t copy_min; /* xfer.copy_min of its sends */
 } ctx_t;
+
+static tdist_status_t nomem(ctx_t *c, size_t bytes) {
+  return tdist__pg_fail(c->pg, TDIST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch",
+                        tdist__what(c->what), bytes);
+}
 
 static tdist_status_t xchg(ctx_t *c, tdist__xfer_t *x, int n) {
   return G(c->pg)->tp->exchange(G(c->pg)->tp, x, n, c->dl, c->what);
@@ -115,7 +115,7 @@ static tdist_status_t allreduce_rd(ctx_t *c, uint8_t *buf, size_t count, tdist_d
   int p = pg->size, r = pg->rank;
   size_t bytes = count * tdist_dtype_size(dt);
   uint8_t *tmp = scratch(pg, bytes);
-  if (!tmp) return nomem(pg, tdist__what(c->what), bytes);
+  if (!tmp) return nomem(c, bytes);
   int pof2 = 1;
   while (pof2 * 2 <= p) pof2 *= 2;
   int rem = p - pof2, newrank;
@@ -205,7 +205,7 @@ static tdist_status_t allreduce_ring(ctx_t *c, uint8_t *buf, size_t count, tdist
   uint8_t *tmp = scratch(pg, maxblk);
   if (!cd || !tmp) {
     free(cd);
-    return nomem(pg, tdist__what(c->what), maxblk);
+    return nomem(c, maxblk);
   }
   for (int i = 0; i < p; i++) {
     cd[i] = blk_count(count, p, i);
@@ -297,7 +297,7 @@ static tdist_status_t reduce(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t
   tdist_reduce_op_t eff = avg ? TDIST_SUM : op;
   size_t bytes = count * tdist_dtype_size(dt);
   uint8_t *tmp = scratch(pg, bytes);
-  if (!tmp) return nomem(pg, tdist__what(c->what), bytes);
+  if (!tmp) return nomem(c, bytes);
   int vr = mod(r - root, p);
   tdist_status_t st;
   for (int mask = 1; mask < p; mask <<= 1) {
@@ -325,7 +325,7 @@ static tdist_status_t gather_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
     return xchg(c, &x, 1);
   }
   tdist__xfer_t *x = calloc((size_t)p, sizeof *x);
-  if (!x) return nomem(pg, tdist__what(c->what), (size_t)p * sizeof *x);
+  if (!x) return nomem(c, (size_t)p * sizeof *x);
   int n = 0;
   for (int i = 0; i < p; i++) {
     if (i == r) continue;
@@ -354,7 +354,7 @@ static tdist_status_t bruck_all_gather(ctx_t *c, uint8_t *out, size_t blk) {
   tdist_pg_t *pg = c->pg;
   int p = pg->size, r = pg->rank;
   uint8_t *tmp = scratch(pg, (size_t)p * blk);
-  if (!tmp) return nomem(pg, tdist__what(c->what), (size_t)p * blk);
+  if (!tmp) return nomem(c, (size_t)p * blk);
   memcpy(tmp, out + (size_t)r * blk, blk);
   for (int k = 1; k < p; k <<= 1) {
     size_t n = (size_t)(k < p - k ? k : p - k);
@@ -396,7 +396,7 @@ static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
     /* Small: all-reduce everything by recursive doubling (log2 p rounds, not p - 1) and keep
      * this rank's block. */
     uint8_t *all = malloc(total ? total : 1);
-    if (!all) return nomem(pg, tdist__what(c->what), total);
+    if (!all) return nomem(c, total);
     if (total) memcpy(all, in, total);
     tdist_status_t st = allreduce_rd(c, all, count * (size_t)p, dt, avg ? TDIST_SUM : op);
     if (!st && count) memcpy(out, all + (size_t)r * count * es, count * es);
@@ -406,7 +406,7 @@ static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
   }
   /* One scratch area: the working copy of all blocks, then one receive block. */
   uint8_t *work = scratch(pg, total + count * es);
-  if (!work) return nomem(pg, tdist__what(c->what), total + count * es);
+  if (!work) return nomem(c, total + count * es);
   if (total) memcpy(work, in, total);
   tdist_status_t st = p == 1 ? TDIST_OK
                              : ring_reduce_scatter(c, work, count * (size_t)p, dt,
@@ -430,7 +430,7 @@ static tdist_status_t all_to_all_v(ctx_t *c, const tdist__coll_t *k) {
   if (k->counts[r]) memmove(out + k->displs[r] * es, in + k->in_displs[r] * es, k->counts[r] * es);
   if (p == 1) return TDIST_OK;
   tdist__xfer_t *x = calloc(2 * (size_t)p, sizeof *x);
-  if (!x) return nomem(pg, tdist__what(c->what), 2 * (size_t)p * sizeof *x);
+  if (!x) return nomem(c, 2 * (size_t)p * sizeof *x);
   int n = 0;
   /* Staggered order (r+s, r-s) spreads the load; the transport runs them all concurrently. */
   for (int s = 1; s < p; s++) {
@@ -464,7 +464,7 @@ static tdist_status_t monitored_barrier(ctx_t *c, int64_t timeout_ms) {
     return xchg(&c2, x, 2);
   }
   tdist__xfer_t *x = calloc((size_t)p, sizeof *x);
-  if (!x) return nomem(pg, tdist__what(c->what), (size_t)p * sizeof *x);
+  if (!x) return nomem(c, (size_t)p * sizeof *x);
   for (int i = 1; i < p; i++) x[i - 1] = xrecv(c, i, NULL, 0);
   ctx_t c2 = *c;
   c2.dl = dl;
@@ -520,19 +520,19 @@ static tdist_status_t check_fingerprints(tdist_pg_t *pg, const tdist__coll_t *k,
   if (k->kind == TDIST__COLL_ALL_GATHER_V || k->kind == TDIST__COLL_ALL_TO_ALL_V ||
       k->kind == TDIST__COLL_BARRIER || k->kind == TDIST__COLL_MONITORED_BARRIER)
     mine.count = 0; /* sizes legitimately differ per rank */
+  tdist__what_t what = {.fixed = "fingerprint check"};
+  ctx_t c = {pg, dl, &what, FINGERPRINT_TAG, 0};
   fp_t *all = calloc((size_t)p, sizeof *all);
   size_t *cd = calloc(2 * (size_t)p, sizeof *cd);
   if (!all || !cd) {
     free(all);
     free(cd);
-    return nomem(pg, "fingerprint check", (size_t)p * sizeof *all);
+    return nomem(&c, (size_t)p * sizeof *all);
   }
   for (int i = 0; i < p; i++) {
     cd[i] = 1;
     cd[p + i] = (size_t)i;
   }
-  tdist__what_t what = {.fixed = "fingerprint check"};
-  ctx_t c = {pg, dl, &what, FINGERPRINT_TAG, 0};
   tdist_status_t st = all_gather_v(&c, (uint8_t *)all, (uint8_t *)&mine, cd, cd + p, sizeof mine);
   for (int i = 0; !st && i < p; i++) {
     if (memcmp(&all[i], &mine, sizeof mine) != 0) {
