@@ -16,6 +16,7 @@
 
 #include "runtime/gloo/shm.h"
 #include "tests/testlib/check.h"
+#include "tests/testlib/rng.h"
 
 #define TOTAL_BYTES ((uint64_t)24 << 20)
 
@@ -24,20 +25,13 @@ static uint8_t stream_byte(uint64_t i) {
   return (uint8_t)((x ^ (x >> 29)) >> 17);
 }
 
-static uint64_t rnd(uint64_t *s) { /* xorshift64* */
-  *s ^= *s >> 12;
-  *s ^= *s << 25;
-  *s ^= *s >> 27;
-  return *s * 2685821657736338717ull;
-}
-
 /* Mostly small (what goes through the slots), sometimes around the slot size, seldom large. */
-static size_t chunk_len(uint64_t *s, int large) {
-  uint64_t r = rnd(s) % 100;
-  if (r < 60) return 1 + rnd(s) % 64;
-  if (r < 85) return 40 + rnd(s) % 480; /* both sides of a slot's 56 */
-  if (r < 99 || !large) return 525 + rnd(s) % 4096;
-  return 4096 + rnd(s) % (300 * 1024); /* fills and wraps the 1 MiB ring */
+static size_t chunk_len(test_rng_t *s, int large) {
+  uint64_t r = test_rng_below(s, 100);
+  if (r < 60) return 1 + test_rng_below(s, 64);
+  if (r < 85) return 40 + test_rng_below(s, 480); /* both sides of a slot's 56 */
+  if (r < 99 || !large) return 525 + test_rng_below(s, 4096);
+  return 4096 + test_rng_below(s, 300 * 1024); /* fills and wraps the 1 MiB ring */
 }
 
 typedef struct {
@@ -47,20 +41,22 @@ typedef struct {
 
 static void *produce(void *arg) {
   producer_t *p = arg;
-  uint64_t s = p->seed, pos = 0;
+  test_rng_t s;
+  test_rng_seed(&s, p->seed);
+  uint64_t pos = 0;
   uint8_t *buf = malloc(310 * 1024);
   CHECK(buf != NULL);
   while (pos < TOTAL_BYTES) {
     /* Often let the consumer empty the ring first: small writes then go through the slots,
      * and ring bytes written after them must wait their turn. */
-    if (rnd(&s) % 4 == 0)
+    if (test_rng_below(&s, 4) == 0)
       while (tdist__shm_ring_space(p->ring) < TDIST__SHM_RING_BYTES) sched_yield();
     size_t len = chunk_len(&s, 1);
     if (len > TOTAL_BYTES - pos) len = (size_t)(TOTAL_BYTES - pos);
     for (size_t i = 0; i < len; i++) buf[i] = stream_byte(pos + i);
     size_t done = 0;
     while (done < len) { /* the ring may take part of it: write the rest again */
-      size_t left = len - done, a = left > 1 ? rnd(&s) % left : 0, b = left - a;
+      size_t left = len - done, a = left > 1 ? test_rng_below(&s, left) : 0, b = left - a;
       struct iovec iov[3] = {
           {buf + done, a / 2}, {buf + done + a / 2, a - a / 2}, {buf + done + a, b}};
       size_t w = tdist__shm_ring_write(p->ring, iov, 3);
@@ -127,6 +123,7 @@ static void fixed_sequences(void) {
 }
 
 int main(void) {
+  uint64_t seed = test_seed("shm_ring_test", 0x1234567);
   fixed_sequences();
   tdist__shm_seg_t seg;
   CHECK_EQ_INT(tdist__shm_seg_create(&seg, 1), 0);
@@ -139,16 +136,19 @@ int main(void) {
       tdist__shm_seg_unlink(&seg);
     }
     tdist__shm_ring_t *ring = tdist__shm_slot(&seg, 0);
-    producer_t p = {ring, 0x1234567ull + (uint64_t)round * 7919};
+    producer_t p = {ring, seed + (uint64_t)round * 7919};
     pthread_t th;
     CHECK_EQ_INT(pthread_create(&th, NULL, produce, &p), 0);
     uint8_t *got = malloc(80 * 1024);
     CHECK(got != NULL);
-    uint64_t s = 0xabcdefull + (uint64_t)round, pos = 0, slot_reads = 0, ring_reads = 0;
+    test_rng_t s;
+    test_rng_seed(&s, seed ^ (0xabcdefull + (uint64_t)round));
+    uint64_t pos = 0, slot_reads = 0, ring_reads = 0;
     while (pos < TOTAL_BYTES) {
-      size_t want = round == 2 ? 1 + rnd(&s) % 16 : chunk_len(&s, 0) * (rnd(&s) % 4 == 0 ? 16 : 1);
+      size_t want = round == 2 ? 1 + test_rng_below(&s, 16)
+                               : chunk_len(&s, 0) * (test_rng_below(&s, 4) == 0 ? 16 : 1);
       if (want > 80 * 1024) want = 80 * 1024;
-      size_t a = rnd(&s) % (want + 1);
+      size_t a = test_rng_below(&s, want + 1);
       struct iovec iov[2] = {{got, a}, {got + a, want - a}};
       int freed = -1;
       size_t r = tdist__shm_ring_read(ring, iov, 2, &freed);
