@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -20,11 +22,42 @@
 
 /* The segment starts with the owner's doorbell: a futex word that every writer into the owner's
  * rings (and every reader that frees space in a ring the owner writes) bumps when the owner
- * says it is sleeping. One cache line, before the rings. */
+ * says it is sleeping. One cache line, before the rings.
+ *
+ * A writer stores its bytes, then loads `sleeping`; the owner stores `sleeping`, then looks at
+ * its rings again before it sleeps. Each side needs a store-load barrier between the two, or
+ * both can miss the other (a lost wake-up, which the sleep's 1 ms cap bounds). A full fence on
+ * the writer's side costs the wait for its store to reach the reader's core on every message:
+ * 40% of an 8-byte all_reduce's samples, and a streaming broadcast root 0.28 us a call against
+ * 0.16 without it. So the barrier is asymmetric where the kernel allows (Linux's membarrier,
+ * as userspace RCU uses it): the owner, about to sleep, makes every CPU that runs a registered
+ * process execute a full barrier (MEMBARRIER_CMD_GLOBAL_EXPEDITED, a few microseconds, once per
+ * sleep), and the writers, registered, need only keep the compiler from reordering. `asym`
+ * says that the owner does this; a writer drops its fence only when it is registered itself
+ * (the owner's barrier reaches it) and the owner's `asym` is set. Otherwise (an old kernel, a
+ * seccomp profile without membarrier) both sides fence as before. */
 typedef struct {
   _Alignas(64) _Atomic uint32_t doorbell;
   _Atomic uint32_t sleeping;
+  _Atomic uint32_t asym; /* the owner issues the membarrier before sleeping */
 } seg_hdr_t;
+
+/* This process is registered for MEMBARRIER_CMD_GLOBAL_EXPEDITED (set once, at the first
+ * segment it creates or maps). */
+static _Atomic int g_membarrier;
+static pthread_once_t g_membarrier_once = PTHREAD_ONCE_INIT;
+
+static void membarrier_register(void) {
+  long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  int ok = cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
+           syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+  atomic_store_explicit(&g_membarrier, ok, memory_order_relaxed);
+}
+
+static int membarrier_registered(void) {
+  pthread_once(&g_membarrier_once, membarrier_register);
+  return atomic_load_explicit(&g_membarrier, memory_order_relaxed);
+}
 
 /* Small writes go through slots instead of the byte ring when the ring holds nothing unread:
  * a slot is one cache line, its stamp and up to 56 bytes, so a small message moves one line to
@@ -95,6 +128,9 @@ int tdist__shm_seg_create(tdist__shm_seg_t *seg, int nslots) {
     shm_unlink(seg->name);
     return -e;
   }
+  /* Before any peer maps it. */
+  atomic_store_explicit(&((seg_hdr_t *)seg->base)->asym, (uint32_t)membarrier_registered(),
+                        memory_order_relaxed);
   return 0; /* a fresh tmpfs file is zero-filled: every ring starts empty */
 }
 
@@ -115,6 +151,7 @@ int tdist__shm_seg_open(tdist__shm_seg_t *seg, const char *name, int nslots) {
     seg->base = NULL;
     return -e;
   }
+  membarrier_registered(); /* before this process writes into the owner's rings */
   return 0;
 }
 
@@ -148,9 +185,13 @@ static inline void full_fence(void) {
 
 void tdist__shm_ring_doorbell(tdist__shm_seg_t *seg) {
   seg_hdr_t *h = seg->base;
-  /* Pairs with the fence in tdist__shm_sleep: either the sleeper sees our ring update on its
-   * re-check, or we see it sleeping here. */
-  full_fence();
+  /* Pairs with the barrier in tdist__shm_sleep_prepare: either the sleeper sees our ring update
+   * on its re-check, or we see it sleeping here. */
+  if (atomic_load_explicit(&g_membarrier, memory_order_relaxed) &&
+      atomic_load_explicit(&h->asym, memory_order_relaxed))
+    __asm__ __volatile__("" ::: "memory");
+  else
+    full_fence();
   if (atomic_load_explicit(&h->sleeping, memory_order_relaxed)) {
     atomic_fetch_add_explicit(&h->doorbell, 1, memory_order_release);
     futex(&h->doorbell, FUTEX_WAKE, 1, NULL);
@@ -161,15 +202,23 @@ uint32_t tdist__shm_sleep_prepare(tdist__shm_seg_t *own) {
   seg_hdr_t *h = own->base;
   uint32_t seen = atomic_load_explicit(&h->doorbell, memory_order_acquire);
   atomic_store_explicit(&h->sleeping, 1, memory_order_relaxed);
+  if (atomic_load_explicit(&h->asym, memory_order_relaxed)) {
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0) return seen;
+    /* Refused now though registration worked: writers fence from here on. One of them may
+     * have skipped its fence during this call; the sleep's cap bounds that wake-up. */
+    atomic_store_explicit(&h->asym, 0, memory_order_relaxed);
+  }
   full_fence();
   return seen;
 }
 
-void tdist__shm_sleep(tdist__shm_seg_t *own, uint32_t seen, int timeout_us) {
+int tdist__shm_sleep(tdist__shm_seg_t *own, uint32_t seen, int timeout_us) {
   seg_hdr_t *h = own->base;
   struct timespec ts = {timeout_us / 1000000, (long)(timeout_us % 1000000) * 1000};
-  futex(&h->doorbell, FUTEX_WAIT, seen, &ts);
+  long r = futex(&h->doorbell, FUTEX_WAIT, seen, &ts);
+  int timed_out = r != 0 && errno == ETIMEDOUT;
   atomic_store_explicit(&h->sleeping, 0, memory_order_relaxed);
+  return timed_out;
 }
 
 void tdist__shm_sleep_cancel(tdist__shm_seg_t *own) {

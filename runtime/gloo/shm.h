@@ -60,10 +60,12 @@ void tdist__shm_ring_revoke(tdist__shm_ring_t *r, uint64_t seq);
 int tdist__shm_ring_is_revoked(tdist__shm_ring_t *r, uint64_t seq);
 
 /* Sleeping on rings without polling: the owner of `own` calls sleep_prepare, re-checks its rings,
- * then either sleep_cancel (work appeared) or sleep (up to timeout_us, or until a doorbell).
- * Writers and readers ring the peer's doorbell (the peer's segment) after moving bytes. */
+ * then either sleep_cancel (work appeared) or sleep (up to timeout_us, or until a doorbell;
+ * returns 1 when the timeout ended it). Writers and readers ring the peer's doorbell (the peer's
+ * segment) after moving bytes. Where the kernel has membarrier, writers skip the store-load fence
+ * that the protocol needs and the sleeper pays for both sides (shm.c). */
 uint32_t tdist__shm_sleep_prepare(tdist__shm_seg_t *own);
-void tdist__shm_sleep(tdist__shm_seg_t *own, uint32_t seen, int timeout_us);
+int tdist__shm_sleep(tdist__shm_seg_t *own, uint32_t seen, int timeout_us);
 void tdist__shm_sleep_cancel(tdist__shm_seg_t *own);
 void tdist__shm_ring_doorbell(tdist__shm_seg_t *seg);
 

@@ -5,7 +5,12 @@
  * while the ring holds nothing unread, so slots and ring bytes interleave all the time; a read
  * that took a slot's bytes before earlier ring bytes, or ring bytes before an earlier slot,
  * shows as a wrong byte. Threads, not processes, so that TSan checks the ordering (the memory is
- * the same shared mapping the processes use). */
+ * the same shared mapping the processes use).
+ *
+ * Then the doorbell: two threads play ping-pong through the rings of two segments, each going
+ * to sleep on its own doorbell after every message it sends, so that the peer's reply races
+ * with the sleeper's preparation every time. A wake-up lost to that race (the writer missing
+ * the sleeper, the sleeper missing the bytes) shows as a sleep that ends by its timeout. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -122,9 +127,111 @@ static void fixed_sequences(void) {
   tdist__shm_seg_close(&seg);
 }
 
+#define PINGS 20000
+#define SLEEP_CAP_US 300000 /* far above any wake-up on time: reaching it means one was lost */
+
+typedef struct {
+  tdist__shm_seg_t *own, *peer; /* sleeps on own's doorbell, reads own's ring, writes peer's */
+  uint64_t seed;
+  int first; /* sends first */
+  uint64_t slept, cancelled, timeouts;
+} pinger_t;
+
+/* Waits for the next message (len bytes of value v) in own's ring the way tcp.c does: look,
+ * arm, look again, sleep. */
+static void ping_recv(pinger_t *p, uint8_t *buf, size_t len, uint8_t v) {
+  tdist__shm_ring_t *r = tdist__shm_slot(p->own, 0);
+  size_t got = 0;
+  while (got < len) {
+    struct iovec iov = {buf + got, len - got};
+    int freed;
+    size_t n = tdist__shm_ring_read(r, &iov, 1, &freed);
+    if (n == 0) {
+      uint32_t seen = tdist__shm_sleep_prepare(p->own);
+      n = tdist__shm_ring_read(r, &iov, 1, &freed);
+      if (n == 0) {
+        p->slept++;
+        if (tdist__shm_sleep(p->own, seen, SLEEP_CAP_US)) p->timeouts++;
+        if (p->timeouts > 3) TEST_FAIL("more than 3 lost wake-ups; giving up");
+        continue;
+      }
+      tdist__shm_sleep_cancel(p->own);
+      p->cancelled++;
+    }
+    if (freed) tdist__shm_ring_doorbell(p->peer);
+    got += n;
+  }
+  for (size_t i = 0; i < len; i++)
+    if (buf[i] != v)
+      TEST_FAIL("ping-pong: byte %zu of a %zu-byte message is %u, not %u", i, len, buf[i], v);
+}
+
+static void ping_send(pinger_t *p, uint8_t *buf, size_t len, uint8_t v) {
+  tdist__shm_ring_t *r = tdist__shm_slot(p->peer, 0);
+  memset(buf, v, len);
+  size_t done = 0;
+  while (done < len) { /* messages are smaller than the ring: the reader makes room */
+    struct iovec iov = {buf + done, len - done};
+    size_t n = tdist__shm_ring_write(r, &iov, 1);
+    if (n == 0) {
+      sched_yield();
+      continue;
+    }
+    done += n;
+    tdist__shm_ring_doorbell(p->peer);
+  }
+}
+
+/* Message i (either direction) is len(i) bytes of the value (uint8_t)i: mostly slot-sized. */
+static size_t ping_len(test_rng_t *s) {
+  return test_rng_below(s, 8) ? 1 + test_rng_below(s, 56) : 57 + test_rng_below(s, 8192);
+}
+
+static void *pinger(void *arg) {
+  pinger_t *p = arg;
+  test_rng_t s;
+  test_rng_seed(&s, p->seed); /* both sides draw the same lengths */
+  uint8_t *buf = malloc(8192 + 64);
+  CHECK(buf != NULL);
+  for (int i = 0; i < 2 * PINGS; i++) {
+    size_t len = ping_len(&s);
+    if ((i % 2 == 0) == p->first)
+      ping_send(p, buf, len, (uint8_t)i);
+    else
+      ping_recv(p, buf, len, (uint8_t)i);
+  }
+  free(buf);
+  return NULL;
+}
+
+static void sleep_wake(uint64_t seed) {
+  tdist__shm_seg_t a, b;
+  CHECK_EQ_INT(tdist__shm_seg_create(&a, 1), 0);
+  CHECK_EQ_INT(tdist__shm_seg_create(&b, 1), 0);
+  tdist__shm_seg_unlink(&a);
+  tdist__shm_seg_unlink(&b);
+  pinger_t pa = {&a, &b, seed, 1, 0, 0, 0}, pb = {&b, &a, seed, 0, 0, 0, 0};
+  pthread_t th;
+  CHECK_EQ_INT(pthread_create(&th, NULL, pinger, &pb), 0);
+  pinger(&pa);
+  CHECK_EQ_INT(pthread_join(th, NULL), 0);
+  TEST_LOG(
+      "ping-pong: %d messages each way; slept %llu times, woke before sleeping %llu times, "
+      "%llu sleeps ended by the %d ms cap",
+      PINGS, (unsigned long long)(pa.slept + pb.slept),
+      (unsigned long long)(pa.cancelled + pb.cancelled),
+      (unsigned long long)(pa.timeouts + pb.timeouts), SLEEP_CAP_US / 1000);
+  CHECK_EQ_UINT(pa.timeouts + pb.timeouts, 0);
+  /* The race was run: most waits went to sleep, or were armed when the message came. */
+  CHECK_CMP_UINT(pa.slept + pb.slept + pa.cancelled + pb.cancelled, >, PINGS);
+  tdist__shm_seg_close(&a);
+  tdist__shm_seg_close(&b);
+}
+
 int main(void) {
   uint64_t seed = test_seed("shm_ring_test", 0x1234567);
   fixed_sequences();
+  sleep_wake(seed);
   tdist__shm_seg_t seg;
   CHECK_EQ_INT(tdist__shm_seg_create(&seg, 1), 0);
   tdist__shm_seg_unlink(&seg);
