@@ -12,11 +12,17 @@
  * with the sleeper's preparation every time. A wake-up lost to that race (the writer missing
  * the sleeper, the sleeper missing the bytes) shows as a sleep that ends by its timeout. */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 
 #include "runtime/gloo/shm.h"
@@ -228,7 +234,25 @@ static void sleep_wake(uint64_t seed) {
   tdist__shm_seg_close(&b);
 }
 
+/* SHM_RING_TEST_DENY_MEMBARRIER=1 (the _no_membarrier target): membarrier fails with ENOSYS,
+ * as under a seccomp profile without it, so the rings fall back to fences on both sides. */
+static void deny_membarrier(void) {
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_membarrier, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+  CHECK_EQ_INT(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+  CHECK_EQ_INT(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+  CHECK(syscall(SYS_membarrier, 0, 0, 0) == -1 && errno == ENOSYS);
+  TEST_LOG("membarrier denied: the doorbell fences on both sides");
+}
+
 int main(void) {
+  const char *deny = getenv("SHM_RING_TEST_DENY_MEMBARRIER");
+  if (deny && strcmp(deny, "1") == 0) deny_membarrier();
   uint64_t seed = test_seed("shm_ring_test", 0x1234567);
   fixed_sequences();
   sleep_wake(seed);
