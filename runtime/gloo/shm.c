@@ -77,13 +77,15 @@ typedef struct {
   uint8_t data[FB_DATA];
 } fb_slot_t;
 
-/* Each side keeps the other's counter as it last read it, on its own counter's cache line, and
- * reads the real one only when that copy says the ring is full (producer) or empty (consumer):
- * a message through the ring then moves its data's and the head's lines to the consumer, and
- * nothing back. */
+/* Each side keeps the other's counter as it last read it and reads the real one only when that
+ * copy says the ring is full (producer) or empty (consumer): a message through the ring then
+ * moves its data's and the head's lines to the consumer, and nothing back. The producer's own
+ * state has a line of its own, not the head's: the consumer reads the head on every empty look,
+ * so a slot write that bumped a counter on the head's line would pull that line away from the
+ * consumer on every message, and its next look would wait for it before it saw the slot. */
 struct tdist__shm_ring {
   _Alignas(64) _Atomic uint64_t head;   /* bytes ever written (producer) */
-  uint64_t tail_seen;                   /* producer's copy of tail */
+  _Alignas(64) uint64_t tail_seen;      /* producer's copy of tail */
   uint64_t fb_head;                     /* slot writes ever made (producer) */
   uint64_t fb_tail_seen;                /* producer's copy of fb_tail */
   _Alignas(64) _Atomic uint64_t tail;   /* bytes ever read (consumer) */
