@@ -60,17 +60,22 @@ static int membarrier_registered(void) {
 }
 
 /* Small writes go through slots instead of the byte ring when the ring holds nothing unread:
- * a slot is one cache line, its stamp and up to 56 bytes, so a small message moves one line to
- * the consumer instead of the data's and the head's (Open MPI's vader calls these fast boxes).
- * The stamp is (write number + 1) << 16 | length, stored last. The stream stays in order because
- * the producer uses a slot only when the consumer has read every ring byte written before, and
- * the consumer reads a waiting slot before any ring byte: ring bytes written after a slot come
- * after it. Slots are freed in order (fb_tail); when none is free, or the ring holds unread
- * bytes, writes go to the ring. Slots of two or more lines measured slower than the ring for
- * 80-byte messages (the second line is read only after the stamp), so there are none. */
+ * a slot is one cache line, its stamp and up to 56 bytes, and a write of up to 448 bytes takes
+ * as many consecutive slots as it needs, each a piece of the stream with its own stamp. The
+ * consumer then finds each line complete by its own stamp, so a small message moves only its
+ * lines to the consumer, not also the head's, and the loads of several lines overlap (Open
+ * MPI's vader calls these fast boxes). The stamp is (slot write number + 1) << 16 | length,
+ * stored last. The stream stays in order because the producer uses slots only when the consumer
+ * has read every ring byte written before, and the consumer reads waiting slots before any ring
+ * byte: ring bytes written after a slot come after it. Slots are freed in order (fb_tail); when
+ * too few are free, or the ring holds unread bytes, writes go to the ring. 2 ranks, against
+ * one-slot writes: 64 B all_reduce 0.51 -> 0.30 us, 256 B 0.55 -> 0.47. A root streaming small
+ * broadcasts is a little faster through the ring (its lines are not in the consumer's cache,
+ * the slots' are): 0.09-0.11 against 0.10-0.15 us. */
 #define FB_SLOTS 16
 #define FB_BYTES 64
 #define FB_DATA (FB_BYTES - 8)
+#define FB_MAX_LINES 8 /* writes of up to 8 slots' data (448 bytes) go through the slots */
 
 typedef struct {
   _Alignas(64) _Atomic uint64_t stamp;
@@ -227,25 +232,38 @@ void tdist__shm_sleep_cancel(tdist__shm_seg_t *own) {
   atomic_store_explicit(&((seg_hdr_t *)own->base)->sleeping, 0, memory_order_relaxed);
 }
 
-/* The whole write into a slot, or 0 (the ring holds unread bytes, no slot is free). */
+/* The whole write into as many slots as it takes (consecutive, each a piece of the stream), or 0
+ * (the ring holds unread bytes, or too few slots are free). */
 static size_t fb_write(tdist__shm_ring_t *r, uint64_t head, const struct iovec *iov, int n,
                        size_t want) {
   if (r->tail_seen != head) {
     r->tail_seen = atomic_load_explicit(&r->tail, memory_order_acquire);
     if (r->tail_seen != head) return 0;
   }
-  if (r->fb_head - r->fb_tail_seen >= FB_SLOTS) {
+  uint64_t lines = (want + FB_DATA - 1) / FB_DATA;
+  if (r->fb_head + lines - r->fb_tail_seen > FB_SLOTS) {
     r->fb_tail_seen = atomic_load_explicit(&r->fb_tail, memory_order_acquire);
-    if (r->fb_head - r->fb_tail_seen >= FB_SLOTS) return 0;
+    if (r->fb_head + lines - r->fb_tail_seen > FB_SLOTS) return 0;
   }
-  fb_slot_t *s = &r->fb[r->fb_head % FB_SLOTS];
-  size_t off = 0;
-  for (int k = 0; k < n; k++) {
-    memcpy(s->data + off, iov[k].iov_base, iov[k].iov_len);
-    off += iov[k].iov_len;
+  int k = 0;
+  size_t koff = 0, left = want;
+  while (left) {
+    fb_slot_t *s = &r->fb[r->fb_head % FB_SLOTS];
+    size_t len = left < FB_DATA ? left : FB_DATA, off = 0;
+    while (off < len) {
+      size_t c = iov[k].iov_len - koff < len - off ? iov[k].iov_len - koff : len - off;
+      memcpy(s->data + off, (const uint8_t *)iov[k].iov_base + koff, c);
+      off += c;
+      koff += c;
+      if (koff == iov[k].iov_len) {
+        k++;
+        koff = 0;
+      }
+    }
+    r->fb_head++;
+    atomic_store_explicit(&s->stamp, r->fb_head << 16 | len, memory_order_release);
+    left -= len;
   }
-  r->fb_head++;
-  atomic_store_explicit(&s->stamp, r->fb_head << 16 | want, memory_order_release);
   return want;
 }
 
@@ -253,7 +271,7 @@ size_t tdist__shm_ring_write(tdist__shm_ring_t *r, const struct iovec *iov, int 
   uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
   size_t want = 0;
   for (int k = 0; k < n; k++) want += iov[k].iov_len;
-  if (want > 0 && want <= FB_DATA) {
+  if (want > 0 && want <= FB_MAX_LINES * FB_DATA) {
     size_t w = fb_write(r, head, iov, n, want);
     if (w) return w;
   }
@@ -278,29 +296,40 @@ size_t tdist__shm_ring_write(tdist__shm_ring_t *r, const struct iovec *iov, int 
   return total;
 }
 
-/* Reads from the slot next in line, if written: returns the bytes copied into iov. */
+/* Reads from the slots next in line, as many as are written and iov holds: returns the bytes
+ * copied into iov. */
 static size_t fb_read(tdist__shm_ring_t *r, const struct iovec *iov, int n) {
-  uint64_t next = atomic_load_explicit(&r->fb_tail, memory_order_relaxed);
-  fb_slot_t *s = &r->fb[next % FB_SLOTS];
-  uint64_t stamp = atomic_load_explicit(&s->stamp, memory_order_acquire);
-  if (stamp >> 16 != next + 1) return 0;
-  size_t len = (size_t)(stamp & 0xffff), total = 0;
-  for (int k = 0; k < n && r->fb_off < len; k++) {
-    size_t c = iov[k].iov_len < len - r->fb_off ? iov[k].iov_len : len - r->fb_off;
-    memcpy(iov[k].iov_base, s->data + r->fb_off, c);
-    r->fb_off += c;
-    total += c;
-  }
-  if (r->fb_off == len) {
+  uint64_t first = atomic_load_explicit(&r->fb_tail, memory_order_relaxed), next = first;
+  size_t total = 0, koff = 0;
+  int k = 0;
+  while (k < n) {
+    fb_slot_t *s = &r->fb[next % FB_SLOTS];
+    uint64_t stamp = atomic_load_explicit(&s->stamp, memory_order_acquire);
+    if (stamp >> 16 != next + 1) break;
+    size_t len = (size_t)(stamp & 0xffff);
+    while (k < n && r->fb_off < len) {
+      size_t room = iov[k].iov_len - koff;
+      size_t c = room < len - r->fb_off ? room : len - r->fb_off;
+      memcpy((uint8_t *)iov[k].iov_base + koff, s->data + r->fb_off, c);
+      r->fb_off += c;
+      koff += c;
+      total += c;
+      if (koff == iov[k].iov_len) {
+        k++;
+        koff = 0;
+      }
+    }
+    if (r->fb_off < len) break; /* iov is full */
     r->fb_off = 0;
-    atomic_store_explicit(&r->fb_tail, next + 1, memory_order_release);
+    next++;
   }
+  if (next != first) atomic_store_explicit(&r->fb_tail, next, memory_order_release);
   return total;
 }
 
 size_t tdist__shm_ring_read(tdist__shm_ring_t *r, const struct iovec *iov, int n, int *freed) {
-  /* A written slot comes before every unread ring byte (see fb_slot_t). One slot per call: its
-   * length may not fill iov, and the caller asks again for the rest. */
+  /* Written slots come before every unread ring byte (see fb_slot_t). Only slots in a call that
+   * reads any: what they hold may not fill iov, and the caller asks again for the rest. */
   *freed = 0;
   size_t got = fb_read(r, iov, n);
   if (got) return got;

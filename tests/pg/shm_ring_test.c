@@ -36,11 +36,11 @@ static uint8_t stream_byte(uint64_t i) {
   return (uint8_t)((x ^ (x >> 29)) >> 17);
 }
 
-/* Mostly small (what goes through the slots), sometimes around the slot size, seldom large. */
+/* Mostly small (what goes through the slots), sometimes around the slots' 448, seldom large. */
 static size_t chunk_len(test_rng_t *s, int large) {
   uint64_t r = test_rng_below(s, 100);
   if (r < 60) return 1 + test_rng_below(s, 64);
-  if (r < 85) return 40 + test_rng_below(s, 480); /* both sides of a slot's 56 */
+  if (r < 85) return 40 + test_rng_below(s, 480); /* both sides of 448 bytes */
   if (r < 99 || !large) return 525 + test_rng_below(s, 4096);
   return 4096 + test_rng_below(s, 300 * 1024); /* fills and wraps the 1 MiB ring */
 }
@@ -89,9 +89,12 @@ static void write_all(tdist__shm_ring_t *r, uint64_t from, size_t len) {
   CHECK_EQ_UINT(tdist__shm_ring_write(r, &iov, 1), len);
 }
 
-static void read_expect(tdist__shm_ring_t *r, uint64_t from, size_t len, int want_freed) {
+/* One read of at most cap bytes: it returns len bytes, the stream's next, with *freed as given. */
+static void read_cap_expect(tdist__shm_ring_t *r, uint64_t from, size_t cap, size_t len,
+                            int want_freed) {
   uint8_t b[2048];
-  struct iovec iov = {b, sizeof b};
+  CHECK(cap <= sizeof b);
+  struct iovec iov = {b, cap};
   int freed = -1;
   size_t got = tdist__shm_ring_read(r, &iov, 1, &freed);
   if (got != len || freed != want_freed)
@@ -100,36 +103,57 @@ static void read_expect(tdist__shm_ring_t *r, uint64_t from, size_t len, int wan
   for (size_t i = 0; i < len; i++) CHECK_EQ_UINT(b[i], stream_byte(from + i));
 }
 
+static void read_expect(tdist__shm_ring_t *r, uint64_t from, size_t len, int want_freed) {
+  read_cap_expect(r, from, 2048, len, want_freed);
+}
+
 static void fixed_sequences(void) {
   tdist__shm_seg_t seg;
   CHECK_EQ_INT(tdist__shm_seg_create(&seg, 1), 0);
   tdist__shm_seg_unlink(&seg);
   tdist__shm_ring_t *r = tdist__shm_slot(&seg, 0);
   size_t ring_bytes = TDIST__SHM_RING_BYTES;
-  /* Empty ring: a small write takes a slot (no ring space used); one too big for a slot goes to
-   * the ring; a small write behind unread ring bytes goes to the ring too. */
+  /* Empty ring: a small write takes slots (no ring space used); one too big for the slots goes
+   * to the ring; a small write behind unread ring bytes goes to the ring too. */
   write_all(r, 0, 24);
   CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes);
   write_all(r, 24, 600);
   CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes - 600);
   write_all(r, 624, 10);
   CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes - 610);
-  read_expect(r, 0, 24, 0);   /* the slot first, alone */
+  read_expect(r, 0, 24, 0);   /* the slots first, alone */
   read_expect(r, 24, 610, 1); /* then the ring's bytes */
   read_expect(r, 634, 0, 0);  /* then nothing */
-  /* Sixteen slots: the seventeenth small write goes to the ring and comes after them. */
+  /* Sixteen slots: the seventeenth one-slot write goes to the ring and comes after them; one
+   * read takes every written slot. */
   uint64_t pos = 634;
   for (int i = 0; i < 17; i++) write_all(r, pos + (uint64_t)i * 50, 50);
   CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes - 50);
-  for (int i = 0; i < 17; i++) read_expect(r, pos + (uint64_t)i * 50, 50, i == 16);
+  read_expect(r, pos, 16 * 50, 0);
+  read_expect(r, pos + 16 * 50, 50, 1);
   pos += 17 * 50;
-  /* The largest write a slot takes, and one byte more. */
-  write_all(r, pos, 56);
+  /* The largest write the slots take (8 of them), and one byte more. */
+  write_all(r, pos, 448);
   CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes);
-  read_expect(r, pos, 56, 0);
-  write_all(r, pos + 56, 57);
-  CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes - 57);
-  read_expect(r, pos + 56, 57, 1);
+  read_expect(r, pos, 448, 0);
+  write_all(r, pos + 448, 449);
+  CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes - 449);
+  read_expect(r, pos + 448, 449, 1);
+  pos += 448 + 449;
+  /* A write that needs more slots than are free goes to the ring, whole: 10 slots taken, then
+   * 400 bytes (8 slots). */
+  for (int i = 0; i < 10; i++) write_all(r, pos + (uint64_t)i * 50, 50);
+  write_all(r, pos + 500, 400);
+  CHECK_EQ_UINT(tdist__shm_ring_space(r), ring_bytes - 400);
+  read_expect(r, pos, 500, 0);
+  read_expect(r, pos + 500, 400, 1);
+  pos += 900;
+  /* Reads smaller than what the slots hold, ending inside a slot and at a slot's end. */
+  write_all(r, pos, 300); /* 6 slots: 5 x 56 + 20 */
+  read_cap_expect(r, pos, 100, 100, 0);
+  read_cap_expect(r, pos + 100, 12, 12, 0);
+  read_cap_expect(r, pos + 112, 300, 188, 0);
+  read_expect(r, pos + 300, 0, 0);
   tdist__shm_seg_close(&seg);
 }
 
