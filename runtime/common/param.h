@@ -61,8 +61,9 @@ typedef enum {
   X(P2P_BUFFER_MB, INT, "256", NULL, 0, 1048576, NULL, TDIST__PARAM_LIB,                          \
     "MiB of send/recv messages a gloo group holds for receives not posted yet (early, or "        \
     "out of tag order).")                                                                         \
-  X(ALGO_ALLREDUCE, ENUM, "auto", NULL, 0, 0, "auto|ring|rd", TDIST__PARAM_LIB,                   \
-    "gloo all_reduce algorithm: ring, recursive doubling (rd), or chosen by size (auto).")        \
+  X(ALGO_ALLREDUCE, ENUM, "auto", NULL, 0, 0, "auto|ring|rd|direct", TDIST__PARAM_LIB,            \
+    "gloo all_reduce algorithm: ring, recursive doubling (rd), direct, or chosen by size and "    \
+    "group (auto).")                                                                              \
   X(REDUCE_KERNELS, ENUM, "auto", NULL, 0, 0, "auto|generic", TDIST__PARAM_LIB,                   \
     "generic: use the portable reduction kernels even where AVX2/F16C ones exist.")               \
   X(STATS_FILE, STR, NULL, "no statistics", 1, TDIST__PATH_MAX_LEN, NULL, TDIST__PARAM_LIB,       \

@@ -29,6 +29,9 @@
   (16 * 1024) /* reduce_scatter by all-reduce: every rank moves all p blocks */
 #define SEG_BYTES \
   (256 * 1024) /* pipelined ring steps and broadcast chains move this much at once */
+/* all_reduce above RD_MAX_BYTES in a group of 3 to this many ranks, all on one host, runs the
+ * direct algorithm (allreduce_direct); 2 ranks move the same bytes either way. */
+#define DIRECT_MAX_RANKS 8
 #define COLL_TAG(kind) (TDIST__XFER_COLL_TAG | (uint32_t)(kind))
 #define FINGERPRINT_TAG 0xffffffffu
 
@@ -219,6 +222,57 @@ static tdist_status_t allreduce_ring(ctx_t *c, uint8_t *buf, size_t count, tdist
   return st;
 }
 
+/* Direct all_reduce: each rank reduces its block from every peer's copy at once (p - 1 sends of
+ * the peers' blocks, p - 1 receives of its own, a segment at a time into a buffer that stays in
+ * cache), then every rank takes every other block from its owner. Between same-host ranks each
+ * transfer is a single copy out of the sender's buffer, so a rank reads its block's p - 1 remote
+ * copies once and writes its block once: at 4 ranks about 2.75 times the buffer in memory
+ * traffic per rank against the ring's 3.75, in two rounds instead of 2(p - 1) steps. */
+static tdist_status_t allreduce_direct(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
+                                       tdist_reduce_op_t op, int avg) {
+  tdist_pg_t *pg = c->pg;
+  int p = pg->size, r = pg->rank;
+  size_t es = tdist_dtype_size(dt), seg = SEG_BYTES / es;
+  uint8_t *tmp = scratch(pg, (size_t)(p - 1) * seg * es);
+  tdist__xfer_t *x = malloc(2 * (size_t)p * sizeof *x);
+  if (!tmp || !x) {
+    free(x);
+    return nomem(c, (size_t)(p - 1) * seg * es);
+  }
+  tdist_status_t st = TDIST_OK;
+  size_t mine = blk_count(count, p, r);
+  uint8_t *own = buf + blk_off(count, p, r) * es;
+  size_t rounds = nseg(blk_count(count, p, 0), seg); /* block 0 is the largest */
+  for (size_t k = 0; k < rounds && !st; k++) {
+    int n = 0;
+    for (int j = 0; j < p; j++) {
+      if (j == r) continue;
+      size_t cj = blk_count(count, p, j);
+      if (k < nseg(cj, seg))
+        x[n++] = xsend(c, j, buf + (blk_off(count, p, j) + k * seg) * es, seg_len(cj, seg, k) * es);
+      if (k < nseg(mine, seg))
+        x[n++] =
+            xrecv(c, j, tmp + (size_t)(j < r ? j : j - 1) * seg * es, seg_len(mine, seg, k) * es);
+    }
+    if (n && (st = xchg(c, x, n))) break;
+    size_t len = seg_len(mine, seg, k);
+    for (int j = 0; j < p - 1 && len; j++)
+      tdist__reduce(own + k * seg * es, tmp + (size_t)j * seg * es, len, dt, op);
+  }
+  if (!st && avg) tdist__reduce_finish_avg(own, mine, dt, p);
+  if (!st) {
+    int n = 0;
+    for (int j = 0; j < p; j++) {
+      if (j == r) continue;
+      x[n++] = xsend(c, j, own, mine * es);
+      x[n++] = xrecv(c, j, buf + blk_off(count, p, j) * es, blk_count(count, p, j) * es);
+    }
+    st = xchg(c, x, n);
+  }
+  free(x);
+  return st;
+}
+
 static tdist_status_t all_reduce(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
                                  tdist_reduce_op_t op) {
   tdist_pg_t *pg = c->pg;
@@ -227,12 +281,18 @@ static tdist_status_t all_reduce(ctx_t *c, uint8_t *buf, size_t count, tdist_dty
   if (pg->size == 1 || count == 0) return TDIST_OK;
   size_t bytes = count * tdist_dtype_size(dt);
   int algo = G(pg)->force_algo;
-  if (!algo) algo = (bytes <= RD_MAX_BYTES || count < (size_t)pg->size) ? 2 : 1;
-  if (algo == 1 && count < (size_t)pg->size) algo = 2;
+  if (!algo)
+    algo = bytes <= RD_MAX_BYTES || count < (size_t)pg->size                         ? 2
+           : pg->size >= 3 && pg->size <= DIRECT_MAX_RANKS && G(pg)->tp->single_host ? 3
+                                                                                     : 1;
+  if ((algo == 1 || algo == 3) && count < (size_t)pg->size) algo = 2;
   if (tdist__log_enabled(TDIST__LOG_DEBUG))
     tdist__log(TDIST__LOG_DEBUG, "gloo", "all_reduce %zu bytes, %d ranks: %s", bytes, pg->size,
-               algo == 1 ? "ring" : "recursive doubling");
+               algo == 1   ? "ring"
+               : algo == 3 ? "direct"
+                           : "recursive doubling");
   if (algo == 1) return allreduce_ring(c, buf, count, dt, eff, avg);
+  if (algo == 3) return allreduce_direct(c, buf, count, dt, eff, avg);
   tdist_status_t st = allreduce_rd(c, buf, count, dt, eff);
   if (!st && avg) tdist__reduce_finish_avg(buf, count, dt, pg->size);
   return st;

@@ -432,6 +432,7 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   int local = 1;
   for (int i = 0; i < t->size; i++) local += same[i];
   t->crowded = local > ncpu;
+  t->base.single_host = local == t->size;
   t->spin_us = tdist__param_is_set(TDIST__P_SPIN_US) ? (int)tdist__param_int(TDIST__P_SPIN_US)
                                                      : (t->crowded ? 200 : 50);
   t->spin_max_ns = t->spin_ns = (int64_t)t->spin_us * 1000;

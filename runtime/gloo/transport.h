@@ -52,6 +52,9 @@ struct tdist__transport {
   /* Shuts down every connection (the descriptors stay open until destroy) so that peers
    * blocked on this rank see it leave at once instead of at their deadline. Any thread. */
   void (*hangup)(tdist__transport_t *t);
+  /* Every rank of the group runs on this host (the same on every rank: an algorithm chosen by
+   * it is chosen alike everywhere). */
+  int single_host;
 };
 
 /* Full-mesh TCP among the group's ranks; addresses go through the group's store. */

@@ -36,7 +36,7 @@ static const expect_t k_expect[] = {
     {"TDIST_SHM_SINGLE_COPY", 'i', "1", "0..1"},
     {"TDIST_SHM_YIELD", 'i', "1", "0..1"},
     {"TDIST_P2P_BUFFER_MB", 'i', "256", "0..1048576"},
-    {"TDIST_ALGO_ALLREDUCE", 'e', "auto", "auto|ring|rd"},
+    {"TDIST_ALGO_ALLREDUCE", 'e', "auto", "auto|ring|rd|direct"},
     {"TDIST_REDUCE_KERNELS", 'e', "auto", "auto|generic"},
     {"TDIST_STATS_FILE", 's', NULL, "1..4095"},
     {"TDIST_NCCL_DEVICE", 'i', NULL, "0..2147483647"},
@@ -330,7 +330,7 @@ static void group_fails(const char *backend, const char *want) {
 static void env_gloo_algo(void *arg) {
   (void)arg;
   setenv("TDIST_ALGO_ALLREDUCE", "tree", 1);
-  group_fails("gloo", "TDIST_ALGO_ALLREDUCE='tree' is not one of auto|ring|rd");
+  group_fails("gloo", "TDIST_ALGO_ALLREDUCE='tree' is not one of auto|ring|rd|direct");
 }
 
 static void env_gloo_log_level(void *arg) {

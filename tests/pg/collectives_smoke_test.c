@@ -1,7 +1,8 @@
 /* Smoke test of every collective on real processes, over shared memory and over TCP: world
  * sizes 1..5, int64 data (exact reference), each result checked against a reference computed
- * independently from the same deterministic inputs. all_reduce runs both algorithms by size
- * (recursive doubling up to 64 KiB, the ring above), and every rank checks in its own debug log
+ * independently from the same deterministic inputs. all_reduce runs its algorithms by size
+ * (recursive doubling up to 64 KiB, above it the ring at 2 ranks and the direct algorithm at 3
+ * and more, all on one host), and every rank checks in its own debug log
  * (tests/testlib/logcap.h) that the transport it meant (shared memory or TCP only) and each
  * algorithm really ran. The full dtype/op/algorithm sweep lives in collectives_sweep_test. */
 #include <stdio.h>
@@ -143,10 +144,11 @@ static int body(int rank, int world, int port, void *arg) {
   free(out);
   free(in);
   /* What ran: all_reduce of 1, 7, N, N (max) and 3 x N (async) by recursive doubling, NRING by
-   * the ring (a world of 1 moves nothing); shared memory between every pair, or none. */
+   * the ring at 2 ranks and by the direct algorithm at 3 and more (all of them on this host; a
+   * world of 1 moves nothing); shared memory between every pair, or none. */
   char *log = logcap_end();
   logcap_expect_transport(log, rank, world, shm, 1);
-  logcap_expect_algos(log, rank, world > 1 ? 1 : 0, world > 1 ? 7 : 0);
+  logcap_expect_algos3(log, rank, world == 2 ? 1 : 0, world > 1 ? 7 : 0, world > 2 ? 1 : 0);
   free(log);
   return 0;
 }

@@ -3,9 +3,10 @@
  * against a reference computed here, independently of the library's kernels.
  *
  * What runs (chosen to keep the target well under a minute per shard on 2 cores, ASan included):
- *   all_reduce, for each algorithm forced with TDIST_ALGO_ALLREDUCE=ring|rd (set in the child
- *     before init), counts {0, 1, 37, 100003} (100003 elements is beyond the 64 KiB
- *     recursive-doubling threshold for every dtype, so "auto" would pick the ring):
+ *   all_reduce, for each algorithm forced with TDIST_ALGO_ALLREDUCE=ring|rd|direct (set in the
+ *     child before init), counts {0, 1, 37, 100003} (100003 elements is beyond the 64 KiB
+ *     recursive-doubling threshold for every dtype, so "auto" would pick the ring), and for
+ *     direct also 700001 float32 SUM and int64 MAX (several segments per block):
  *       worlds {2, 3, 5}: every dtype x every valid op (the full matrix);
  *       worlds {1, 4, 8}: the reduced matrix: SUM and MAX for every dtype, plus every op for
  *         float16, float64, int8 and int32 (so every op still runs at world 8).
@@ -73,7 +74,11 @@
 #include "logcap.h"
 #include "ranks.h"
 
-#define LARGE 100003   /* > 64 KiB for every dtype: the ring runs */
+#define LARGE 100003 /* > 64 KiB for every dtype: the ring runs */
+/* The direct all_reduce's blocks move in 256 KiB segments, single copies from 256 KiB between
+ * same-host ranks: 700001 float32/int64 elements make blocks of several uneven segments at
+ * every world here (float32 SUM and int64 MAX only, to keep the time down). */
+#define DIRECT_BIG 700001
 #define RS_LARGE 20011 /* reduce_scatter: per-rank block, p * 20011 elements in all */
 #define A2A_LARGE 4099 /* all_to_all: per-peer block */
 #define GATHER_LARGE 10007
@@ -422,15 +427,18 @@ static int all_reduce_body(int rank, int world, int port, void *arg) {
   }
   tdist_store_t *store;
   tdist_pg_t *pg = body_pg(cfg, &rank, &world, port, &store);
-  uint8_t *buf = xmalloc(LARGE * 8 + GUARD);
-  int case_no = 0, want_ring = 0, want_rd = 0;
+  uint8_t *buf = xmalloc(DIRECT_BIG * 8 + GUARD);
+  int case_no = 0, want_ring = 0, want_rd = 0, want_direct = 0;
+  int direct = cfg->algo && !strcmp(cfg->algo, "direct");
   for (size_t d = 0; d < NDT; d++) {
     tdist_dtype_t dt = k_dtypes[d];
     size_t es = tdist_dtype_size(dt);
     for (int op = 0; op < TDIST_REDUCE_OP_COUNT_; op++) {
       if (!in_matrix(cfg, dt, (tdist_reduce_op_t)op)) continue;
-      for (size_t c = 0; c < sizeof k_counts / sizeof k_counts[0]; c++) {
-        size_t n = k_counts[c];
+      int big = direct && ((dt == TDIST_FLOAT32 && op == TDIST_SUM) ||
+                           (dt == TDIST_INT64 && op == TDIST_MAX));
+      for (size_t c = 0; c < sizeof k_counts / sizeof k_counts[0] + (size_t)big; c++) {
+        size_t n = c < sizeof k_counts / sizeof k_counts[0] ? k_counts[c] : DIRECT_BIG;
         uint64_t seed = case_seed(1, world, dt, (tdist_reduce_op_t)op, n, 0);
         fill(buf, n, dt, (tdist_reduce_op_t)op, seed, rank, 0);
         set_guard(buf, n * es);
@@ -453,6 +461,8 @@ static int all_reduce_body(int rank, int world, int port, void *arg) {
         if (n && world > 1) {
           if (cfg->algo && !strcmp(cfg->algo, "ring") && n >= (size_t)world)
             want_ring++;
+          else if (cfg->algo && !strcmp(cfg->algo, "direct") && n >= (size_t)world)
+            want_direct++;
           else
             want_rd++;
         }
@@ -468,7 +478,7 @@ static int all_reduce_body(int rank, int world, int port, void *arg) {
   if (cfg->mpi_pg) return 0;
   char *log = logcap_end();
   logcap_expect_transport(log, rank, world, cfg->shm, 1);
-  logcap_expect_algos(log, rank, want_ring, want_rd);
+  logcap_expect_algos3(log, rank, want_ring, want_rd, want_direct);
   free(log);
   return 0;
 }
@@ -853,10 +863,11 @@ int main(int argc, char **argv) {
   /* Jobs in an order that spreads the heavy (large world) ones over the shards. */
   static const struct {
     int world;
-    int phase; /* 0 all_reduce ring, 1 all_reduce rd, 2 the other collectives */
+    int phase; /* 0 all_reduce ring, 1 all_reduce rd, 2 the other collectives, 3 direct */
   } jobs[] = {
-      {8, 0}, {8, 1}, {8, 2}, {5, 0}, {5, 1}, {5, 2}, {4, 0}, {4, 1}, {4, 2},
-      {3, 0}, {3, 1}, {3, 2}, {2, 0}, {2, 1}, {2, 2}, {1, 0}, {1, 1}, {1, 2},
+      {8, 0}, {8, 1}, {8, 2}, {8, 3}, {5, 0}, {5, 1}, {5, 2}, {5, 3},
+      {4, 0}, {4, 1}, {4, 2}, {4, 3}, {3, 0}, {3, 1}, {3, 2}, {3, 3},
+      {2, 0}, {2, 1}, {2, 2}, {2, 3}, {1, 0}, {1, 1}, {1, 2},
   };
   const int njobs = (int)(sizeof jobs / sizeof jobs[0]);
   test_shard_t sh = test_shard_init("collectives_sweep_test");
@@ -871,6 +882,7 @@ int main(int argc, char **argv) {
     int w = jobs[j % njobs].world, ph = jobs[j % njobs].phase, tcp = j >= njobs;
     cfg_t cfg = {.algo = ph == 0   ? "ring"
                          : ph == 1 ? "rd"
+                         : ph == 3 ? "direct"
                                    : NULL,
                  .full = w == 2 || w == 3 || w == 5,
                  .arrivals = arrivals,

@@ -119,17 +119,23 @@ static inline void logcap_expect_transport(const char *text, int rank, int world
   }
 }
 
-/* Checks that exactly `ring` all_reduce calls ran the ring and `rd` recursive doubling. */
-static inline void logcap_expect_algos(const char *text, int rank, int ring, int rd) {
+/* Checks that exactly `ring` all_reduce calls ran the ring, `rd` recursive doubling and
+ * `direct` the direct algorithm. */
+static inline void logcap_expect_algos3(const char *text, int rank, int ring, int rd, int direct) {
   int got_ring = logcap_count(text, "ranks: ring");
   int got_rd = logcap_count(text, "ranks: recursive doubling");
-  if (got_ring != ring || got_rd != rd) {
+  int got_direct = logcap_count(text, "ranks: direct");
+  if (got_ring != ring || got_rd != rd || got_direct != direct) {
     fprintf(stderr,
-            "%s\nlogcap: rank %d: all_reduce ran the ring %d time(s) and recursive doubling %d "
-            "time(s); expected %d and %d (capture above)\n",
-            text, rank, got_ring, got_rd, ring, rd);
+            "%s\nlogcap: rank %d: all_reduce ran the ring %d time(s), recursive doubling %d and "
+            "direct %d; expected %d, %d and %d (capture above)\n",
+            text, rank, got_ring, got_rd, got_direct, ring, rd, direct);
     exit(1);
   }
+}
+
+static inline void logcap_expect_algos(const char *text, int rank, int ring, int rd) {
+  logcap_expect_algos3(text, rank, ring, rd, 0);
 }
 
 #endif
