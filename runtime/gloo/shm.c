@@ -76,8 +76,9 @@ static int membarrier_registered(void) {
 #define FB_BYTES 64
 #define FB_DATA (FB_BYTES - 8)
 #define FB_MAX_LINES 8 /* writes of up to 8 slots' data (448 bytes) go through the slots */
-#define FB_RECHECK 16  /* while the ring is busy, small writes look whether it emptied this often \
-                        */
+#define FB_RECHECK                                                              \
+  16 /* while the ring is busy, small writes look whether it emptied this often \
+      */
 
 typedef struct {
   _Alignas(64) _Atomic uint64_t stamp;
