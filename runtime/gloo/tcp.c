@@ -48,6 +48,7 @@
 /* Below this size (or the transfer's own copy_min, gloo.c) two copies through the ring are
  * faster than one single copy. */
 #define COPY_MIN_BYTES (256 * 1024)
+#define LOCAL_SNDBUF (256 * 1024) /* same-host TCP send buffer (see the transport's setup) */
 #define SHM_PURE_SPIN_NS 20000 /* a ring wait's first part spins without yielding (not crowded) */
 
 static inline void cpu_relax(void) {
@@ -437,6 +438,19 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
                                                      : (t->crowded ? 200 : 50);
   t->spin_max_ns = t->spin_ns = (int64_t)t->spin_us * 1000;
   t->pure_spin_ns = t->crowded ? 0 : SHM_PURE_SPIN_NS;
+  /* TCP between ranks of one host (TDIST_SHM=0, or no shared memory): a send buffer of
+   * LOCAL_SNDBUF (the kernel doubles it), not the megabytes autotuning grows to, keeps the bytes
+   * in flight in cache between the sender's copy in and the receiver's copy out (2 ranks on 2
+   * cores, alternating runs: 4 MiB broadcast 488-549 -> 354-380 us, 16 MiB all_reduce 4183 ->
+   * 3477, all_gather 2396 -> 2077). Not when ranks outnumber cores: a sender that fills the
+   * smaller buffer then waits for its receiver to get a core (4 ranks on 2 cores, 1 MiB
+   * broadcast 159-186 -> 250-304 us). */
+  if (!t->crowded)
+    for (int i = 0; i < t->size; i++)
+      if (same[i] && t->fds[i] >= 0) {
+        int v = LOCAL_SNDBUF;
+        (void)setsockopt(t->fds[i], SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+      }
   free(same);
   same = NULL;
   if (st) goto done;
