@@ -12,8 +12,9 @@ default) it starts that many ranks of this script, each with the default group o
      the binding adds over the C call it makes (the blocking one below TDIST_TORCH_ASYNC_BYTES,
      the async one from there up). 1 rank has no peer to wait for: its rows are the per-call
      cost alone, where the binding's share is measured best;
-  2. DDP step time (forward, backward with DDP's bucketed all_reduce, SGD step) for a small MLP
-     (batch 16, and batch 1, where communication dominates), a wider MLP (8.4M parameters, batch
+  2. DDP step time (forward, backward with DDP's bucketed all_reduce, SGD step) for a tiny MLP
+     (26K parameters, batch 16: the step is mostly the all_reduce's latency), a small MLP
+     (batch 16, and batch 1, where the all_reduce's bandwidth dominates), a wider MLP (8.4M parameters, batch
      1: communication is nearly all of the step) and a small conv net on CPU: tdist
      against gloo, models and data identical, medians, with the step's compute alone (no_sync),
      the step with free communication (DDP's own bucket work kept, its all_reduce replaced by a
@@ -222,6 +223,10 @@ if not a.skip_ddp and WORLD > 1:
         fut.set_result(bucket.buffer())
         return fut
 
+    def tiny():
+        return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
+                                   torch.nn.ReLU(), torch.nn.Linear(128, 10))
+
     def mlp():
         return torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
                                    torch.nn.ReLU(), torch.nn.Linear(1024, 10))
@@ -243,7 +248,8 @@ if not a.skip_ddp and WORLD > 1:
     out("%-34s %9s %9s %9s %9s %9s %9s %9s %9s" % ("model, batch per rank", "params", "no-comm", "free ms",
                                                    "tdist ms", "gloo ms", "tdist/gloo", "comm share",
                                                    "comm ratio"))
-    for name, make, shape, batch in (("MLP 256-1024-1024-10, 16", mlp, (256,), 16),
+    for name, make, shape, batch in (("MLP 64-128-128-10, 16", tiny, (64,), 16),
+                                     ("MLP 256-1024-1024-10, 16", mlp, (256,), 16),
                                      ("MLP 256-1024-1024-10, 1", mlp, (256,), 1),
                                      ("MLP 1024-2048-2048-1024-10, 1", wide, (1024,), 1),
                                      ("conv net 3x32x32 (2 conv), 8", conv, (3, 32, 32), 8)):
