@@ -452,6 +452,39 @@ static tdist_status_t all_gather_v(ctx_t *c, uint8_t *out, const uint8_t *in, co
               : ring_all_gather(c, out, own, counts, displs, es);
 }
 
+/* Direct reduce_scatter: the first round of allreduce_direct. Each rank sends block j of its
+ * input to rank j and reduces the p - 1 copies of its own block into `out` as they arrive, a
+ * segment at a time; no working copy of the whole input, and one round instead of the ring's
+ * p - 1 steps. */
+static tdist_status_t reduce_scatter_direct(ctx_t *c, uint8_t *out, const uint8_t *in, size_t count,
+                                            tdist_dtype_t dt, tdist_reduce_op_t op) {
+  tdist_pg_t *pg = c->pg;
+  int p = pg->size, r = pg->rank;
+  size_t es = tdist_dtype_size(dt), seg = SEG_BYTES / es;
+  uint8_t *tmp = scratch(pg, (size_t)(p - 1) * seg * es);
+  tdist__xfer_t *x = malloc(2 * (size_t)p * sizeof *x);
+  if (!tmp || !x) {
+    free(x);
+    return nomem(c, (size_t)(p - 1) * seg * es);
+  }
+  memcpy(out, in + (size_t)r * count * es, count * es);
+  tdist_status_t st = TDIST_OK;
+  for (size_t k = 0; k < nseg(count, seg) && !st; k++) {
+    size_t len = seg_len(count, seg, k);
+    int n = 0;
+    for (int j = 0; j < p; j++) {
+      if (j == r) continue;
+      x[n++] = xsend(c, j, in + ((size_t)j * count + k * seg) * es, len * es);
+      x[n++] = xrecv(c, j, tmp + (size_t)(j < r ? j : j - 1) * seg * es, len * es);
+    }
+    if ((st = xchg(c, x, n))) break;
+    for (int j = 0; j < p - 1; j++)
+      tdist__reduce(out + k * seg * es, tmp + (size_t)j * seg * es, len, dt, op);
+  }
+  free(x);
+  return st;
+}
+
 static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, size_t count,
                                      tdist_dtype_t dt, tdist_reduce_op_t op) {
   tdist_pg_t *pg = c->pg;
@@ -467,6 +500,17 @@ static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
     tdist_status_t st = allreduce_rd(c, all, count * (size_t)p, dt, avg ? TDIST_SUM : op);
     if (!st && count) memcpy(out, all + (size_t)r * count * es, count * es);
     free(all);
+    if (!st && avg) tdist__reduce_finish_avg(out, count, dt, p);
+    return st;
+  }
+  /* A group of 3 to DIRECT_MAX_RANKS ranks on one host: the direct algorithm, at every size,
+   * unless `out` overlaps the input (it would overwrite blocks still to be sent). 4 ranks on 2
+   * cores, alternating runs, ring against direct: shared memory 64 KiB 15-18 -> 12-14 us,
+   * 1 MiB 232-289 -> 115-122, 16 MiB 4.42-4.56 -> 2.08-2.14 ms; TCP 64 KiB 41-43 -> 29,
+   * 16 MiB 7.6-7.7 -> 4.3-4.4 ms. */
+  if (p >= 3 && p <= DIRECT_MAX_RANKS && G(pg)->tp->single_host && count &&
+      (out + count * es <= in || in + total <= out)) {
+    tdist_status_t st = reduce_scatter_direct(c, out, in, count, dt, avg ? TDIST_SUM : op);
     if (!st && avg) tdist__reduce_finish_avg(out, count, dt, p);
     return st;
   }

@@ -13,7 +13,8 @@
  *     After each call every rank all_gathers a 64-bit hash of its result: all ranks must hold
  *     bitwise identical results. The values are checked by one rank per case (rotating).
  *   reduce (every root; SUM plus one more op per root, rotating through the valid ops) and
- *     reduce_scatter (same op matrix as all_reduce) with the same references;
+ *     reduce_scatter (same op matrix as all_reduce) with the same references, and per-rank
+ *       blocks of 150001 float32 SUM and int64 MAX (several segments of the direct algorithm);
  *   broadcast (every root), all_gather, all_gather_v (uneven counts with zeros, blocks out of
  *     rank order with gaps), gather/scatter (every root), all_to_all, all_to_all_v (uneven, with
  *     zeros), barrier (nobody leaves before everyone arrived: a shared-memory arrival counter),
@@ -80,6 +81,7 @@
  * every world here (float32 SUM and int64 MAX only, to keep the time down). */
 #define DIRECT_BIG 700001
 #define RS_LARGE 20011 /* reduce_scatter: per-rank block, p * 20011 elements in all */
+#define RS_BIG 150001  /* reduce_scatter, float32 SUM and int64 MAX: blocks of several segments */
 #define A2A_LARGE 4099 /* all_to_all: per-peer block */
 #define GATHER_LARGE 10007
 #define GUARD 64 /* guard bytes after every output buffer */
@@ -518,9 +520,9 @@ static void run_reduce(tdist_pg_t *pg, const cfg_t *cfg, uint8_t *buf) {
 
 static void run_reduce_scatter(tdist_pg_t *pg, const cfg_t *cfg) {
   int rank = tdist_pg_rank(pg), world = tdist_pg_size(pg);
-  size_t counts[] = {0, 1, 37, RS_LARGE};
-  uint8_t *in = xmalloc((size_t)world * RS_LARGE * 8);
-  uint8_t *out = xmalloc(RS_LARGE * 8 + GUARD);
+  size_t counts[] = {0, 1, 37, RS_LARGE, RS_BIG};
+  uint8_t *in = xmalloc((size_t)world * RS_BIG * 8);
+  uint8_t *out = xmalloc(RS_BIG * 8 + GUARD);
   for (size_t d = 0; d < NDT; d++) {
     tdist_dtype_t dt = k_dtypes[d];
     size_t es = tdist_dtype_size(dt);
@@ -528,6 +530,9 @@ static void run_reduce_scatter(tdist_pg_t *pg, const cfg_t *cfg) {
       if (!in_matrix(cfg, dt, (tdist_reduce_op_t)op)) continue;
       for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
         size_t n = counts[c];
+        if (n == RS_BIG &&
+            !((dt == TDIST_FLOAT32 && op == TDIST_SUM) || (dt == TDIST_INT64 && op == TDIST_MAX)))
+          continue;
         uint64_t seed = case_seed(3, world, dt, (tdist_reduce_op_t)op, n, 0);
         fill(in, n * (size_t)world, dt, (tdist_reduce_op_t)op, seed, rank, 0);
         set_guard(out, n * es);
