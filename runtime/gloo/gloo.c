@@ -226,43 +226,54 @@ static tdist_status_t allreduce_ring(ctx_t *c, uint8_t *buf, size_t count, tdist
   return st;
 }
 
-/* Direct all_reduce: each rank reduces its block from every peer's copy at once (p - 1 sends of
- * the peers' blocks, p - 1 receives of its own, a segment at a time into a buffer that stays in
- * cache), then every rank takes every other block from its owner. Between same-host ranks each
- * transfer is a single copy out of the sender's buffer, so a rank reads its block's p - 1 remote
- * copies once and writes its block once: at 4 ranks about 2.75 times the buffer in memory
- * traffic per rank against the ring's 3.75, in two rounds instead of 2(p - 1) steps. */
-static tdist_status_t allreduce_direct(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
-                                       tdist_reduce_op_t op, int avg) {
+/* The direct algorithms' reduction round: `src` holds `count` elements in p blocks (blk_count,
+ * blk_off); this rank sends block j to rank j and reduces the p - 1 copies of its own block into
+ * `own` (which starts as this rank's block, and may be it) as they arrive, a segment at a time
+ * into a buffer that stays in cache. Between same-host ranks each transfer is a single copy out
+ * of the sender's buffer, so a rank reads its block's p - 1 remote copies once and writes its
+ * block once, in one round instead of the ring's p - 1 steps. */
+static tdist_status_t direct_reduce_round(ctx_t *c, uint8_t *own, const uint8_t *src, size_t count,
+                                          tdist_dtype_t dt, tdist_reduce_op_t op,
+                                          tdist__xfer_t *x) {
   tdist_pg_t *pg = c->pg;
   int p = pg->size, r = pg->rank;
   size_t es = tdist_dtype_size(dt), seg = SEG_BYTES / es;
   uint8_t *tmp = scratch(pg, (size_t)(p - 1) * seg * es);
-  tdist__xfer_t *x = malloc(2 * (size_t)p * sizeof *x);
-  if (!tmp || !x) {
-    free(x);
-    return nomem(c, (size_t)(p - 1) * seg * es);
-  }
-  tdist_status_t st = TDIST_OK;
+  if (!tmp) return nomem(c, (size_t)(p - 1) * seg * es);
   size_t mine = blk_count(count, p, r);
-  uint8_t *own = buf + blk_off(count, p, r) * es;
   size_t rounds = nseg(blk_count(count, p, 0), seg); /* block 0 is the largest */
-  for (size_t k = 0; k < rounds && !st; k++) {
+  for (size_t k = 0; k < rounds; k++) {
     int n = 0;
     for (int j = 0; j < p; j++) {
       if (j == r) continue;
       size_t cj = blk_count(count, p, j);
       if (k < nseg(cj, seg))
-        x[n++] = xsend(c, j, buf + (blk_off(count, p, j) + k * seg) * es, seg_len(cj, seg, k) * es);
+        x[n++] = xsend(c, j, src + (blk_off(count, p, j) + k * seg) * es, seg_len(cj, seg, k) * es);
       if (k < nseg(mine, seg))
         x[n++] =
             xrecv(c, j, tmp + (size_t)(j < r ? j : j - 1) * seg * es, seg_len(mine, seg, k) * es);
     }
-    if (n && (st = xchg(c, x, n))) break;
+    tdist_status_t st = n ? xchg(c, x, n) : TDIST_OK;
+    if (st) return st;
     size_t len = seg_len(mine, seg, k);
     for (int j = 0; j < p - 1 && len; j++)
       tdist__reduce(own + k * seg * es, tmp + (size_t)j * seg * es, len, dt, op);
   }
+  return TDIST_OK;
+}
+
+/* Direct all_reduce: the reduction round in place, then every rank takes every other block from
+ * its owner: at 4 ranks about 2.75 times the buffer in memory traffic per rank against the
+ * ring's 3.75, in two rounds instead of 2(p - 1) steps. */
+static tdist_status_t allreduce_direct(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
+                                       tdist_reduce_op_t op, int avg) {
+  tdist_pg_t *pg = c->pg;
+  int p = pg->size, r = pg->rank;
+  size_t es = tdist_dtype_size(dt), mine = blk_count(count, p, r);
+  uint8_t *own = buf + blk_off(count, p, r) * es;
+  tdist__xfer_t *x = malloc(2 * (size_t)p * sizeof *x);
+  if (!x) return nomem(c, 2 * (size_t)p * sizeof *x);
+  tdist_status_t st = direct_reduce_round(c, own, buf, count, dt, op, x);
   if (!st && avg) tdist__reduce_finish_avg(own, mine, dt, p);
   if (!st) {
     int n = 0;
@@ -452,35 +463,16 @@ static tdist_status_t all_gather_v(ctx_t *c, uint8_t *out, const uint8_t *in, co
               : ring_all_gather(c, out, own, counts, displs, es);
 }
 
-/* Direct reduce_scatter: the first round of allreduce_direct. Each rank sends block j of its
- * input to rank j and reduces the p - 1 copies of its own block into `out` as they arrive, a
- * segment at a time; no working copy of the whole input, and one round instead of the ring's
- * p - 1 steps. */
+/* Direct reduce_scatter: the direct algorithms' reduction round, from `in` into `out` (count
+ * elements a rank: equal blocks); no working copy of the whole input. */
 static tdist_status_t reduce_scatter_direct(ctx_t *c, uint8_t *out, const uint8_t *in, size_t count,
                                             tdist_dtype_t dt, tdist_reduce_op_t op) {
-  tdist_pg_t *pg = c->pg;
-  int p = pg->size, r = pg->rank;
-  size_t es = tdist_dtype_size(dt), seg = SEG_BYTES / es;
-  uint8_t *tmp = scratch(pg, (size_t)(p - 1) * seg * es);
+  int p = c->pg->size;
+  size_t es = tdist_dtype_size(dt);
   tdist__xfer_t *x = malloc(2 * (size_t)p * sizeof *x);
-  if (!tmp || !x) {
-    free(x);
-    return nomem(c, (size_t)(p - 1) * seg * es);
-  }
-  memcpy(out, in + (size_t)r * count * es, count * es);
-  tdist_status_t st = TDIST_OK;
-  for (size_t k = 0; k < nseg(count, seg) && !st; k++) {
-    size_t len = seg_len(count, seg, k);
-    int n = 0;
-    for (int j = 0; j < p; j++) {
-      if (j == r) continue;
-      x[n++] = xsend(c, j, in + ((size_t)j * count + k * seg) * es, len * es);
-      x[n++] = xrecv(c, j, tmp + (size_t)(j < r ? j : j - 1) * seg * es, len * es);
-    }
-    if ((st = xchg(c, x, n))) break;
-    for (int j = 0; j < p - 1; j++)
-      tdist__reduce(out + k * seg * es, tmp + (size_t)j * seg * es, len, dt, op);
-  }
+  if (!x) return nomem(c, 2 * (size_t)p * sizeof *x);
+  memcpy(out, in + (size_t)c->pg->rank * count * es, count * es);
+  tdist_status_t st = direct_reduce_round(c, out, in, count * (size_t)p, dt, op, x);
   free(x);
   return st;
 }
