@@ -69,16 +69,15 @@ static int membarrier_registered(void) {
  * has read every ring byte written before, and the consumer reads waiting slots before any ring
  * byte: ring bytes written after a slot come after it. Slots are freed in order (fb_tail); when
  * too few are free, or the ring holds unread bytes, writes go to the ring. 2 ranks, against
- * one-slot writes: 64 B all_reduce 0.51 -> 0.30 us, 256 B 0.55 -> 0.47. A root streaming small
- * broadcasts is a little faster through the ring (its lines are not in the consumer's cache,
- * the slots' are): 0.09-0.11 against 0.10-0.15 us. */
+ * one-slot writes: 64 B all_reduce 0.51 -> 0.30 us, 256 B 0.55 -> 0.47. A stream the consumer
+ * lags behind is faster through the ring (several messages a line, lines not in the consumer's
+ * cache): once the slots run out, small writes stay there a while (fb_write). */
 #define FB_SLOTS 16
 #define FB_BYTES 64
 #define FB_DATA (FB_BYTES - 8)
 #define FB_MAX_LINES 8 /* writes of up to 8 slots' data (448 bytes) go through the slots */
-#define FB_RECHECK                                                              \
-  16 /* while the ring is busy, small writes look whether it emptied this often \
-      */
+/* While the ring is busy, small writes look whether it emptied this often (fb_write). */
+#define FB_RECHECK 16
 
 typedef struct {
   _Alignas(64) _Atomic uint64_t stamp;
