@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -45,7 +46,9 @@
 #define NOPS 150      /* random plan: fewer than TDIST_STATS_FLIGHT entries in all */
 #define MAXCOUNT 3000 /* elements */
 #define RING_OPS (2 * TDIST_STATS_FLIGHT + 89)
-#define HAMMER_OPS 4000
+/* Enough ops that the readers get well over 100 reads in (they start first): small collectives
+ * take 0.1-0.3 us each over shared memory, and 4000 once ended before the readers began. */
+#define HAMMER_OPS 10000
 
 /* Collective type indices, resolved by name. */
 enum { AR, BC, RED, AG, GA, SC, RS, A2A, BAR, MBAR, SEND, RECV, NKINDS };
@@ -640,6 +643,8 @@ static int hammer_body(int rank, int world, int port, void *arg) {
   reader_arg_t ra = {{path, peer_path}, world, rank, sh};
   pthread_t th;
   CHECK(pthread_create(&th, NULL, reader_main, &ra) == 0);
+  /* Start once the readers are reading (this rank's file is there since the group's init). */
+  for (int64_t t = now_ms(); !atomic_load(&sh->reads) && now_ms() - t < 10000;) sched_yield();
   float buf[40] = {0};
   int64_t t0 = now_ms();
   for (uint64_t s = 1; s <= HAMMER_OPS; s++) {
