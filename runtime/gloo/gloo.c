@@ -226,6 +226,12 @@ static tdist_status_t allreduce_ring(ctx_t *c, uint8_t *buf, size_t count, tdist
   return st;
 }
 
+/* Whether this group runs the direct algorithms: 3 to DIRECT_MAX_RANKS ranks, all on one host
+ * (the same answer on every rank). */
+static int direct_group(tdist_pg_t *pg) {
+  return pg->size >= 3 && pg->size <= DIRECT_MAX_RANKS && G(pg)->tp->single_host;
+}
+
 /* The direct algorithms' reduction round: `src` holds `count` elements in p blocks (blk_count,
  * blk_off); this rank sends block j to rank j and reduces the p - 1 copies of its own block into
  * `own` (which starts as this rank's block, and may be it) as they arrive, a segment at a time
@@ -298,10 +304,8 @@ static tdist_status_t all_reduce(ctx_t *c, uint8_t *buf, size_t count, tdist_dty
   int algo = G(pg)->force_algo;
   if (!algo)
     algo = bytes <= RD_MAX_BYTES || count < (size_t)pg->size ? 2
-           : bytes <= DIRECT_MAX_BYTES && pg->size >= 3 && pg->size <= DIRECT_MAX_RANKS &&
-                   G(pg)->tp->single_host
-               ? 3
-               : 1;
+           : bytes <= DIRECT_MAX_BYTES && direct_group(pg)   ? 3
+                                                             : 1;
   if ((algo == 1 || algo == 3) && count < (size_t)pg->size) algo = 2;
   if (tdist__log_enabled(TDIST__LOG_DEBUG))
     tdist__log(TDIST__LOG_DEBUG, "gloo", "all_reduce %zu bytes, %d ranks: %s", bytes, pg->size,
@@ -500,8 +504,7 @@ static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
    * cores, alternating runs, ring against direct: shared memory 64 KiB 15-18 -> 12-14 us,
    * 1 MiB 232-289 -> 115-122, 16 MiB 4.42-4.56 -> 2.08-2.14 ms; TCP 64 KiB 41-43 -> 29,
    * 16 MiB 7.6-7.7 -> 4.3-4.4 ms. */
-  if (p >= 3 && p <= DIRECT_MAX_RANKS && G(pg)->tp->single_host && count &&
-      (out + count * es <= in || in + total <= out)) {
+  if (direct_group(pg) && count && (out + count * es <= in || in + total <= out)) {
     tdist_status_t st = reduce_scatter_direct(c, out, in, count, dt, avg ? TDIST_SUM : op);
     if (!st && avg) tdist__reduce_finish_avg(out, count, dt, p);
     return st;

@@ -421,6 +421,11 @@ static void check_identical(tdist_pg_t *pg, const char *what, const void *buf, s
 /* ---------------------------------------------------------------------------------------- */
 /* all_reduce phase                                                                          */
 
+/* The cases that also run at DIRECT_BIG / RS_BIG elements (blocks of several segments). */
+static int big_case(tdist_dtype_t dt, int op) {
+  return (dt == TDIST_FLOAT32 && op == TDIST_SUM) || (dt == TDIST_INT64 && op == TDIST_MAX);
+}
+
 static int all_reduce_body(int rank, int world, int port, void *arg) {
   const cfg_t *cfg = arg;
   if (!cfg->mpi_pg) {
@@ -437,8 +442,7 @@ static int all_reduce_body(int rank, int world, int port, void *arg) {
     size_t es = tdist_dtype_size(dt);
     for (int op = 0; op < TDIST_REDUCE_OP_COUNT_; op++) {
       if (!in_matrix(cfg, dt, (tdist_reduce_op_t)op)) continue;
-      int big = direct && ((dt == TDIST_FLOAT32 && op == TDIST_SUM) ||
-                           (dt == TDIST_INT64 && op == TDIST_MAX));
+      int big = direct && big_case(dt, op);
       for (size_t c = 0; c < sizeof k_counts / sizeof k_counts[0] + (size_t)big; c++) {
         size_t n = c < sizeof k_counts / sizeof k_counts[0] ? k_counts[c] : DIRECT_BIG;
         uint64_t seed = case_seed(1, world, dt, (tdist_reduce_op_t)op, n, 0);
@@ -463,7 +467,7 @@ static int all_reduce_body(int rank, int world, int port, void *arg) {
         if (n && world > 1) {
           if (cfg->algo && !strcmp(cfg->algo, "ring") && n >= (size_t)world)
             want_ring++;
-          else if (cfg->algo && !strcmp(cfg->algo, "direct") && n >= (size_t)world)
+          else if (direct && n >= (size_t)world)
             want_direct++;
           else
             want_rd++;
@@ -530,9 +534,7 @@ static void run_reduce_scatter(tdist_pg_t *pg, const cfg_t *cfg) {
       if (!in_matrix(cfg, dt, (tdist_reduce_op_t)op)) continue;
       for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
         size_t n = counts[c];
-        if (n == RS_BIG &&
-            !((dt == TDIST_FLOAT32 && op == TDIST_SUM) || (dt == TDIST_INT64 && op == TDIST_MAX)))
-          continue;
+        if (n == RS_BIG && !big_case(dt, op)) continue;
         uint64_t seed = case_seed(3, world, dt, (tdist_reduce_op_t)op, n, 0);
         fill(in, n * (size_t)world, dt, (tdist_reduce_op_t)op, seed, rank, 0);
         set_guard(out, n * es);
