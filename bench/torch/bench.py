@@ -18,8 +18,9 @@ default) it starts that many ranks of this script, each with the default group o
      1: communication is nearly all of the step) and a small conv net on CPU: tdist
      against gloo, models and data identical, medians, with the step's compute alone (no_sync),
      the step with free communication (DDP's own bucket work kept, its all_reduce replaced by a
-     comm hook that returns at once: the floor no backend can go under), and the share of
-     gloo's step that is communication.
+     comm hook that returns at once), the floor no backend can go under (that step, or where
+     ranks outnumber cores, its CPU time summed over the ranks and spread over the cores), and
+     the share of gloo's step that is communication.
 tdist and gloo alternate block by block so drift of the machine hits both alike. Prints
 numbers; asserts nothing (bench/torch/run.sh runs it under PyTorch 1.13 and 2.6).
 """
@@ -56,7 +57,8 @@ p.add_argument("--ranks", default="1,2,4",
 p.add_argument("--transports", default="tcp,shm")
 p.add_argument("--sizes", default="8,1K,64K,1M,16M,64M")
 p.add_argument("--seconds", type=float, default=0.3, help="measured time per cell and library")
-p.add_argument("--ddp-steps", type=int, default=20)
+p.add_argument("--ddp-steps", type=int, default=20,
+               help="DDP steps per model and kind at least (cheap models run up to 10 times as many)")
 p.add_argument("--skip-ddp", action="store_true")
 p.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
 p.add_argument("--world", type=int, default=0, help=argparse.SUPPRESS)
@@ -118,6 +120,10 @@ if CPP:
 else:
     PYG = None
 torch.set_num_threads(1)
+try:
+    CPUS = len(os.sched_getaffinity(0))
+except (AttributeError, OSError):
+    CPUS = os.cpu_count() or 1
 
 
 def out(s=""):
@@ -243,11 +249,11 @@ if not a.skip_ddp and WORLD > 1:
                                    torch.nn.Linear(256, 10))
 
     out()
-    out("== DDP step time on CPU, %d ranks, tdist over %s (median of %d steps, slowest rank) =="
-        % (WORLD, a.transports, a.ddp_steps))
-    out("%-34s %9s %9s %9s %9s %9s %9s %9s %9s" % ("model, batch per rank", "params", "no-comm", "free ms",
-                                                   "tdist ms", "gloo ms", "tdist/gloo", "comm share",
-                                                   "comm ratio"))
+    out("== DDP step time on CPU, %d ranks, tdist over %s (median of the steps column's count, slowest rank) =="
+        % (WORLD, a.transports))
+    out("%-34s %9s %6s %9s %9s %9s %9s %9s %10s %10s %10s %10s" % (
+        "model, batch per rank", "params", "steps", "no-comm", "free ms", "floor ms", "tdist ms", "gloo ms",
+        "tdist/gloo", "floor/gloo", "comm share", "comm ratio"))
     for name, make, shape, batch in (("MLP 64-128-128-10, 16", tiny, (64,), 16),
                                      ("MLP 256-1024-1024-10, 16", mlp, (256,), 16),
                                      ("MLP 256-1024-1024-10, 1", mlp, (256,), 1),
@@ -268,6 +274,7 @@ if not a.skip_ddp and WORLD > 1:
         xb = torch.randn((batch,) + shape, generator=g)
         yb = torch.randint(0, 10, (batch,), generator=g)
         times = {"td": [], "gl": [], "nc": [], "fr": []}
+        cpu_fr = []
 
         def step(key):
             optim[key].zero_grad()
@@ -275,11 +282,20 @@ if not a.skip_ddp and WORLD > 1:
             loss.backward()
             optim[key].step()
 
-        for i in range(a.ddp_steps + 3):
+        # Steps: at least --ddp-steps, more for cheap models (up to 10 times as many, about 0.5 s
+        # of each kind of step), so that a median of sub-millisecond steps is not one burst of
+        # the machine's noise. Every rank runs the slowest rank's count.
+        t0 = time.perf_counter()
+        for _ in range(3):
+            step("td")
+        per = med_across((time.perf_counter() - t0) / 3)
+        steps = min(max(a.ddp_steps, int(0.5 / per)), 10 * a.ddp_steps)
+        for i in range(steps + 3):
             # "nc": the same step with DDP's gradient all_reduce skipped (no_sync): the compute.
             for key in (("td", "gl", "nc", "fr") if i % 2 == 0 else ("fr", "nc", "gl", "td")):
                 dist.barrier(group=GLOO)
                 t0 = time.perf_counter()
+                c0 = time.process_time()
                 if key == "nc":
                     with models["td"].no_sync():
                         step("td")
@@ -287,15 +303,25 @@ if not a.skip_ddp and WORLD > 1:
                     step(key)
                 if i >= 3:
                     times[key].append(time.perf_counter() - t0)
+                    if key == "fr":
+                        cpu_fr.append(time.process_time() - c0)
         td, gl, nc, fr = (med_across(statistics.median(times[k])) * 1e3
                           for k in ("td", "gl", "nc", "fr"))
+        # The floor: the free step, or where the ranks outnumber the cores, the CPU time of the
+        # ranks' free steps summed and spread over the cores (a step ends when every rank's
+        # compute has run, on cores the ranks share). No backend's step can go under it.
+        cpu = torch.tensor([statistics.median(cpu_fr) * 1e3], dtype=torch.float64)
+        dist.all_reduce(cpu, group=GLOO)
+        floor = max(fr, cpu.item() / min(WORLD, CPUS))
         nparam = sum(p.numel() for p in base.parameters())
-        out("%-34s %9d %9.2f %9.2f %9.2f %9.2f %9.2f %8.0f%% %9.2f" % (
-            name, nparam, nc, fr, td, gl, td / gl, 100.0 * max(gl - nc, 0.0) / gl,
+        out("%-34s %9d %6d %9.2f %9.2f %9.2f %9.2f %9.2f %10.2f %10.2f %9.0f%% %10.2f" % (
+            name, nparam, steps, nc, fr, floor, td, gl, td / gl, floor / gl, 100.0 * max(gl - nc, 0.0) / gl,
             max(td - fr, 0.0) / max(gl - fr, 1e-9)))
     out("(no-comm: the step under DDP's no_sync(), no gradient all_reduce; free: DDP's bucket work"
-        " with an all_reduce that costs nothing; comm share: (gloo - no-comm) / gloo; comm ratio:"
-        " (tdist - free) / (gloo - free), what each backend adds to the step)")
+        " with an all_reduce that costs nothing; floor: free, or with more ranks than cores the"
+        " ranks' CPU time per free step summed over the %d cores, what no backend can go under;"
+        " comm share: (gloo - no-comm) / gloo; comm ratio: (tdist - free) / (gloo - free), what"
+        " each backend adds to the step)" % CPUS)
 
 dist.barrier(group=GLOO)
 dist.destroy_process_group()
