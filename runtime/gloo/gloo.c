@@ -158,11 +158,21 @@ static tdist_status_t allreduce_rd(ctx_t *c, uint8_t *buf, size_t count, tdist_d
 }
 
 /* Ring reduce-scatter over `count` elements of buf split in p blocks; afterwards rank r holds the
- * full reduction of block r. tmp holds one block. A block of more than SEG_BYTES moves in
+ * full reduction of block r. tmp holds one segment. A block of more than SEG_BYTES moves in
  * segments, each reduced as soon as it is in, so that the left neighbour writes the next segment
- * while this rank reduces (the transfer and the reduction overlap across ranks). The block a rank
+ * while this rank reduces (the transfer and the reduction overlap across ranks). Every segment
+ * lands at tmp's start, which stays in cache between the copy in and the reduction (2 ranks,
+ * shared memory, alternating runs: 4 MiB 407 -> 369 us, 5 MiB 512 -> 470; 4 ranks 4 MiB 1327 ->
+ * 1206, 16 MiB 5056 -> 4565; a tmp of the whole block, each segment at its offset, left the
+ * segments of one step to fall out of cache). The block a rank
  * sends at one step is the one its right neighbour receives, so both split it alike; every
  * element is still reduced in the same order. */
+/* The bytes of ring_reduce_scatter's tmp for blocks of at most blk elements of es bytes. */
+static size_t ring_tmp_bytes(size_t blk, size_t es) {
+  size_t seg = SEG_BYTES / es;
+  return (blk < seg ? blk : seg) * es;
+}
+
 static tdist_status_t ring_reduce_scatter(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
                                           tdist_reduce_op_t op, uint8_t *tmp) {
   int p = c->pg->size, r = c->pg->rank;
@@ -178,10 +188,10 @@ static tdist_status_t ring_reduce_scatter(ctx_t *c, uint8_t *buf, size_t count, 
       tdist__xfer_t x[2];
       int n = 0;
       if (k < ns) x[n++] = xsend(c, right, sb + off * es, sn * es);
-      if (k < nr) x[n++] = xrecv(c, left, tmp + off * es, rn * es);
+      if (k < nr) x[n++] = xrecv(c, left, tmp, rn * es);
       tdist_status_t st = xchg(c, x, n);
       if (st) return st;
-      if (rn) tdist__reduce(rb + off * es, tmp + off * es, rn, dt, op);
+      if (rn) tdist__reduce(rb + off * es, tmp, rn, dt, op);
     }
   }
   return TDIST_OK;
@@ -207,7 +217,7 @@ static tdist_status_t allreduce_ring(ctx_t *c, uint8_t *buf, size_t count, tdist
   tdist_pg_t *pg = c->pg;
   int p = pg->size;
   size_t es = tdist_dtype_size(dt);
-  size_t maxblk = blk_count(count, p, 0) * es;
+  size_t maxblk = ring_tmp_bytes(blk_count(count, p, 0), es);
   size_t *cd = malloc(2 * (size_t)p * sizeof *cd);
   uint8_t *tmp = scratch(pg, maxblk);
   if (!cd || !tmp) {
@@ -509,9 +519,10 @@ static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
     if (!st && avg) tdist__reduce_finish_avg(out, count, dt, p);
     return st;
   }
-  /* One scratch area: the working copy of all blocks, then one receive block. */
-  uint8_t *work = scratch(pg, total + count * es);
-  if (!work) return nomem(c, total + count * es);
+  /* One scratch area: the working copy of all blocks, then the ring's receive segment. */
+  size_t need = total + ring_tmp_bytes(count, es);
+  uint8_t *work = scratch(pg, need);
+  if (!work) return nomem(c, need);
   if (total) memcpy(work, in, total);
   tdist_status_t st = p == 1 ? TDIST_OK
                              : ring_reduce_scatter(c, work, count * (size_t)p, dt,
