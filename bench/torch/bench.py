@@ -21,7 +21,8 @@ default) it starts that many ranks of this script, each with the default group o
      comm hook that returns at once), the floor no backend can go under (that step, or where
      ranks outnumber cores, its CPU time summed over the ranks and spread over the cores), and
      the share of gloo's step that is communication.
-tdist and gloo alternate block by block so drift of the machine hits both alike. Prints
+DDP steps run back to back, as in a training loop, in timed blocks of up to 10. tdist and gloo
+alternate block by block so drift of the machine hits both alike. Prints
 numbers; asserts nothing (bench/torch/run.sh runs it under PyTorch 1.13 and 2.6).
 """
 
@@ -249,7 +250,7 @@ if not a.skip_ddp and WORLD > 1:
                                    torch.nn.Linear(256, 10))
 
     out()
-    out("== DDP step time on CPU, %d ranks, tdist over %s (median of the steps column's count, slowest rank) =="
+    out("== DDP step time on CPU, %d ranks, tdist over %s (median over blocks of back-to-back steps, slowest rank) =="
         % (WORLD, a.transports))
     out("%-34s %9s %6s %9s %9s %9s %9s %9s %10s %10s %10s %10s" % (
         "model, batch per rank", "params", "steps", "no-comm", "free ms", "floor ms", "tdist ms", "gloo ms",
@@ -284,27 +285,36 @@ if not a.skip_ddp and WORLD > 1:
 
         # Steps: at least --ddp-steps, more for cheap models (up to 10 times as many, about 0.5 s
         # of each kind of step), so that a median of sub-millisecond steps is not one burst of
-        # the machine's noise. Every rank runs the slowest rank's count.
+        # the machine's noise. Every rank runs the slowest rank's count. They run back to back
+        # as a training loop runs them, in blocks of about 5 ms (at most 10 steps) timed whole:
+        # the barrier before a block, which the ranks leave up to tens of microseconds apart,
+        # is then paid once a block, not inside every step whose all_reduce waits for the last
+        # rank to arrive.
         t0 = time.perf_counter()
         for _ in range(3):
             step("td")
         per = med_across((time.perf_counter() - t0) / 3)
         steps = min(max(a.ddp_steps, int(0.5 / per)), 10 * a.ddp_steps)
-        for i in range(steps + 3):
+        block = max(1, min(10, int(0.005 / per)))
+        blocks = max(1, steps // block)
+        warm = (3 + block - 1) // block
+        for i in range(blocks + warm):
             # "nc": the same step with DDP's gradient all_reduce skipped (no_sync): the compute.
             for key in (("td", "gl", "nc", "fr") if i % 2 == 0 else ("fr", "nc", "gl", "td")):
                 dist.barrier(group=GLOO)
                 t0 = time.perf_counter()
                 c0 = time.process_time()
-                if key == "nc":
-                    with models["td"].no_sync():
-                        step("td")
-                else:
-                    step(key)
-                if i >= 3:
-                    times[key].append(time.perf_counter() - t0)
+                for _ in range(block):
+                    if key == "nc":
+                        with models["td"].no_sync():
+                            step("td")
+                    else:
+                        step(key)
+                if i >= warm:
+                    times[key].append((time.perf_counter() - t0) / block)
                     if key == "fr":
-                        cpu_fr.append(time.process_time() - c0)
+                        cpu_fr.append((time.process_time() - c0) / block)
+        steps = blocks * block
         td, gl, nc, fr = (med_across(statistics.median(times[k])) * 1e3
                           for k in ("td", "gl", "nc", "fr"))
         # The floor: the free step, or where the ranks outnumber the cores, the CPU time of the
