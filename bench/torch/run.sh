@@ -5,7 +5,9 @@
 #   - all_reduce latency per call from Python, 8 B to 64 MiB, tdist (its C++ group, built here
 #     for each version) and its Python group alone against torch gloo, and the C API on the same
 #     libtdist group called directly (the difference is what the binding adds);
-#   - DDP step time on CPU for a small MLP and a small conv net.
+#   - DDP step time on CPU, steps back to back, for a tiny, a small and a wider MLP and a small
+#     conv net, with the step's compute alone, the step with an all_reduce that costs nothing,
+#     and the floor no backend can go under.
 # 1 (the per-call cost alone), 2 and 4 ranks, tdist over loopback TCP (TDIST_SHM=0) and shared memory (torch gloo is TCP).
 #
 #   bash bench/torch/run.sh [--versions 1.13,2.6] [bench.py options: --ranks 1,2,4
@@ -19,7 +21,7 @@ args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --versions) versions=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     --skip-ddp) args+=("$1"); shift ;;
     --ranks|--transports|--sizes|--seconds|--ddp-steps) args+=("$1" "$2"); shift 2 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
