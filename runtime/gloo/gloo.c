@@ -157,6 +157,12 @@ static tdist_status_t allreduce_rd(ctx_t *c, uint8_t *buf, size_t count, tdist_d
   return TDIST_OK;
 }
 
+/* The bytes of ring_reduce_scatter's tmp for blocks of at most blk elements of es bytes. */
+static size_t ring_tmp_bytes(size_t blk, size_t es) {
+  size_t seg = SEG_BYTES / es;
+  return (blk < seg ? blk : seg) * es;
+}
+
 /* Ring reduce-scatter over `count` elements of buf split in p blocks; afterwards rank r holds the
  * full reduction of block r. tmp holds one segment. A block of more than SEG_BYTES moves in
  * segments, each reduced as soon as it is in, so that the left neighbour writes the next segment
@@ -164,15 +170,9 @@ static tdist_status_t allreduce_rd(ctx_t *c, uint8_t *buf, size_t count, tdist_d
  * lands at tmp's start, which stays in cache between the copy in and the reduction (2 ranks,
  * shared memory, alternating runs: 4 MiB 407 -> 369 us, 5 MiB 512 -> 470; 4 ranks 4 MiB 1327 ->
  * 1206, 16 MiB 5056 -> 4565; a tmp of the whole block, each segment at its offset, left the
- * segments of one step to fall out of cache). The block a rank
- * sends at one step is the one its right neighbour receives, so both split it alike; every
- * element is still reduced in the same order. */
-/* The bytes of ring_reduce_scatter's tmp for blocks of at most blk elements of es bytes. */
-static size_t ring_tmp_bytes(size_t blk, size_t es) {
-  size_t seg = SEG_BYTES / es;
-  return (blk < seg ? blk : seg) * es;
-}
-
+ * segments of one step to fall out of cache). The block a rank sends at one step is the one its
+ * right neighbour receives, so both split it alike; every element is still reduced in the same
+ * order. */
 static tdist_status_t ring_reduce_scatter(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
                                           tdist_reduce_op_t op, uint8_t *tmp) {
   int p = c->pg->size, r = c->pg->rank;
