@@ -80,7 +80,8 @@ typedef struct {
 
   agent_run_state_t state;
   int64_t round;     /* current rendezvous round, -1 before the first */
-  int restart_count; /* TORCHELASTIC_RESTART_COUNT of the running workers */
+  int restart_count; /* TORCHELASTIC_RESTART_COUNT of the current round's workers (set when the
+                      * round is joined: `workers` shows the last attempt's until they start) */
   int max_restarts;
   int group_rank, group_world_size, world_size;
   char master_addr[256];

@@ -287,7 +287,14 @@ rm -f "$T/port2" "$T/go2"
 apid=$!
 for _ in $(seq 100); do [ -s "$T/port2" ] && break; sleep 0.05; done
 P=$(cat "$T/port2")
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$P/metrics" | grep -q '^tdist_restart_attempt 1$' && break; sleep 0.1; done
+# The agent publishes attempt 1 when it joins the new round, and attempt 0's worker states until
+# attempt 1's workers start: wait for both.
+for _ in $(seq 300); do
+  curl -sf "http://127.0.0.1:$P/metrics" >"$T/metrics2" &&
+    grep -q '^tdist_restart_attempt 1$' "$T/metrics2" &&
+    grep -q '^tdist_workers{state="running"} 2$' "$T/metrics2" && break
+  sleep 0.1
+done
 curl -s "http://127.0.0.1:$P/metrics" >"$T/metrics2"
 grep -q '^tdist_restarts_total{reason="worker_failed"} 1$' "$T/metrics2" &&
   grep -q '^tdist_worker_exits_total{code_class="nonzero"} 1$' "$T/metrics2" &&
