@@ -217,12 +217,12 @@ static tdist_status_t allreduce_ring(ctx_t *c, uint8_t *buf, size_t count, tdist
   tdist_pg_t *pg = c->pg;
   int p = pg->size;
   size_t es = tdist_dtype_size(dt);
-  size_t maxblk = ring_tmp_bytes(blk_count(count, p, 0), es);
+  size_t tmp_bytes = ring_tmp_bytes(blk_count(count, p, 0), es); /* block 0 is the largest */
   size_t *cd = malloc(2 * (size_t)p * sizeof *cd);
-  uint8_t *tmp = scratch(pg, maxblk);
+  uint8_t *tmp = scratch(pg, tmp_bytes);
   if (!cd || !tmp) {
     free(cd);
-    return nomem(c, maxblk);
+    return nomem(c, tmp_bytes);
   }
   for (int i = 0; i < p; i++) {
     cd[i] = blk_count(count, p, i);
