@@ -170,17 +170,24 @@ int tdist__shm_seg_open(tdist__shm_seg_t *seg, const char *desc, int nslots) {
   seg->len = sizeof(seg_hdr_t) + sizeof(struct tdist__shm_ring) * (size_t)nslots;
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, ofd);
-  /* O_NONBLOCK|O_NOCTTY: in another pid namespace the path may lead to anyone's FIFO or tty. */
-  int fd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return -errno;
+  /* In another pid namespace the path leads to some other process's file, maybe a device whose
+   * open has effects: look at it through O_PATH (no open of the file itself), and open it for
+   * real only once it is the segment's inode. */
+  int pfd = open(path, O_PATH | O_CLOEXEC);
+  if (pfd < 0) return -errno;
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || fold_dev_ino(&st) != dev_ino ||
+  if (fstat(pfd, &st) != 0 || !S_ISREG(st.st_mode) || fold_dev_ino(&st) != dev_ino ||
       (size_t)st.st_size != seg->len) {
-    close(fd);
+    close(pfd);
     return -ESTALE;
   }
-  seg->base = mmap(NULL, seg->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  snprintf(path, sizeof path, "/proc/self/fd/%d", pfd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
   int e = errno;
+  close(pfd);
+  if (fd < 0) return -e;
+  seg->base = mmap(NULL, seg->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  e = errno;
   close(fd);
   if (seg->base == MAP_FAILED) {
     seg->base = NULL;

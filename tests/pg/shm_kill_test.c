@@ -37,7 +37,8 @@
 #include "skip.h"
 
 #define MAX_WORLD 4
-#define BIG 300000 /* floats: 1.2 MB, single copies (or the ring where process_vm_readv is refused) */
+#define BIG \
+  300000 /* floats: 1.2 MB, single copies (or the ring where process_vm_readv is refused) */
 
 static const char *g_dir;
 static uint64_t g_seed;
@@ -64,8 +65,8 @@ static int rank_body(int rank, int world, int port, uint64_t job, int steps) {
     } else {
       st = tdist_all_gather(pg, buf, in, n, TDIST_FLOAT32);
     }
-    if (st) break; /* a peer was killed: this rank fails as a real job's would */
-    size_t i = n - 1;   /* one element checked: what matters here is the segments, not the sums */
+    if (st) break;    /* a peer was killed: this rank fails as a real job's would */
+    size_t i = n - 1; /* one element checked: what matters here is the segments, not the sums */
     float want = 0;
     if (op == 0)
       for (int k = 0; k < world; k++) want += (float)(tdist_test_rand(job, (uint64_t)k, i) % 64);
@@ -256,8 +257,9 @@ int main(void) {
     job_end(&j, 1500);
     check_no_names(it, how);
   }
-  TEST_LOG("ok: %d jobs killed (%d one rank, %d all, %d on a name of which %d saw one), "
-           "/dev/shm empty after each",
-           iters, by_mode[0], by_mode[1], by_mode[2], on_name);
+  TEST_LOG(
+      "ok: %d jobs killed (%d one rank, %d all, %d on a name of which %d saw one), "
+      "/dev/shm empty after each",
+      iters, by_mode[0], by_mode[1], by_mode[2], on_name);
   return 0;
 }
