@@ -54,11 +54,11 @@ logged() { grep -c "$1" "$T/err"; }
 shopt -s nullglob
 for ((k = 0; k < N; k++)); do
   # Half the kills: the moment a name shows in /dev/shm (the window in which a named segment
-  # leaked; its owner, the pid in the name, is the victim), polled for up to 2 s with builtins
+  # leaked; its owner, the pid in the name, is the victim), polled for up to 1 s with builtins
   # only (a glob, no fork).
   victim=""
   if [ $((RANDOM % 2)) = 0 ]; then
-    end=$((${EPOCHREALTIME/./} + 2000000))
+    end=$((${EPOCHREALTIME/./} + 1000000))
     while [ "${EPOCHREALTIME/./}" -lt $end ]; do
       names=(/dev/shm/*)
       [ ${#names[@]} = 0 ] && continue
