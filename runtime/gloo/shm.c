@@ -1,4 +1,4 @@
-/* See shm.h. Never blocks; the caller decides how to wait. */
+/* See shm.h. Never blocks; the caller decides how to wait. Never names a segment. */
 #define _GNU_SOURCE
 #include "runtime/gloo/shm.h"
 
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
@@ -40,6 +41,7 @@ typedef struct {
   _Alignas(64) _Atomic uint32_t doorbell;
   _Atomic uint32_t sleeping;
   _Atomic uint32_t asym; /* the owner issues the membarrier before sleeping */
+  uint64_t cookie;       /* set at creation, before any peer maps it; checked by peers */
 } seg_hdr_t;
 
 /* This process is registered for MEMBARRIER_CMD_GLOBAL_EXPEDITED (set once, at the first
@@ -106,26 +108,30 @@ struct tdist__shm_ring {
   _Alignas(64) uint8_t data[TDIST__SHM_RING_BYTES];
 };
 
+/* Where the kernel lacks O_TMPFILE on tmpfs (before 3.11), an anonymous memfd: it has no name
+ * either, but /dev/shm's size limit does not apply to it. */
+static int unnamed_file(void) {
+  int fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)) return fd;
+  return memfd_create("tdist-gloo-shm", MFD_CLOEXEC);
+}
+
+static uint64_t fold_dev_ino(const struct stat *st) {
+  return (uint64_t)st->st_dev * 0x9E3779B97F4A7C15ull ^ (uint64_t)st->st_ino;
+}
+
 int tdist__shm_seg_create(tdist__shm_seg_t *seg, int nslots) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  snprintf(seg->name, sizeof seg->name, "/tdist-%d-%lx-%lx", (int)getpid(), (long)ts.tv_sec,
-           (long)ts.tv_nsec);
   seg->len = sizeof(seg_hdr_t) + sizeof(struct tdist__shm_ring) * (size_t)nslots;
-  int fd = shm_open(seg->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  int fd = unnamed_file();
   if (fd < 0) return -errno;
-  if (ftruncate(fd, (off_t)seg->len) != 0) {
-    int e = errno;
-    close(fd);
-    shm_unlink(seg->name);
-    return -e;
-  }
-  seg->base = mmap(NULL, seg->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int e = errno;
-  close(fd);
+  struct stat st;
+  int e = 0;
+  if (ftruncate(fd, (off_t)seg->len) != 0 || fstat(fd, &st) != 0) e = errno;
+  seg->base = e ? MAP_FAILED : mmap(NULL, seg->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (seg->base == MAP_FAILED) {
+    e = e ? e : errno;
     seg->base = NULL;
-    shm_unlink(seg->name);
+    close(fd);
     return -e;
   }
   /* The doorbell's page now: with /dev/shm full, its first use would be SIGBUS. Each ring's
@@ -135,42 +141,75 @@ int tdist__shm_seg_create(tdist__shm_seg_t *seg, int nslots) {
     e = errno;
     munmap(seg->base, seg->len);
     seg->base = NULL;
-    shm_unlink(seg->name);
+    close(fd);
     return -e;
   }
+  if (getrandom(&seg->cookie, sizeof seg->cookie, GRND_NONBLOCK) != (ssize_t)sizeof seg->cookie)
+    seg->cookie = (uint64_t)(uintptr_t)seg->base ^ (uint64_t)getpid() << 32 ^ (uint64_t)st.st_ino;
+  seg->cookie |= 1; /* never 0, the header of a file that is not a segment */
+  seg->dev_ino = fold_dev_ino(&st);
+  seg->fd = fd;
+  seg->has_fd = 1;
   /* Before any peer maps it. */
-  atomic_store_explicit(&((seg_hdr_t *)seg->base)->asym, (uint32_t)membarrier_registered(),
-                        memory_order_relaxed);
+  seg_hdr_t *h = seg->base;
+  h->cookie = seg->cookie;
+  atomic_store_explicit(&h->asym, (uint32_t)membarrier_registered(), memory_order_relaxed);
   return 0; /* a fresh tmpfs file is zero-filled: every ring starts empty */
 }
 
-int tdist__shm_seg_open(tdist__shm_seg_t *seg, const char *name, int nslots) {
-  snprintf(seg->name, sizeof seg->name, "%s", name);
-  seg->len = sizeof(seg_hdr_t) + sizeof(struct tdist__shm_ring) * (size_t)nslots;
-  int fd = shm_open(seg->name, O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) return -errno;
-  struct stat st;
-  if (fstat(fd, &st) != 0 || (size_t)st.st_size < seg->len) {
-    close(fd);
+int tdist__shm_seg_describe(const tdist__shm_seg_t *seg, char *buf, size_t cap) {
+  return snprintf(buf, cap, "%d %d %llx %llx", (int)getpid(), seg->fd,
+                  (unsigned long long)seg->dev_ino, (unsigned long long)seg->cookie);
+}
+
+int tdist__shm_seg_open(tdist__shm_seg_t *seg, const char *desc, int nslots) {
+  int pid = 0, ofd = -1;
+  unsigned long long dev_ino = 0, cookie = 0;
+  if (sscanf(desc, "%d %d %llx %llx", &pid, &ofd, &dev_ino, &cookie) != 4 || pid <= 0 || ofd < 0)
     return -EINVAL;
+  seg->len = sizeof(seg_hdr_t) + sizeof(struct tdist__shm_ring) * (size_t)nslots;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, ofd);
+  /* In another pid namespace the path leads to some other process's file, maybe a device whose
+   * open has effects: look at it through O_PATH (no open of the file itself), and open it for
+   * real only once it is the segment's inode. */
+  int pfd = open(path, O_PATH | O_CLOEXEC);
+  if (pfd < 0) return -errno;
+  struct stat st;
+  if (fstat(pfd, &st) != 0 || !S_ISREG(st.st_mode) || fold_dev_ino(&st) != dev_ino ||
+      (size_t)st.st_size != seg->len) {
+    close(pfd);
+    return -ESTALE;
   }
-  seg->base = mmap(NULL, seg->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  snprintf(path, sizeof path, "/proc/self/fd/%d", pfd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
   int e = errno;
+  close(pfd);
+  if (fd < 0) return -e;
+  seg->base = mmap(NULL, seg->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  e = errno;
   close(fd);
   if (seg->base == MAP_FAILED) {
     seg->base = NULL;
     return -e;
   }
+  if (((seg_hdr_t *)seg->base)->cookie != cookie) {
+    tdist__shm_seg_close(seg);
+    return -ESTALE;
+  }
+  seg->cookie = cookie;
   membarrier_registered(); /* before this process writes into the owner's rings */
   return 0;
 }
 
-void tdist__shm_seg_unlink(tdist__shm_seg_t *seg) {
-  if (seg->name[0]) shm_unlink(seg->name);
-  seg->name[0] = '\0';
+void tdist__shm_seg_release(tdist__shm_seg_t *seg) {
+  if (seg->has_fd) close(seg->fd);
+  seg->has_fd = 0;
+  seg->fd = -1;
 }
 
 void tdist__shm_seg_close(tdist__shm_seg_t *seg) {
+  tdist__shm_seg_release(seg);
   if (seg->base) munmap(seg->base, seg->len);
   seg->base = NULL;
 }

@@ -1,11 +1,16 @@
 /* Shared-memory rings between ranks on one host (shm_link.c links same-host peers with them;
  * tcp.c moves the bytes).
  *
- * Each rank creates one segment in /dev/shm holding one single-producer/single-consumer byte ring
- * per possible sender (slot i = bytes from rank i to the owner). Peers map the owner's segment and
+ * Each rank creates one segment holding one single-producer/single-consumer byte ring per
+ * possible sender (slot i = bytes from rank i to the owner). Peers map the owner's segment and
  * write into their slot; the owner reads. Head and tail are monotonically increasing byte counts
- * on separate cache lines; release/acquire ordering publishes the data. The segment is unlinked
- * once every peer has mapped it, so nothing is left behind even if a process is killed later. */
+ * on separate cache lines; release/acquire ordering publishes the data.
+ *
+ * A segment never has a name: it is an unnamed file in /dev/shm's tmpfs (O_TMPFILE, so
+ * /dev/shm's size limit still applies; memfd_create where the kernel lacks it), and peers open
+ * it through the owner's descriptor (/proc/<pid>/fd/<fd>) while the owner holds it. So nothing
+ * is ever left in /dev/shm, whichever process is killed at whatever moment: the memory goes
+ * when the last process that maps it exits. It must never be given a name. */
 #ifndef TDIST_GLOO_SHM_H
 #define TDIST_GLOO_SHM_H
 
@@ -20,14 +25,25 @@ typedef struct tdist__shm_ring tdist__shm_ring_t;
 typedef struct {
   void *base;
   size_t len;
-  char name[96];
+  int fd;           /* the creator's descriptor while has_fd (peers open the file through it) */
+  int has_fd;       /* 0 in a zeroed struct: fd 0 is not ours */
+  uint64_t cookie;  /* random, in the segment's header: a peer checks that it mapped this one */
+  uint64_t dev_ino; /* the file's st_dev and st_ino folded, published with it */
 } tdist__shm_seg_t;
 
-/* Creates and maps a segment of `nslots` rings with a unique name. 0 or -errno. */
+/* Creates and maps an unnamed segment of `nslots` rings and keeps its descriptor open for peers.
+ * 0 or -errno. */
 int tdist__shm_seg_create(tdist__shm_seg_t *seg, int nslots);
-/* Maps a peer's segment by name. 0 or -errno. */
-int tdist__shm_seg_open(tdist__shm_seg_t *seg, const char *name, int nslots);
-void tdist__shm_seg_unlink(tdist__shm_seg_t *seg);
+/* What a peer needs to open a created segment: "pid fd dev_ino cookie" into buf (cap bytes).
+ * Returns the length. */
+int tdist__shm_seg_describe(const tdist__shm_seg_t *seg, char *buf, size_t cap);
+/* Maps a peer's segment from its description, through /proc/<pid>/fd/<fd> (same pid namespace,
+ * and the kernel must let this process open the owner's descriptors: same user, or
+ * CAP_SYS_PTRACE). 0, -EINVAL (a malformed description), -ESTALE (the path led to another file:
+ * another pid namespace, or the owner is gone) or -errno of open/mmap. */
+int tdist__shm_seg_open(tdist__shm_seg_t *seg, const char *desc, int nslots);
+/* The creator closes its descriptor once every peer has opened the segment (its mapping stays). */
+void tdist__shm_seg_release(tdist__shm_seg_t *seg);
 void tdist__shm_seg_close(tdist__shm_seg_t *seg);
 tdist__shm_ring_t *tdist__shm_slot(tdist__shm_seg_t *seg, int i);
 

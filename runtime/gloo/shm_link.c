@@ -38,7 +38,6 @@ int tdist__shm_links_alloc(tdist__shm_links_t *l, int size) {
 void tdist__shm_links_close(tdist__shm_links_t *l, int size) {
   if (l->peer_seg)
     for (int i = 0; i < size; i++) tdist__shm_seg_close(&l->peer_seg[i]);
-  tdist__shm_seg_unlink(&l->own);
   tdist__shm_seg_close(&l->own);
   free(l->peer_seg);
   free(l->out_ring);
@@ -52,7 +51,8 @@ void tdist__shm_links_close(tdist__shm_links_t *l, int size) {
 }
 
 /* Each side sends the other one flag byte over TCP saying whether it mapped the peer's segment,
- * which also proves the peer has mapped ours, after which we unlink it. */
+ * which also proves the peer has opened ours, after which we close our descriptor of it (peers
+ * open the segment through it). */
 tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, tdist_pg_t *pg, tdist__transport_t *tp,
                                       const int *same, int64_t deadline) {
   const int size = pg->size, rank = pg->rank;
@@ -67,9 +67,12 @@ tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, tdist_pg_t *pg, tdi
                rank, strerror(-r), TDIST__SHM_RING_BYTES * (size_t)size);
   char key[64], entry[160];
   snprintf(key, sizeof key, "shm/%d", rank);
-  int elen = r ? 0
-               : snprintf(entry, sizeof entry, "%s %d %llx", l->own.name, (int)getpid(),
-                          (unsigned long long)(uintptr_t)&k_probe);
+  int elen = 0;
+  if (!r) {
+    elen = tdist__shm_seg_describe(&l->own, entry, sizeof entry - 24);
+    elen += snprintf(entry + elen, sizeof entry - (size_t)elen, " %llx",
+                     (unsigned long long)(uintptr_t)&k_probe);
+  }
   tdist_status_t st = tdist_store_set(pg->store, key, entry, (size_t)elen);
   if (st)
     return tdist__pg_fail(pg, st, "publishing shared-memory segment: %s",
@@ -96,14 +99,26 @@ tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, tdist_pg_t *pg, tdi
       return tdist__pg_fail(pg, st, "reading rank %d's shared-memory segment: %s", i,
                             tdist_store_last_error(pg->store));
     }
-    char text[160], name[96] = "";
-    int pid = 0;
-    unsigned long long probe = 0;
+    char text[160];
+    int pid = 0, pfd = -1;
+    unsigned long long probe = 0, dev_ino, cookie;
     snprintf(text, sizeof text, "%.*s", (int)(len < 159 ? len : 159), (char *)v);
     tdist_free(v);
-    if (sscanf(text, "%95s %d %llx", name, &pid, &probe) < 1) name[0] = '\0';
-    l->pid[i] = pid;
-    flag_out[i] = !r && name[0] && tdist__shm_seg_open(&l->peer_seg[i], name, size) == 0;
+    /* "pid fd dev_ino cookie probe" (tdist__shm_seg_describe), or empty: the peer has none */
+    int have = sscanf(text, "%d %d %llx %llx %llx", &pid, &pfd, &dev_ino, &cookie, &probe) == 5;
+    l->pid[i] = have ? pid : 0;
+    if (!r && have) {
+      int o = tdist__shm_seg_open(&l->peer_seg[i], text, size);
+      flag_out[i] = o == 0;
+      if (o)
+        tdist__log(TDIST__LOG_WARN, "gloo",
+                   "rank %d: cannot open rank %d's shared memory through /proc/%d/fd/%d (%s): "
+                   "that pair uses TCP. Ranks on one host share memory only where each can open "
+                   "the other's descriptors: one pid namespace (one container, or a pod with "
+                   "shareProcessNamespace) and one user",
+                   rank, i, pid, pfd,
+                   o == -ESTALE ? "another file there: another pid namespace?" : strerror(-o));
+    }
     if (flag_out[i]) {
       /* Both rings of the pair in memory now: the one we write (the peer's segment) and the
        * one we read (ours). Without room for them in /dev/shm the pair uses TCP. */
@@ -128,7 +143,7 @@ tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, tdist_pg_t *pg, tdi
   tdist__what_t what = {.fixed = "shared-memory setup"};
   st = tp->exchange(tp, x, n, deadline, &what);
   int copies = 0;
-  tdist__shm_seg_unlink(&l->own); /* everyone who will map it has */
+  tdist__shm_seg_release(&l->own); /* everyone who will map it has */
   for (int i = 0; !st && i < size; i++) {
     if (same[i] && (flag_out[i] & 1) && (flag_in[i] & 1)) {
       l->out_ring[i] = tdist__shm_slot(&l->peer_seg[i], rank);

@@ -110,7 +110,7 @@ static void read_expect(tdist__shm_ring_t *r, uint64_t from, size_t len, int wan
 static void fixed_sequences(void) {
   tdist__shm_seg_t seg;
   CHECK_EQ_INT(tdist__shm_seg_create(&seg, 1), 0);
-  tdist__shm_seg_unlink(&seg);
+  tdist__shm_seg_release(&seg);
   tdist__shm_ring_t *r = tdist__shm_slot(&seg, 0);
   size_t ring_bytes = TDIST__SHM_RING_BYTES;
   /* Empty ring: a small write takes slots (no ring space used); one too big for the slots goes
@@ -250,8 +250,8 @@ static void sleep_wake(uint64_t seed) {
   tdist__shm_seg_t a, b;
   CHECK_EQ_INT(tdist__shm_seg_create(&a, 1), 0);
   CHECK_EQ_INT(tdist__shm_seg_create(&b, 1), 0);
-  tdist__shm_seg_unlink(&a);
-  tdist__shm_seg_unlink(&b);
+  tdist__shm_seg_release(&a);
+  tdist__shm_seg_release(&b);
   pinger_t pa = {&a, &b, seed, 1, 0, 0, 0}, pb = {&b, &a, seed, 0, 0, 0, 0};
   pthread_t th;
   CHECK_EQ_INT(pthread_create(&th, NULL, pinger, &pb), 0);
@@ -294,13 +294,13 @@ int main(void) {
   sleep_wake(seed);
   tdist__shm_seg_t seg;
   CHECK_EQ_INT(tdist__shm_seg_create(&seg, 1), 0);
-  tdist__shm_seg_unlink(&seg);
+  tdist__shm_seg_release(&seg);
   for (int round = 0; round < 3; round++) {
     /* A fresh segment per round: its rings start empty (counters zero). */
     if (round > 0) {
       tdist__shm_seg_close(&seg);
       CHECK_EQ_INT(tdist__shm_seg_create(&seg, 1), 0);
-      tdist__shm_seg_unlink(&seg);
+      tdist__shm_seg_release(&seg);
     }
     tdist__shm_ring_t *ring = tdist__shm_slot(&seg, 0);
     producer_t p = {ring, seed + (uint64_t)round * 7919};
