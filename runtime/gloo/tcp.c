@@ -470,9 +470,67 @@ static tdist_status_t xfer_fail(tcp_t *t, const tdist__xfer_t *x, int r, tdist__
                         x->is_send ? "send" : "receive", x->peer, t->addr[x->peer], strerror(-r));
 }
 
-static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadline,
-                               tdist__what_t *what) {
+/* exchange_fed: the name of transfer x in errors (its own (kind, seq), else the call's). */
+static tdist__what_t *name_of(const tdist__xfer_t *x, tdist__what_t *call, tdist__what_t *tmp) {
+  if (!x->what_seq) return call;
+  *tmp = (tdist__what_t){.kind = (tdist__coll_kind_t)x->what_kind, .seq = x->what_seq};
+  return tmp;
+}
+
+/* exchange_fed: reports the completed transfers to the feed and closes the gaps (the order of
+ * the rest is kept: it is the order rule's). Returns the new count. */
+static int settle(tdist__xfer_t *x, int n, tdist__xfer_feed_t *feed) {
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (x[i].complete) {
+      feed->done(feed, &x[i]);
+      continue;
+    }
+    if (k != i) x[k] = x[i];
+    k++;
+  }
+  for (int i = k; i < n; i++) x[i].complete = 1; /* stale copies: not to be revoked */
+  return k;
+}
+
+/* exchange_fed: takes what was posted into (*x)[n..], growing t->fed (and *x) when it is full,
+ * and returns the new count, or -ENOMEM; *deadline becomes the earliest deadline of the n
+ * transfers, *first the index of that transfer. */
+static int feed_more(tcp_t *t, tdist__xfer_t **x, int n, tdist__xfer_feed_t *feed,
+                     int64_t *deadline, int *first) {
+  if (n == t->fed_cap) {
+    int cap = t->fed_cap ? 2 * t->fed_cap : 64;
+    tdist__xfer_t *nx = realloc(t->fed, (size_t)cap * sizeof *nx);
+    if (!nx) return -ENOMEM;
+    for (int i = t->fed_cap; i < cap; i++) nx[i] = (tdist__xfer_t){.complete = 1};
+    t->fed = *x = nx;
+    t->fed_cap = cap;
+  }
+  n += feed->take(feed, *x + n, t->fed_cap - n);
+  for (int i = 0; i < n; i++)
+    if (i == 0 || (*x)[i].deadline_ms < *deadline) {
+      *deadline = (*x)[i].deadline_ms;
+      *first = i;
+    }
+  return n;
+}
+
+/* Progresses x[0..n) until all are complete. With a feed (exchange_fed), x has room for cap
+ * transfers: completed ones are reported and removed as the call goes, and newly posted ones
+ * are taken whenever nothing else moves; the call ends when none is left. */
+static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, tdist__xfer_feed_t *feed,
+                               int64_t deadline, tdist__what_t *what) {
   tdist_pg_t *pg = t->pg;
+  tdist__what_t xwhat;
+  int first = 0; /* exchange_fed: the transfer whose deadline is `deadline` */
+#define FEED_MORE()                                                                               \
+  do {                                                                                            \
+    n = feed_more(t, &x, n, feed, &deadline, &first);                                             \
+    if (n < 0)                                                                                    \
+      return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "%s: out of memory for more sends/receives", \
+                            tdist__what(what));                                                   \
+  } while (0)
+  if (feed) FEED_MORE();
   /* Adaptive spinning (TCP): spin_ns grows while peers answer within the spin and halves when
    * we end up sleeping in poll anyway (a busy machine, or a slow peer), down to 0; at 0 it is
    * probed again every 128 calls. Spinning on a core the peer needs only delays it. */
@@ -492,7 +550,7 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
   memset(gone_seen, 0, (size_t)t->size);
   char why[400];
   for (;;) {
-    int pending = 0, progressed = 0;
+    int pending = 0, progressed = 0, completed = 0;
     for (int i = 0; i < n; i++) {
       if (x[i].complete || blocked(x, i)) {
         pending += !x[i].complete;
@@ -500,14 +558,19 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
       }
       for (;;) { /* drive this transfer until it would block */
         int r = step(t, &x[i], why, sizeof why);
-        if (r < 0) return xfer_fail(t, &x[i], r, what, why);
+        if (r < 0) return xfer_fail(t, &x[i], r, name_of(&x[i], what, &xwhat), why);
         if (r == 0 || x[i].complete) break;
         progressed = 1;
       }
       if (!x[i].complete)
         pending++;
       else
-        progressed = 1;
+        progressed = completed = 1;
+    }
+    if (feed && completed) n = settle(x, n, feed);
+    if (!pending && feed) {
+      FEED_MORE();
+      if (n > 0) continue;
     }
     if (!pending) {
       if (armed) tdist__shm_sleep_cancel(&t->shm.own);
@@ -542,6 +605,12 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
         int r = drain(t, p, why, sizeof why);
         if (r < 0) return drain_fail(t, p, r, what, why);
         progressed = r;
+      }
+      /* Sends and receives posted since: they may be what the peers wait for. */
+      if (!progressed && feed) {
+        int had = n;
+        FEED_MORE();
+        progressed = n > had;
       }
     }
     if (progressed) {
@@ -617,7 +686,7 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
       t->pfds[np] = (struct pollfd){.fd = t->fds[x[i].peer],
                                     .events = shm ? POLLRDHUP : (x[i].is_send ? POLLOUT : POLLIN)};
       t->pidx[np++] = i;
-      if (np == 2 * t->size) break; /* pfds holds 3 * size + 1 entries */
+      if (np == 2 * t->size) break; /* pfds holds 3 * size + 2 entries */
     }
     int nx = np; /* then the sockets of peers to drain (pidx: -1 - peer) */
     for (int p = 0; p < t->size; p++) {
@@ -626,11 +695,18 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
       t->pidx[np++] = -1 - p;
     }
     t->pfds[np] = (struct pollfd){.fd = pg->abort_fd, .events = POLLIN};
+    int nfds = np + 1;
+    if (feed) t->pfds[nfds++] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
     int timeout = tdist__poll_timeout(deadline);
     if (on_shm && timeout > 1) timeout = on_tcp ? 1 : 0; /* ring-only waits slept above */
     /* A same-host peer's ring has no fd: look at it again within 10 ms. */
     if (drain_shm && timeout > 10) timeout = 10;
-    int r = poll(t->pfds, (nfds_t)np + 1, timeout);
+    int r = poll(t->pfds, (nfds_t)nfds, timeout);
+    if (feed && r > 0 && t->pfds[np + 1].revents) {
+      uint64_t v;
+      if (read(t->wake_fd, &v, sizeof v) < 0) { /* EAGAIN: another reader; nothing to do */
+      }
+    }
     for (int k = nx; r > 0 && k < np; k++)
       if (t->pfds[k].revents) t->rx[-1 - t->pidx[k]].readable = 1;
     if (on_shm && r > 0) {
@@ -645,7 +721,8 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
             return tdist__pg_fail(pg, TDIST_ERR_REMOTE,
                                   "%s: rank %d (%s, same host) closed its connection (did that "
                                   "process exit or crash?)",
-                                  tdist__what(what), xk->peer, t->addr[xk->peer]);
+                                  tdist__what(name_of(xk, what, &xwhat)), xk->peer,
+                                  t->addr[xk->peer]);
           gone_seen[xk->peer] = 1;
         }
       }
@@ -653,6 +730,14 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
     if (r < 0 && errno != EINTR)
       return tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "%s: poll: %s", tdist__what(what),
                             strerror(errno));
+    if (r == 0 && tdist__now_ms() >= deadline && feed) {
+      tdist__xfer_t *xf = &x[first]; /* the one whose deadline passed */
+      return tdist__pg_fail(pg, TDIST_ERR_TIMEOUT,
+                            "%s: timed out after %lld ms waiting for rank %d (%s) (stuck, or no "
+                            "matching %s posted there?)",
+                            tdist__what(name_of(xf, what, &xwhat)), (long long)pg->timeout_ms,
+                            xf->peer, t->addr[xf->peer], xf->is_send ? "receive" : "send");
+    }
     if (r == 0 && tdist__now_ms() >= deadline) {
       char ranks[200] = "";
       size_t rl = 0;
@@ -667,14 +752,37 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
     }
   }
 }
+#undef FEED_MORE
+
+/* Failed with single copies still unread: their buffers go back to the caller now. */
+static void revoke_unread(tcp_t *t, const tdist__xfer_t *x, int n) {
+  for (int i = 0; i < n; i++)
+    if (x[i].is_send && x[i].copy_seq && !x[i].complete)
+      tdist__shm_ring_revoke(t->shm.out_ring[x[i].peer], x[i].copy_seq);
+}
 
 tdist_status_t tdist__tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, int n,
                                    int64_t deadline, tdist__what_t *what) {
   tcp_t *t = (tcp_t *)base;
-  tdist_status_t st = exchange(t, x, n, deadline, what);
-  /* Failed with single copies still unread: their buffers go back to the caller now. */
-  for (int i = 0; st && i < n; i++)
-    if (x[i].is_send && x[i].copy_seq && !x[i].complete)
-      tdist__shm_ring_revoke(t->shm.out_ring[x[i].peer], x[i].copy_seq);
+  tdist_status_t st = exchange(t, x, n, NULL, deadline, what);
+  if (st) revoke_unread(t, x, n);
   return st;
+}
+
+/* t->fed's slots past the transfers in flight are marked complete (settle, feed_more), so
+ * revoke_unread may read them all. */
+tdist_status_t tdist__tcp_exchange_fed(tdist__transport_t *base, tdist__xfer_feed_t *feed,
+                                       tdist__what_t *what) {
+  tcp_t *t = (tcp_t *)base;
+  tdist_status_t st = exchange(t, t->fed, 0, feed, 0, what);
+  if (st) revoke_unread(t, t->fed, t->fed_cap);
+  return st;
+}
+
+void tdist__tcp_wake(tdist__transport_t *base) {
+  tcp_t *t = (tcp_t *)base;
+  uint64_t one = 1;
+  if (write(t->wake_fd, &one, sizeof one) < 0) { /* EAGAIN: the counter is full, so it is set */
+  }
+  if (t->shm.own.base) tdist__shm_ring_doorbell(&t->shm.own); /* a sleep on the rings */
 }

@@ -64,23 +64,28 @@ typedef struct {
   int64_t shm_spin_ns;          /* ring wait before sleeping (TDIST_SHM_SPIN_US) */
   int64_t pure_spin_ns;         /* of which the first part spins without yielding */
   int calls_without_spin;
-  int crowded; /* this host has more of the group's ranks than online CPUs */
-  int yield;   /* sched_yield while spinning on rings (TDIST_SHM_YIELD, default 1) */
-  struct pollfd *pfds;
+  int crowded;         /* this host has more of the group's ranks than online CPUs */
+  int yield;           /* sched_yield while spinning on rings (TDIST_SHM_YIELD, default 1) */
+  struct pollfd *pfds; /* 3 * size + 2: transfers, peers to drain, abort_fd, wake_fd */
   int *pidx;
   /* Same-host peers talk through shared-memory rings (shm_link.c); their TCP socket stays open
    * only to notice when the peer dies (EOF). */
   tdist__shm_links_t shm;
+  int wake_fd;        /* eventfd: written when a send/recv is posted during exchange_fed */
+  tdist__xfer_t *fed; /* exchange_fed's transfers, grown as more are in flight */
+  int fed_cap;
   uint8_t *gone, *busy; /* scratch for tcp_exchange */
   rx_t *rx;             /* [peer]: what was read from its stream ahead of the receives */
   uint64_t *copies_sent, *copies_recv; /* [peer]: single-copy messages sent to / read from it */
   size_t early_bytes, early_max; /* held in early_t messages; the bound (TDIST_P2P_BUFFER_MB) */
 } tcp_t;
 
-
 /* tcp.c */
 tdist_status_t tdist__tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, int n,
                                    int64_t deadline, tdist__what_t *what);
+tdist_status_t tdist__tcp_exchange_fed(tdist__transport_t *base, tdist__xfer_feed_t *feed,
+                                       tdist__what_t *what);
+void tdist__tcp_wake(tdist__transport_t *base);
 /* tcp_setup.c */
 void tdist__tcp_destroy(tdist__transport_t *base);
 void tdist__tcp_hangup(tdist__transport_t *base);

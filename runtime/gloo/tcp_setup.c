@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -31,7 +32,6 @@
 #include "runtime/gloo/tcp_internal.h"
 #include "runtime/pg/pg_internal.h"
 #include "runtime/store/local_ip.h"
-
 
 /* ---------------------------------------------------------------------------------------- */
 /* Setup                                                                                     */
@@ -126,6 +126,8 @@ void tdist__tcp_destroy(tdist__transport_t *base) {
   free(t->addr);
   free(t->pfds);
   free(t->pidx);
+  if (t->wake_fd >= 0) close(t->wake_fd);
+  free(t->fed);
   free(t);
 }
 
@@ -146,7 +148,10 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   void **vals = NULL;
   size_t *lens = NULL;
   if (!t) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
+  t->wake_fd = -1;
   t->base.exchange = tdist__tcp_exchange;
+  t->base.exchange_fed = tdist__tcp_exchange_fed;
+  t->base.wake = tdist__tcp_wake;
   t->base.destroy = tdist__tcp_destroy;
   t->base.hangup = tdist__tcp_hangup;
   t->pg = pg;
@@ -154,7 +159,7 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   t->size = pg->size;
   t->fds = malloc(sizeof(int) * (size_t)t->size);
   t->addr = calloc((size_t)t->size, sizeof *t->addr);
-  t->pfds = calloc(3 * (size_t)t->size + 1, sizeof *t->pfds);
+  t->pfds = calloc(3 * (size_t)t->size + 2, sizeof *t->pfds);
   t->pidx = calloc(3 * (size_t)t->size + 1, sizeof *t->pidx);
   int shm_r = tdist__shm_links_alloc(&t->shm, t->size);
   t->gone = calloc((size_t)t->size, 1);
@@ -166,6 +171,11 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   keys = calloc((size_t)t->size, sizeof *keys);
   vals = calloc((size_t)t->size, sizeof *vals);
   lens = calloc((size_t)t->size, sizeof *lens);
+  t->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (t->wake_fd < 0) {
+    st = tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "tcp transport: eventfd: %s", strerror(errno));
+    goto done;
+  }
   if (!t->fds || !t->addr || !t->pfds || !t->pidx || !keys || !vals || !lens || shm_r || !t->gone ||
       !t->busy || !t->rx || !t->copies_sent || !t->copies_recv) {
     st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
@@ -394,4 +404,3 @@ done:
   if (t) tdist__tcp_destroy(&t->base);
   return st;
 }
-
