@@ -110,7 +110,7 @@ static tdist_status_t dispatch(tdist_pg_t *pg, tdist__coll_t *c, tdist_work_t **
   }
   if (work) return tdist__pg_submit(pg, c, work);
   if ((c->kind == TDIST__COLL_SEND || c->kind == TDIST__COLL_RECV) && pg->be->run_p2p &&
-      tdist__pg_work_pending(pg))
+      pg->worker_started && tdist__pg_work_pending(pg))
     /* Sends and receives in flight on the worker may wait for what this one brings (an irecv
      * whose send the peer makes after receiving this): join them instead of draining them. */
     return tdist__pg_submit_wait(pg, c);

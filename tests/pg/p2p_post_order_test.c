@@ -69,8 +69,8 @@ static void wait_all_shuffled(tdist_pg_t *pg, tdist_work_t **w, int n, int rank,
 
 /* ---- A: receive first, every size ------------------------------------------------------- */
 
-static const size_t k_sizes[] = {1,       32,      1000,          4099,     65536,
-                                 262145,  1 << 20, (3 << 20) + 5, 8u << 20};
+static const size_t k_sizes[] = {1,      32,      1000,          4099,    65536,
+                                 262145, 1 << 20, (3 << 20) + 5, 8u << 20};
 #define NSIZES (int)(sizeof k_sizes / sizeof k_sizes[0])
 
 static int body_a(int rank, int world, int port, void *arg) {
@@ -175,8 +175,7 @@ static int body_l(int rank, int world, int port, void *arg) {
       CHECK_OK_MSG(tdist_send(pg, c, n3, TDIST_UINT8, 1, 3), tdist_pg_last_error(pg));
       wait_all_shuffled(pg, w, 2, rank, 5);
     } else {
-      CHECK_OK_MSG(tdist_send_async(pg, c, n3, TDIST_UINT8, 1, 3, &w[2]),
-                   tdist_pg_last_error(pg));
+      CHECK_OK_MSG(tdist_send_async(pg, c, n3, TDIST_UINT8, 1, 3, &w[2]), tdist_pg_last_error(pg));
       wait_all_shuffled(pg, w, 3, rank, 5);
     }
     CHECK(same(a, n1, stream_of(1, 1)));
@@ -212,8 +211,7 @@ static int body_r(int rank, int world, int port, void *arg) {
     CHECK(in && out);
     fill(out, n, stream_of(rank, 50 + i));
     tdist_work_t *w[2];
-    CHECK_OK_MSG(tdist_recv_async(pg, in, n, TDIST_UINT8, left, 0, &w[0]),
-                 tdist_pg_last_error(pg));
+    CHECK_OK_MSG(tdist_recv_async(pg, in, n, TDIST_UINT8, left, 0, &w[0]), tdist_pg_last_error(pg));
     usleep(2000);
     CHECK_OK_MSG(tdist_send_async(pg, out, n, TDIST_UINT8, right, 0, &w[1]),
                  tdist_pg_last_error(pg));
