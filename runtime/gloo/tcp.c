@@ -585,7 +585,8 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, tdist__xfer_fe
       return TDIST_OK;
     }
     if (atomic_load_explicit(&pg->aborted, memory_order_relaxed))
-      return tdist__pg_fail(pg, TDIST_ERR_ABORTED, "%s: aborted", tdist__what(what));
+      return tdist__pg_fail(pg, TDIST_ERR_ABORTED, "%s: aborted",
+                            tdist__what(n ? name_of(&x[0], what, &xwhat) : what));
     /* Nothing moved: take send/recv messages off the streams of peers this call does not
      * receive from (rings: look; sockets: those poll found readable), so that their sends,
      * which may be what they wait in, complete. */

@@ -13,9 +13,14 @@
  *   R. a ring of 3 ranks, each receiving from its left before sending to its right;
  *   T. the root cause after such a hang in a group of 2: rank 0 (timeout 1 s) times out in an
  *      irecv nobody sends; rank 1 (timeout 60 s) sees rank 0 hang up and must report rank 0's
- *      timeout, not only "closed its connection".
+ *      timeout, not only "closed its connection";
+ *   K. failures while sends and receives wait together: tdist_pg_abort from another thread ends
+ *      rank 0's pending irecv and isend with TDIST_ERR_ABORTED, and a later isend fails fast;
+ *      rank 1, leaving without closing its group (as a crash does) while rank 0 waits in an
+ *      irecv from it posted before its isend, makes both fail with TDIST_ERR_REMOTE naming it.
  * The seed is printed; TDIST_TEST_SEED=N replays a run. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,6 +251,63 @@ static int body_t(int rank, int world, int port, void *arg) {
   return 0;
 }
 
+/* ---- K: abort and a killed peer while sends and receives wait ----------------------------- */
+
+static void *abort_later(void *arg) {
+  usleep(200000);
+  tdist_pg_abort(arg);
+  return NULL;
+}
+
+static int body_k(int rank, int world, int port, void *arg) {
+  int kill_peer = *(int *)arg;
+  tdist_store_t *store;
+  tdist_pg_t *pg = tdist_test_init_pg(rank, world, port, 60000, &store);
+  uint8_t in[64], out[64] = {1};
+  void *v = NULL;
+  size_t vl = 0;
+  if (rank == 1) {
+    /* The kill: once rank 0's receive and send wait, leave as a crash does (the sockets and
+     * rings close with the process). Else stay until rank 0 is done with its aborted group. */
+    CHECK_OK(tdist_store_get(store, kill_peer ? "k_posted" : "k_done", &v, &vl));
+    free(v);
+    if (kill_peer) _exit(0);
+    tdist_pg_destroy(pg);
+    tdist_store_destroy(store);
+    return 0;
+  }
+  tdist_work_t *w[2];
+  CHECK_OK_MSG(tdist_recv_async(pg, in, sizeof in, TDIST_UINT8, 1, 0, &w[0]),
+               tdist_pg_last_error(pg));
+  /* Larger than the socket and ring buffers take at once: it waits for rank 1 too. */
+  static uint8_t huge[4 << 20];
+  CHECK_OK_MSG(tdist_send_async(pg, huge, sizeof huge, TDIST_UINT8, 1, 0, &w[1]),
+               tdist_pg_last_error(pg));
+  CHECK_OK(tdist_store_set(store, "k_posted", "1", 1));
+  pthread_t th;
+  if (!kill_peer) CHECK(pthread_create(&th, NULL, abort_later, pg) == 0);
+  tdist_status_t want_st = kill_peer ? TDIST_ERR_REMOTE : TDIST_ERR_ABORTED;
+  for (int i = 0; i < 2; i++) {
+    tdist_status_t st = tdist_work_wait(w[i], -1);
+    TEST_LOG("  K: %s: %s", i ? "isend" : "irecv", tdist_pg_last_error(pg));
+    CHECK_EQ_INT(st, want_st);
+    if (kill_peer) CHECK_HAS(tdist_pg_last_error(pg), "rank 1");
+    tdist_work_destroy(w[i]);
+  }
+  if (!kill_peer) CHECK(pthread_join(th, NULL) == 0);
+  tdist_work_t *late;
+  tdist_status_t st = tdist_send_async(pg, out, sizeof out, TDIST_UINT8, 1, 0, &late);
+  if (st == TDIST_OK) {
+    st = tdist_work_wait(late, -1);
+    tdist_work_destroy(late);
+  }
+  CHECK_EQ_INT(st, want_st);
+  CHECK_OK(tdist_store_set(store, "k_done", "1", 1));
+  tdist_pg_destroy(pg);
+  tdist_store_destroy(store);
+  return 0;
+}
+
 static int want(char scenario) {
   const char *only = getenv("P2P_ONLY");
   return !only || strchr(only, scenario) || strchr(only, scenario - 'A' + 'a');
@@ -278,6 +340,11 @@ int main(void) {
     if (want('R')) {
       TEST_LOG("R: ring of 3, receive from the left first");
       CHECK_EQ_INT(tdist_test_run_ranks(3, 120000, body_r, NULL), 0);
+    }
+    if (want('K')) {
+      TEST_LOG("K: abort, and a killed peer, while an irecv and an isend wait");
+      for (int kill_peer = 0; kill_peer < 2; kill_peer++)
+        CHECK_EQ_INT(tdist_test_run_ranks(2, 120000, body_k, &kill_peer), 0);
     }
     if (want('T') && pass > 0) {
       TEST_LOG("T: after a hang in a group of 2, the survivor reports the timeout");

@@ -12,7 +12,7 @@ LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
 exec 9>&2
 export TDIST_LIBRARY="$(realpath "$1")"
 export PYTHONPATH="$(dirname "$(dirname "$(realpath "$2")")")"
-bounded 170 "$PY" -u "$(realpath "$3")" 3
+bounded 260 "$PY" -u "$(realpath "$3")" 3
 rc=$?
 [ $rc -eq 0 ] && echo "PASS: tdist p2p on PyTorch $TORCH_VERSION" || echo "FAIL: p2p_check exited $rc"
 exit $rc
