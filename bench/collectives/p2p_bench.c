@@ -121,10 +121,9 @@ static void rank_main(int rank, const char *path, int iters) {
     wait_ok(pg, w);
     double wall = now_us() - t0;
     getrusage(RUSAGE_SELF, &b);
-    double cpu = (b.ru_utime.tv_sec - a.ru_utime.tv_sec) * 1e6 +
-                 (b.ru_utime.tv_usec - a.ru_utime.tv_usec) +
-                 (b.ru_stime.tv_sec - a.ru_stime.tv_sec) * 1e6 +
-                 (b.ru_stime.tv_usec - a.ru_stime.tv_usec);
+    double cpu =
+        (b.ru_utime.tv_sec - a.ru_utime.tv_sec) * 1e6 + (b.ru_utime.tv_usec - a.ru_utime.tv_usec) +
+        (b.ru_stime.tv_sec - a.ru_stime.tv_sec) * 1e6 + (b.ru_stime.tv_usec - a.ru_stime.tv_usec);
     printf("idle wait: %.0f ms in an irecv, %.1f ms of CPU (%.1f%% of a core)\n", wall / 1e3,
            cpu / 1e3, 100 * cpu / wall);
   } else {
@@ -144,8 +143,8 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "%s/p2p_bench.%d", tmp, (int)getpid());
   unlink(path);
   printf("p2p_bench: 2 ranks, %s, %d round trips per pass (64 KiB and up: %d)\n",
-         getenv("TDIST_SHM") && !strcmp(getenv("TDIST_SHM"), "0") ? "TCP" : "shared memory",
-         iters, iters / 10 + 1);
+         getenv("TDIST_SHM") && !strcmp(getenv("TDIST_SHM"), "0") ? "TCP" : "shared memory", iters,
+         iters / 10 + 1);
   fflush(stdout);
   pid_t pid[2];
   for (int r = 0; r < 2; r++)
