@@ -11,7 +11,8 @@
  * fast with the same error. Destroy the group and create a new one to continue.
  *
  * Threads: a group is used by one thread at a time, except tdist_pg_abort (any thread). Async
- * work runs on one worker thread per group, in submission order.
+ * work runs on one worker thread per group, in submission order, except that async sends and
+ * receives in flight together progress in any order (see tdist_send_async).
  *
  * Backend "nccl" (GPU tensors, NVIDIA NCCL >= 2.14):
  *   - Buffers are CUDA device pointers (cudaMalloc, or managed memory) on the group's device;
@@ -232,13 +233,23 @@ TDIST_EXTERN tdist_status_t tdist_all_to_all_v_async(
     tdist_pg_t *pg, void *out, const size_t *out_counts, const size_t *out_displs, const void *in,
     const size_t *in_counts, const size_t *in_displs, tdist_dtype_t dtype, tdist_work_t **work);
 /* Point-to-point, like torch's isend/irecv. Tags are >= 0. A receive takes the first message
- * from src with its tag: messages of one tag arrive in sending order, messages of different
- * tags in any order (as Gloo matches them). On the gloo backend a message that arrives before its
- * receive is held (up to TDIST_P2P_BUFFER_MB per group, else the receive fails with
+ * from src with its tag: messages of one (peer, tag) arrive in sending order, messages of
+ * different tags in any order (as Gloo matches them). On the gloo backend a message that arrives
+ * before its receive is held (up to TDIST_P2P_BUFFER_MB per group, else the receive fails with
  * TDIST_ERR_NO_MEMORY naming it), and a rank waiting in any call of the group takes such
  * messages off the wire, so a send need not wait for its receive to be posted: two ranks may each
  * send the other before receiving, and a send may come before a collective that precedes its
- * receive on the other rank. Async work of a group still runs in the order it was submitted. */
+ * receive on the other rank.
+ * Posting order (gloo): posting returns at once, and the async sends and receives a group has in
+ * flight progress together, whatever their order, size or number: a receive posted before the
+ * send its message depends on (each rank's irecv before its isend, as PyTorch's
+ * batch_isend_irecv and pipeline parallelism post them; or a send the peer makes only after it
+ * received one posted later here) never waits for that send. Each completes on its own, with its
+ * own deadline (the group's timeout from when it starts). A blocking tdist_send/tdist_recv
+ * called while async ones are in flight joins them. What stays ordered: a collective runs after
+ * the async work submitted before it (so an irecv whose message the peer sends only after a
+ * collective that comes later here waits until its deadline), and the sends and receives
+ * submitted after a collective start after it. */
 TDIST_EXTERN tdist_status_t tdist_send_async(tdist_pg_t *pg, const void *buf, size_t count,
                                              tdist_dtype_t dtype, int dst, int tag,
                                              tdist_work_t **work);

@@ -759,26 +759,59 @@ static tdist_status_t gloo_run(tdist_pg_t *pg, const tdist__coll_t *k, int64_t d
   }
 }
 
-/* Queued sends and receives in one exchange: each keeps its own tag; the transport keeps their
- * order per peer and direction. */
-static tdist_status_t gloo_run_p2p(tdist_pg_t *pg, const tdist__coll_t *const *k, int n,
-                                   int64_t dl) {
+/* The async worker's sends and receives as transfers: each keeps its own tag, deadline and name,
+ * and the transport takes newly posted ones while the others wait (exchange_fed). */
+typedef struct {
+  tdist__xfer_feed_t base;
+  tdist__p2p_feed_t *pf;
+  ctx_t *c;
+  int took; /* sends/receives taken so far (for the debug log) */
+} xfeed_t;
+
+static int xfeed_take(tdist__xfer_feed_t *f, tdist__xfer_t *x, int cap) {
+  xfeed_t *xf = (xfeed_t *)f;
+  tdist__coll_t *k[TDIST__P2P_BATCH_MAX];
+  int n = xf->pf->take(xf->pf, k, cap < TDIST__P2P_BATCH_MAX ? cap : TDIST__P2P_BATCH_MAX);
+  for (int i = 0; i < n; i++) {
+    size_t bytes = k[i]->count * tdist_dtype_size(k[i]->dtype);
+    xf->c->tag = (uint32_t)k[i]->tag & ~TDIST__XFER_COLL_TAG;
+    x[i] = k[i]->kind == TDIST__COLL_SEND ? xsend(xf->c, k[i]->peer, k[i]->in, bytes)
+                                          : xrecv(xf->c, k[i]->peer, k[i]->out, bytes);
+    x[i].deadline_ms = k[i]->deadline_ms;
+    x[i].user = k[i];
+    x[i].what_kind = (int)k[i]->kind;
+    x[i].what_seq = k[i]->seq;
+  }
+  if (n && tdist__log_enabled(TDIST__LOG_DEBUG)) {
+    tdist__what_t w = {.kind = k[0]->kind, .seq = k[0]->seq};
+    if (xf->took)
+      tdist__log(TDIST__LOG_DEBUG, "gloo", "rank %d: %d sends/receives posted since join from %s",
+                 xf->c->pg->rank, n, tdist__what(&w));
+    else
+      tdist__log(TDIST__LOG_DEBUG, "gloo", "rank %d: %d queued sends/receives at once from %s",
+                 xf->c->pg->rank, n, tdist__what(&w));
+  }
+  xf->took += n;
+  return n;
+}
+
+static void xfeed_done(tdist__xfer_feed_t *f, tdist__xfer_t *x) {
+  xfeed_t *xf = (xfeed_t *)f;
+  xf->pf->done(xf->pf, x->user);
+}
+
+static tdist_status_t gloo_run_p2p(tdist_pg_t *pg, tdist__p2p_feed_t *feed) {
+  tdist__what_t what = {.fixed = "send/recv"};
   if (!pg->be_state)
     return tdist__pg_fail(pg, TDIST_ERR_INVALID_USAGE, "%s: the process group was finalized",
-                          tdist__coll_name(k[0]->kind));
-  tdist__what_t what = {.kind = k[0]->kind, .seq = k[0]->seq};
-  ctx_t c = {pg, dl, &what, 0, copy_min(TDIST__COLL_SEND)};
-  tdist__xfer_t x[TDIST__P2P_BATCH_MAX];
-  if (tdist__log_enabled(TDIST__LOG_DEBUG))
-    tdist__log(TDIST__LOG_DEBUG, "gloo", "rank %d: %d queued sends/receives at once from %s",
-               pg->rank, n, tdist__what(&what));
-  for (int i = 0; i < n && i < TDIST__P2P_BATCH_MAX; i++) {
-    size_t bytes = k[i]->count * tdist_dtype_size(k[i]->dtype);
-    c.tag = (uint32_t)k[i]->tag & ~TDIST__XFER_COLL_TAG;
-    x[i] = k[i]->kind == TDIST__COLL_SEND ? xsend(&c, k[i]->peer, k[i]->in, bytes)
-                                          : xrecv(&c, k[i]->peer, k[i]->out, bytes);
-  }
-  return xchg(&c, x, n < TDIST__P2P_BATCH_MAX ? n : TDIST__P2P_BATCH_MAX);
+                          tdist__what(&what));
+  ctx_t c = {pg, 0, &what, 0, copy_min(TDIST__COLL_SEND)};
+  xfeed_t xf = {{xfeed_take, xfeed_done}, feed, &c, 0};
+  return G(pg)->tp->exchange_fed(G(pg)->tp, &xf.base, &what);
+}
+
+static void gloo_wake_p2p(tdist_pg_t *pg) {
+  if (G(pg) && G(pg)->tp) G(pg)->tp->wake(G(pg)->tp);
 }
 
 static void gloo_hangup(tdist_pg_t *pg) {
@@ -790,4 +823,5 @@ const tdist__backend_t tdist__gloo_backend = {.name = "gloo",
                                               .destroy = gloo_destroy,
                                               .run = gloo_run,
                                               .run_p2p = gloo_run_p2p,
+                                              .wake_p2p = gloo_wake_p2p,
                                               .hangup = gloo_hangup};

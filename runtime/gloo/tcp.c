@@ -1,9 +1,6 @@
-/* Full-mesh TCP transport (transport.h).
+/* Full-mesh TCP transport (transport.h), data path; tcp_setup.c connects it.
  *
- * Setup: every rank listens on an ephemeral port of the chosen interface, publishes
- * "ip port hostname boot_id" under gloo/<rank> in the group's store, reads everyone's entry,
- * connects to each lower rank and accepts each higher rank (a 16-byte hello names the rank and the
- * group). Data: every message is a 16-byte header (magic, tag, length) and the payload, sent with
+ * Every message is a 16-byte header (magic, tag, length) and the payload, sent with
  * one sendmsg where possible; receives read header and payload with one readv. Progress is
  * non-blocking: try every transfer, spin briefly (small messages on loopback answer within
  * microseconds), then poll() on the sockets and the group's abort eventfd until the deadline.
@@ -37,438 +34,9 @@
 #include "runtime/gloo/shm.h"
 #include "runtime/gloo/shm_link.h"
 #include "runtime/gloo/transport.h"
+#include "runtime/gloo/tcp_internal.h"
 #include "runtime/pg/pg_internal.h"
 #include "runtime/store/local_ip.h"
-
-#define MSG_MAGIC 0x7d15c0deu
-/* A single-copy message (same host, TDIST_SHM_SINGLE_COPY): the header, then the 8-byte address
- * of the payload in the sender's memory, which the receiver copies with process_vm_readv and
- * acknowledges through the ring's copy counter; the sender's send completes then. */
-#define MSG_MAGIC_COPY 0x7d15c0dfu
-/* Below this size (or the transfer's own copy_min, gloo.c) two copies through the ring are
- * faster than one single copy. */
-#define COPY_MIN_BYTES (256 * 1024)
-#define LOCAL_SNDBUF (256 * 1024) /* same-host TCP send buffer (see the transport's setup) */
-#define SHM_PURE_SPIN_NS 20000 /* a ring wait's first part spins without yielding (not crowded) */
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-#define HELLO_MAGIC 0x7d15e110u
-
-/* A point-to-point message (tag without TDIST__XFER_COLL_TAG) that arrived before a receive for
- * it: sent early (the sender's send completed before this rank got to its receive) or in another
- * order of tags than this rank receives them (Gloo matches by peer and tag). Held per peer in
- * arrival order until a receive of its tag takes it; same-tag messages keep their order. */
-typedef struct early {
-  struct early *next;
-  uint32_t tag;
-  size_t len, done; /* done < len: its payload is still being read (rx_t.filling) */
-  uint8_t *data;
-} early_t;
-
-/* Per peer: the receive side's view of its byte stream. */
-typedef struct {
-  uint8_t *ahead; /* bytes read past the message they were read for; consumed before the stream */
-  size_t ahead_off, ahead_len;
-  early_t *head, *tail; /* early messages, in arrival order */
-  early_t *filling;     /* the early message whose payload the stream continues with, or NULL */
-  int drain_stop; /* the stream continues with a collective's message, or ended: do not drain */
-  int readable;   /* poll found its socket readable */
-} rx_t;
-
-typedef struct {
-  tdist__transport_t base;
-  tdist_pg_t *pg;
-  int rank, size;
-  int *fds;
-  char (*addr)[80];
-  int spin_us;
-  int64_t spin_max_ns, spin_ns; /* adaptive TCP spin budget (see tcp_exchange) */
-  int64_t shm_spin_ns;          /* ring wait before sleeping (TDIST_SHM_SPIN_US) */
-  int64_t pure_spin_ns;         /* of which the first part spins without yielding */
-  int calls_without_spin;
-  int crowded; /* this host has more of the group's ranks than online CPUs */
-  int yield;   /* sched_yield while spinning on rings (TDIST_SHM_YIELD, default 1) */
-  struct pollfd *pfds;
-  int *pidx;
-  /* Same-host peers talk through shared-memory rings (shm_link.c); their TCP socket stays open
-   * only to notice when the peer dies (EOF). */
-  tdist__shm_links_t shm;
-  uint8_t *gone, *busy; /* scratch for tcp_exchange */
-  rx_t *rx;             /* [peer]: what was read from its stream ahead of the receives */
-  uint64_t *copies_sent, *copies_recv; /* [peer]: single-copy messages sent to / read from it */
-  size_t early_bytes, early_max; /* held in early_t messages; the bound (TDIST_P2P_BUFFER_MB) */
-} tcp_t;
-
-/* ---------------------------------------------------------------------------------------- */
-/* Setup                                                                                     */
-
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-  return h;
-}
-
-static void read_boot_id(char *buf, size_t cap) {
-  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  buf[0] = '\0';
-  if (f) {
-    if (!fgets(buf, (int)cap, f)) buf[0] = '\0';
-    fclose(f);
-  }
-  buf[strcspn(buf, "\n")] = '\0';
-  if (!buf[0]) snprintf(buf, cap, "unknown");
-}
-
-/* The IPv4 address to listen on: TDIST_SOCKET_IFNAME's, else the address of the interface that
- * reaches the store (NCCL's approach), else the host name's, else loopback. */
-static tdist_status_t choose_ip(tdist_pg_t *pg, char *ip, size_t cap) {
-  const char *ifname =
-      pg->socket_ifname ? pg->socket_ifname : tdist__param_str(TDIST__P_SOCKET_IFNAME);
-  const char *from = pg->socket_ifname ? "socket_ifname option" : "TDIST_SOCKET_IFNAME";
-  if (ifname && *ifname) {
-    struct ifaddrs *ifa = NULL;
-    if (getifaddrs(&ifa) == 0) {
-      for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
-        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && strcmp(i->ifa_name, ifname) == 0) {
-          inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)cap);
-          freeifaddrs(ifa);
-          return TDIST_OK;
-        }
-      }
-      freeifaddrs(ifa);
-    }
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
-                          "%s '%s': no interface of that name with an IPv4 address (see "
-                          "`ip -4 addr`)",
-                          from, ifname);
-  }
-  if (tdist__store_local_ip(pg->base_store, ip, cap) == 0) return TDIST_OK;
-  char host[256];
-  if (gethostname(host, sizeof host) == 0) {
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    if (getaddrinfo(host, NULL, &hints, &res) == 0 && res) {
-      inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, ip, (socklen_t)cap);
-      freeaddrinfo(res);
-      return TDIST_OK;
-    }
-  }
-  snprintf(ip, cap, "127.0.0.1");
-  return TDIST_OK;
-}
-
-static int wait_readable(int fd, int abort_fd, int64_t deadline) {
-  for (;;) {
-    struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = abort_fd, .events = POLLIN}};
-    int r = poll(p, 2, tdist__poll_timeout(deadline));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return -errno;
-    if (p[1].revents) return -ECANCELED;
-    if (r == 0) return -ETIMEDOUT;
-    return 0;
-  }
-}
-
-static void tcp_destroy(tdist__transport_t *base) {
-  tcp_t *t = (tcp_t *)base;
-  tdist__shm_links_close(&t->shm, t->size);
-  if (t->rx)
-    for (int i = 0; i < t->size; i++) {
-      free(t->rx[i].ahead);
-      for (early_t *e = t->rx[i].head, *nx; e; e = nx) {
-        nx = e->next;
-        free(e->data);
-        free(e);
-      }
-    }
-  free(t->rx);
-  free(t->copies_sent);
-  free(t->copies_recv);
-  free(t->busy);
-  free(t->gone);
-  if (t->fds)
-    for (int i = 0; i < t->size; i++)
-      if (t->fds[i] >= 0) close(t->fds[i]);
-  free(t->fds);
-  free(t->addr);
-  free(t->pfds);
-  free(t->pidx);
-  free(t);
-}
-
-static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, int n,
-                                   int64_t deadline, tdist__what_t *what);
-
-static void tcp_hangup(tdist__transport_t *base) {
-  tcp_t *t = (tcp_t *)base;
-  if (t->fds)
-    for (int i = 0; i < t->size; i++)
-      if (t->fds[i] >= 0) shutdown(t->fds[i], SHUT_RDWR);
-}
-
-tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
-                                           tdist__transport_t **out) {
-  tcp_t *t = calloc(1, sizeof *t);
-  int listen_fd = -1;
-  tdist_status_t st = TDIST_OK;
-  char **keys = NULL;
-  int *same = NULL;
-  void **vals = NULL;
-  size_t *lens = NULL;
-  if (!t) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
-  t->base.exchange = tcp_exchange;
-  t->base.destroy = tcp_destroy;
-  t->base.hangup = tcp_hangup;
-  t->pg = pg;
-  t->rank = pg->rank;
-  t->size = pg->size;
-  t->fds = malloc(sizeof(int) * (size_t)t->size);
-  t->addr = calloc((size_t)t->size, sizeof *t->addr);
-  t->pfds = calloc(3 * (size_t)t->size + 1, sizeof *t->pfds);
-  t->pidx = calloc(3 * (size_t)t->size + 1, sizeof *t->pidx);
-  int shm_r = tdist__shm_links_alloc(&t->shm, t->size);
-  t->gone = calloc((size_t)t->size, 1);
-  t->busy = calloc((size_t)t->size, 1);
-  t->rx = calloc((size_t)t->size, sizeof *t->rx);
-  t->copies_sent = calloc((size_t)t->size, sizeof *t->copies_sent);
-  t->copies_recv = calloc((size_t)t->size, sizeof *t->copies_recv);
-  t->early_max = (size_t)tdist__param_int(TDIST__P_P2P_BUFFER_MB) << 20;
-  keys = calloc((size_t)t->size, sizeof *keys);
-  vals = calloc((size_t)t->size, sizeof *vals);
-  lens = calloc((size_t)t->size, sizeof *lens);
-  if (!t->fds || !t->addr || !t->pfds || !t->pidx || !keys || !vals || !lens || shm_r || !t->gone ||
-      !t->busy || !t->rx || !t->copies_sent || !t->copies_recv) {
-    st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
-    goto done;
-  }
-  for (int i = 0; i < t->size; i++) t->fds[i] = -1;
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  t->shm_spin_ns = (int64_t)tdist__param_int(TDIST__P_SHM_SPIN_US) * 1000;
-  t->yield = (int)tdist__param_int(TDIST__P_SHM_YIELD);
-  if (t->size == 1) {
-    *out = &t->base;
-    t = NULL;
-    goto done;
-  }
-
-  char ip[64];
-  if ((st = choose_ip(pg, ip, sizeof ip))) goto done;
-  struct sockaddr_in sa = {.sin_family = AF_INET};
-  inet_pton(AF_INET, ip, &sa.sin_addr);
-  listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  socklen_t sl = sizeof sa;
-  if (listen_fd < 0 || bind(listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-      listen(listen_fd, t->size + 16) != 0 ||
-      getsockname(listen_fd, (struct sockaddr *)&sa, &sl) != 0) { /* else we publish port 0 */
-    st = tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "tcp transport: cannot listen on %s: %s", ip,
-                        strerror(errno));
-    goto done;
-  }
-  char host[128], boot[64], entry[400], key[64];
-  if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
-  host[sizeof host - 1] = '\0';
-  read_boot_id(boot, sizeof boot);
-  int elen = snprintf(entry, sizeof entry, "%s %d %s %s", ip, ntohs(sa.sin_port), host, boot);
-  snprintf(key, sizeof key, "gloo/%d", t->rank);
-  if ((st = tdist_store_set(pg->store, key, entry, (size_t)elen))) {
-    st = tdist__pg_fail(pg, st, "tcp transport: publishing this rank's address: %s",
-                        tdist_store_last_error(pg->store));
-    goto done;
-  }
-  for (int i = 0; i < t->size; i++) {
-    keys[i] = malloc(32);
-    if (!keys[i]) {
-      st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
-      goto done;
-    }
-    snprintf(keys[i], 32, "gloo/%d", i);
-  }
-  int64_t left = deadline - tdist__now_ms();
-  tdist_store_set_timeout(pg->store, left > 0 ? left : 1);
-  st = tdist_store_multi_get(pg->store, (const char *const *)keys, (size_t)t->size, vals, lens);
-  tdist_store_set_timeout(pg->store, pg->timeout_ms);
-  if (st) {
-    st = tdist__pg_fail(pg, st,
-                        "waiting for all %d ranks to publish their addresses: %s "
-                        "(a rank that never started or used another MASTER_ADDR/PORT?)",
-                        t->size, tdist_store_last_error(pg->store));
-    goto done;
-  }
-  int remote_host = 0;
-  same = calloc((size_t)t->size, sizeof *same);
-  if (!same) {
-    st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
-    goto done;
-  }
-  for (int i = 0; i < t->size; i++) {
-    char pip[64], phost[128], pboot[64];
-    int pport;
-    char *v = malloc(lens[i] + 1);
-    if (!v) {
-      st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
-      goto done;
-    }
-    memcpy(v, vals[i], lens[i]);
-    v[lens[i]] = '\0';
-    int ok = sscanf(v, "%63s %d %127s %63s", pip, &pport, phost, pboot) == 4;
-    free(v);
-    if (!ok) {
-      st = tdist__pg_fail(pg, TDIST_ERR_PROTOCOL,
-                          "tcp transport: rank %d published a malformed "
-                          "address entry",
-                          i);
-      goto done;
-    }
-    snprintf(t->addr[i], sizeof t->addr[i], "%s:%d", pip, pport);
-    if (strcmp(phost, host) != 0 || strcmp(pboot, boot) != 0)
-      remote_host = 1;
-    else
-      same[i] = i != t->rank;
-  }
-  if (remote_host && strncmp(ip, "127.", 4) == 0)
-    tdist__log(TDIST__LOG_WARN, "gloo",
-               "rank %d listens on loopback %s but the group spans several hosts: other hosts "
-               "cannot reach it. Set TDIST_SOCKET_IFNAME to the interface to use.",
-               t->rank, ip);
-
-  uint64_t ghash = hash_str(pg->name);
-  /* Connect to every lower rank; the kernel completes these against their listen backlog, so
-   * connecting first and accepting second cannot deadlock. */
-  for (int peer = 0; peer < t->rank; peer++) {
-    char pip[80];
-    snprintf(pip, sizeof pip, "%s", t->addr[peer]);
-    char *colon = strrchr(pip, ':');
-    *colon = '\0';
-    int64_t backoff = 10;
-    for (;;) {
-      int fd = tdist__sock_connect(pip, atoi(colon + 1), deadline, NULL);
-      if (fd >= 0) {
-        uint8_t hello[16];
-        tdist__put_u32(hello, HELLO_MAGIC);
-        tdist__put_u32(hello + 4, (uint32_t)t->rank);
-        tdist__put_u64(hello + 8, ghash);
-        int r = tdist__sock_send_all(fd, hello, sizeof hello, deadline);
-        if (r == 0) {
-          t->fds[peer] = fd;
-          break;
-        }
-        close(fd);
-      }
-      if (tdist__now_ms() + backoff >= deadline || atomic_load(&pg->aborted)) {
-        st = tdist__pg_fail(pg, TDIST_ERR_TIMEOUT,
-                            "tcp transport: rank %d could not connect "
-                            "to rank %d at %s: %s",
-                            t->rank, peer, t->addr[peer],
-                            tdist__sock_strerror(fd < 0 ? fd : -EPIPE));
-        goto done;
-      }
-      usleep((useconds_t)backoff * 1000);
-      backoff = backoff * 2 > 500 ? 500 : backoff * 2;
-    }
-  }
-  for (int k = t->rank + 1; k < t->size; k++) {
-    int r = wait_readable(listen_fd, pg->abort_fd, deadline);
-    if (r) {
-      char missing[256] = "";
-      size_t ml = 0;
-      for (int p = t->rank + 1; p < t->size && ml + 8 < sizeof missing; p++)
-        if (t->fds[p] < 0)
-          ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%d", ml ? "," : "", p);
-      st = tdist__pg_fail(pg,
-                          r == -ECANCELED   ? TDIST_ERR_ABORTED
-                          : r == -ETIMEDOUT ? TDIST_ERR_TIMEOUT
-                                            : TDIST_ERR_SYSTEM, /* poll failed */
-                          "tcp transport: rank %d waited for connections from ranks %s: %s",
-                          t->rank, missing,
-                          r == -ECANCELED   ? "aborted"
-                          : r == -ETIMEDOUT ? "timed out"
-                                            : strerror(-r));
-      goto done;
-    }
-    int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      k--;
-      continue;
-    }
-    uint8_t hello[16];
-    r = tdist__sock_recv_all(fd, hello, sizeof hello, deadline);
-    if (r && r != -TDIST__ECLOSED && r != -ECONNRESET) {
-      /* Our own failure (poll, the deadline), not a stray peer's: waiting on would only hide it. */
-      close(fd);
-      st = tdist__pg_fail(pg, r == -ETIMEDOUT ? TDIST_ERR_TIMEOUT : TDIST_ERR_SYSTEM,
-                          "tcp transport: rank %d reading a peer's hello: %s", t->rank,
-                          tdist__sock_strerror(r));
-      goto done;
-    }
-    uint32_t peer = tdist__get_u32(hello + 4);
-    if (r || tdist__get_u32(hello) != HELLO_MAGIC || tdist__get_u64(hello + 8) != ghash ||
-        peer <= (uint32_t)t->rank || peer >= (uint32_t)t->size || t->fds[peer] >= 0) {
-      /* A stray or stale connection (another job or an earlier attempt): drop it. */
-      char who[64];
-      tdist__sock_peer_str(fd, who, sizeof who);
-      tdist__log(TDIST__LOG_WARN, "gloo", "rank %d: dropping unexpected connection from %s",
-                 t->rank, who);
-      close(fd);
-      k--;
-      continue;
-    }
-    tdist__sock_nodelay(fd);
-    t->fds[peer] = fd;
-  }
-  for (int i = 0; i < t->size; i++)
-    if (t->fds[i] >= 0) tdist__sock_set_nonblock(t->fds[i], 1);
-  if (tdist__param_int(TDIST__P_SHM))
-    st = tdist__shm_links_setup(&t->shm, pg, &t->base, same, deadline);
-  /* Waiting ranks spin before they sleep (a peer that is running answers within microseconds).
-   * When this host's ranks outnumber its CPUs, the peer a rank waits for may need the very core
-   * it spins on: then every spin yields the CPU from the start, so the rank with work gets it
-   * (4 ranks on 2 cores, 8 B..4 KiB all_reduce over rings: 21-43 us when the first 20 us of the
-   * spin did not yield, 3-6 us now; over TCP, where such groups used not to spin at all: 23-30 us
-   * before, 16-19 us yielding for up to 200 us). */
-  int local = 1;
-  for (int i = 0; i < t->size; i++) local += same[i];
-  t->crowded = local > ncpu;
-  t->base.single_host = local == t->size;
-  t->spin_us = tdist__param_is_set(TDIST__P_SPIN_US) ? (int)tdist__param_int(TDIST__P_SPIN_US)
-                                                     : (t->crowded ? 200 : 50);
-  t->spin_max_ns = t->spin_ns = (int64_t)t->spin_us * 1000;
-  t->pure_spin_ns = t->crowded ? 0 : SHM_PURE_SPIN_NS;
-  /* TCP between ranks of one host (TDIST_SHM=0, or no shared memory): a send buffer of
-   * LOCAL_SNDBUF (the kernel doubles it), not the megabytes autotuning grows to, keeps the bytes
-   * in flight in cache between the sender's copy in and the receiver's copy out (2 ranks on 2
-   * cores, alternating runs: 4 MiB broadcast 488-549 -> 354-380 us, 16 MiB all_reduce 4183 ->
-   * 3477, all_gather 2396 -> 2077). Not when ranks outnumber cores: a sender that fills the
-   * smaller buffer then waits for its receiver to get a core (4 ranks on 2 cores, 1 MiB
-   * broadcast 159-186 -> 250-304 us). */
-  if (!t->crowded)
-    for (int i = 0; i < t->size; i++)
-      if (same[i] && t->fds[i] >= 0) {
-        int v = LOCAL_SNDBUF;
-        (void)setsockopt(t->fds[i], SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
-      }
-  free(same);
-  same = NULL;
-  if (st) goto done;
-  *out = &t->base;
-  t = NULL;
-done:
-  free(same);
-  if (listen_fd >= 0) close(listen_fd);
-  if (keys)
-    for (int i = 0; i < pg->size; i++) free(keys[i]);
-  if (vals)
-    for (int i = 0; i < pg->size; i++) free(vals[i]);
-  free(keys);
-  free(vals);
-  free(lens);
-  if (t) tcp_destroy(&t->base);
-  return st;
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* Data path                                                                                 */
@@ -902,9 +470,67 @@ static tdist_status_t xfer_fail(tcp_t *t, const tdist__xfer_t *x, int r, tdist__
                         x->is_send ? "send" : "receive", x->peer, t->addr[x->peer], strerror(-r));
 }
 
-static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadline,
-                               tdist__what_t *what) {
+/* exchange_fed: the name of transfer x in errors (its own (kind, seq), else the call's). */
+static tdist__what_t *name_of(const tdist__xfer_t *x, tdist__what_t *call, tdist__what_t *tmp) {
+  if (!x->what_seq) return call;
+  *tmp = (tdist__what_t){.kind = (tdist__coll_kind_t)x->what_kind, .seq = x->what_seq};
+  return tmp;
+}
+
+/* exchange_fed: reports the completed transfers to the feed and closes the gaps (the order of
+ * the rest is kept: it is the order rule's). Returns the new count. */
+static int settle(tdist__xfer_t *x, int n, tdist__xfer_feed_t *feed) {
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (x[i].complete) {
+      feed->done(feed, &x[i]);
+      continue;
+    }
+    if (k != i) x[k] = x[i];
+    k++;
+  }
+  for (int i = k; i < n; i++) x[i].complete = 1; /* stale copies: not to be revoked */
+  return k;
+}
+
+/* exchange_fed: takes what was posted into (*x)[n..], growing t->fed (and *x) when it is full,
+ * and returns the new count, or -ENOMEM; *deadline becomes the earliest deadline of the n
+ * transfers, *first the index of that transfer. */
+static int feed_more(tcp_t *t, tdist__xfer_t **x, int n, tdist__xfer_feed_t *feed,
+                     int64_t *deadline, int *first) {
+  if (n == t->fed_cap) {
+    int cap = t->fed_cap ? 2 * t->fed_cap : 64;
+    tdist__xfer_t *nx = realloc(t->fed, (size_t)cap * sizeof *nx);
+    if (!nx) return -ENOMEM;
+    for (int i = t->fed_cap; i < cap; i++) nx[i] = (tdist__xfer_t){.complete = 1};
+    t->fed = *x = nx;
+    t->fed_cap = cap;
+  }
+  n += feed->take(feed, *x + n, t->fed_cap - n);
+  for (int i = 0; i < n; i++)
+    if (i == 0 || (*x)[i].deadline_ms < *deadline) {
+      *deadline = (*x)[i].deadline_ms;
+      *first = i;
+    }
+  return n;
+}
+
+/* Progresses x[0..n) until all are complete. With a feed (exchange_fed), x has room for cap
+ * transfers: completed ones are reported and removed as the call goes, and newly posted ones
+ * are taken whenever nothing else moves; the call ends when none is left. */
+static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, tdist__xfer_feed_t *feed,
+                               int64_t deadline, tdist__what_t *what) {
   tdist_pg_t *pg = t->pg;
+  tdist__what_t xwhat;
+  int first = 0; /* exchange_fed: the transfer whose deadline is `deadline` */
+#define FEED_MORE()                                                                               \
+  do {                                                                                            \
+    n = feed_more(t, &x, n, feed, &deadline, &first);                                             \
+    if (n < 0)                                                                                    \
+      return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "%s: out of memory for more sends/receives", \
+                            tdist__what(what));                                                   \
+  } while (0)
+  if (feed) FEED_MORE();
   /* Adaptive spinning (TCP): spin_ns grows while peers answer within the spin and halves when
    * we end up sleeping in poll anyway (a busy machine, or a slow peer), down to 0; at 0 it is
    * probed again every 128 calls. Spinning on a core the peer needs only delays it. */
@@ -924,7 +550,7 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
   memset(gone_seen, 0, (size_t)t->size);
   char why[400];
   for (;;) {
-    int pending = 0, progressed = 0;
+    int pending = 0, progressed = 0, completed = 0;
     for (int i = 0; i < n; i++) {
       if (x[i].complete || blocked(x, i)) {
         pending += !x[i].complete;
@@ -932,14 +558,19 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
       }
       for (;;) { /* drive this transfer until it would block */
         int r = step(t, &x[i], why, sizeof why);
-        if (r < 0) return xfer_fail(t, &x[i], r, what, why);
+        if (r < 0) return xfer_fail(t, &x[i], r, name_of(&x[i], what, &xwhat), why);
         if (r == 0 || x[i].complete) break;
         progressed = 1;
       }
       if (!x[i].complete)
         pending++;
       else
-        progressed = 1;
+        progressed = completed = 1;
+    }
+    if (feed && completed) n = settle(x, n, feed);
+    if (!pending && feed) {
+      FEED_MORE();
+      if (n > 0) continue;
     }
     if (!pending) {
       if (armed) tdist__shm_sleep_cancel(&t->shm.own);
@@ -954,7 +585,8 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
       return TDIST_OK;
     }
     if (atomic_load_explicit(&pg->aborted, memory_order_relaxed))
-      return tdist__pg_fail(pg, TDIST_ERR_ABORTED, "%s: aborted", tdist__what(what));
+      return tdist__pg_fail(pg, TDIST_ERR_ABORTED, "%s: aborted",
+                            tdist__what(n ? name_of(&x[0], what, &xwhat) : what));
     /* Nothing moved: take send/recv messages off the streams of peers this call does not
      * receive from (rings: look; sockets: those poll found readable), so that their sends,
      * which may be what they wait in, complete. */
@@ -974,6 +606,12 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
         int r = drain(t, p, why, sizeof why);
         if (r < 0) return drain_fail(t, p, r, what, why);
         progressed = r;
+      }
+      /* Sends and receives posted since: they may be what the peers wait for. */
+      if (!progressed && feed) {
+        int had = n;
+        FEED_MORE();
+        progressed = n > had;
       }
     }
     if (progressed) {
@@ -999,7 +637,7 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
       if (t->yield && t->pure_spin_ns == 0)
         sched_yield();
       else
-        cpu_relax();
+        tdist__cpu_relax();
       continue;
     }
     if ((pass & 15) == 0 || !shm_spin_until) now = tdist__now_ns();
@@ -1017,7 +655,7 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
         if (t->yield && now - shm_spin_start >= t->pure_spin_ns)
           sched_yield();
         else
-          cpu_relax();
+          tdist__cpu_relax();
         continue;
       }
       if (!on_tcp) {
@@ -1049,7 +687,7 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
       t->pfds[np] = (struct pollfd){.fd = t->fds[x[i].peer],
                                     .events = shm ? POLLRDHUP : (x[i].is_send ? POLLOUT : POLLIN)};
       t->pidx[np++] = i;
-      if (np == 2 * t->size) break; /* pfds holds 3 * size + 1 entries */
+      if (np == 2 * t->size) break; /* pfds holds 3 * size + 2 entries */
     }
     int nx = np; /* then the sockets of peers to drain (pidx: -1 - peer) */
     for (int p = 0; p < t->size; p++) {
@@ -1058,11 +696,18 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
       t->pidx[np++] = -1 - p;
     }
     t->pfds[np] = (struct pollfd){.fd = pg->abort_fd, .events = POLLIN};
+    int nfds = np + 1;
+    if (feed) t->pfds[nfds++] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
     int timeout = tdist__poll_timeout(deadline);
     if (on_shm && timeout > 1) timeout = on_tcp ? 1 : 0; /* ring-only waits slept above */
     /* A same-host peer's ring has no fd: look at it again within 10 ms. */
     if (drain_shm && timeout > 10) timeout = 10;
-    int r = poll(t->pfds, (nfds_t)np + 1, timeout);
+    int r = poll(t->pfds, (nfds_t)nfds, timeout);
+    if (feed && r > 0 && t->pfds[np + 1].revents) {
+      uint64_t v;
+      if (read(t->wake_fd, &v, sizeof v) < 0) { /* EAGAIN: another reader; nothing to do */
+      }
+    }
     for (int k = nx; r > 0 && k < np; k++)
       if (t->pfds[k].revents) t->rx[-1 - t->pidx[k]].readable = 1;
     if (on_shm && r > 0) {
@@ -1077,7 +722,8 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
             return tdist__pg_fail(pg, TDIST_ERR_REMOTE,
                                   "%s: rank %d (%s, same host) closed its connection (did that "
                                   "process exit or crash?)",
-                                  tdist__what(what), xk->peer, t->addr[xk->peer]);
+                                  tdist__what(name_of(xk, what, &xwhat)), xk->peer,
+                                  t->addr[xk->peer]);
           gone_seen[xk->peer] = 1;
         }
       }
@@ -1085,6 +731,14 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
     if (r < 0 && errno != EINTR)
       return tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "%s: poll: %s", tdist__what(what),
                             strerror(errno));
+    if (r == 0 && tdist__now_ms() >= deadline && feed) {
+      tdist__xfer_t *xf = &x[first]; /* the one whose deadline passed */
+      return tdist__pg_fail(pg, TDIST_ERR_TIMEOUT,
+                            "%s: timed out after %lld ms waiting for rank %d (%s) (stuck, or no "
+                            "matching %s posted there?)",
+                            tdist__what(name_of(xf, what, &xwhat)), (long long)pg->timeout_ms,
+                            xf->peer, t->addr[xf->peer], xf->is_send ? "receive" : "send");
+    }
     if (r == 0 && tdist__now_ms() >= deadline) {
       char ranks[200] = "";
       size_t rl = 0;
@@ -1099,14 +753,37 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, int64_t deadli
     }
   }
 }
+#undef FEED_MORE
 
-static tdist_status_t tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, int n,
-                                   int64_t deadline, tdist__what_t *what) {
-  tcp_t *t = (tcp_t *)base;
-  tdist_status_t st = exchange(t, x, n, deadline, what);
-  /* Failed with single copies still unread: their buffers go back to the caller now. */
-  for (int i = 0; st && i < n; i++)
+/* Failed with single copies still unread: their buffers go back to the caller now. */
+static void revoke_unread(tcp_t *t, const tdist__xfer_t *x, int n) {
+  for (int i = 0; i < n; i++)
     if (x[i].is_send && x[i].copy_seq && !x[i].complete)
       tdist__shm_ring_revoke(t->shm.out_ring[x[i].peer], x[i].copy_seq);
+}
+
+tdist_status_t tdist__tcp_exchange(tdist__transport_t *base, tdist__xfer_t *x, int n,
+                                   int64_t deadline, tdist__what_t *what) {
+  tcp_t *t = (tcp_t *)base;
+  tdist_status_t st = exchange(t, x, n, NULL, deadline, what);
+  if (st) revoke_unread(t, x, n);
   return st;
+}
+
+/* t->fed's slots past the transfers in flight are marked complete (settle, feed_more), so
+ * revoke_unread may read them all. */
+tdist_status_t tdist__tcp_exchange_fed(tdist__transport_t *base, tdist__xfer_feed_t *feed,
+                                       tdist__what_t *what) {
+  tcp_t *t = (tcp_t *)base;
+  tdist_status_t st = exchange(t, t->fed, 0, feed, 0, what);
+  if (st) revoke_unread(t, t->fed, t->fed_cap);
+  return st;
+}
+
+void tdist__tcp_wake(tdist__transport_t *base) {
+  tcp_t *t = (tcp_t *)base;
+  uint64_t one = 1;
+  if (write(t->wake_fd, &one, sizeof one) < 0) { /* EAGAIN: the counter is full, so it is set */
+  }
+  if (t->shm.own.base) tdist__shm_ring_doorbell(&t->shm.own); /* a sleep on the rings */
 }

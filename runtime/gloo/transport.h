@@ -33,6 +33,12 @@ typedef struct {
   /* Same-host sends of at least this many bytes go by single copy (the receiver reads them
    * from the sender's memory); 0: the transport's default, for sends the receiver reduces. */
   size_t copy_min;
+  /* exchange_fed only: the transfer's own deadline (CLOCK_MONOTONIC ms), the caller's handle for
+   * feed->done, and the (kind, seq) that name it in errors (what_seq 0: the call's `what`). */
+  int64_t deadline_ms;
+  void *user;
+  int what_kind;
+  uint64_t what_seq;
   /* progress state, owned by the transport (zero before the call) */
   size_t done;
   uint8_t hdr[16];
@@ -41,6 +47,17 @@ typedef struct {
   int complete;
 } tdist__xfer_t;
 
+/* Where exchange_fed gets transfers posted while it runs (the async worker's sends and
+ * receives), and whom it tells as each one completes. */
+typedef struct tdist__xfer_feed tdist__xfer_feed_t;
+struct tdist__xfer_feed {
+  /* Writes up to cap transfers posted since the last call at x (caller fields set, progress
+   * state zero) and returns how many; 0: none. Never blocks. */
+  int (*take)(tdist__xfer_feed_t *f, tdist__xfer_t *x, int cap);
+  /* x, which take wrote, completed (its buffer is the caller's again). */
+  void (*done)(tdist__xfer_feed_t *f, tdist__xfer_t *x);
+};
+
 typedef struct tdist__transport tdist__transport_t;
 struct tdist__transport {
   /* Progresses all transfers; returns when all are complete (TDIST_OK), or on the deadline
@@ -48,6 +65,16 @@ struct tdist__transport {
    * address) into the group's error with tdist__pg_fail. `what` names the collective. */
   tdist_status_t (*exchange)(tdist__transport_t *t, tdist__xfer_t *x, int n, int64_t deadline_ms,
                              tdist__what_t *what);
+  /* Send/recv posted in any order: progresses the transfers feed->take gives together, taking
+   * newly posted ones while it waits (as many as are posted: the transport holds them), so
+   * that no transfer waits for one posted after it; each completes on its own (feed->done) or
+   * fails at its deadline_ms. The order rule above still holds: per peer and direction,
+   * transfers move in the order taken. Returns TDIST_OK once every transfer taken is done and
+   * take gives no more; on failure (as exchange) every transfer not reported done failed. */
+  tdist_status_t (*exchange_fed)(tdist__transport_t *t, tdist__xfer_feed_t *feed,
+                                 tdist__what_t *what);
+  /* Makes a waiting exchange_fed call take again soon (a transfer was posted). Any thread. */
+  void (*wake)(tdist__transport_t *t);
   void (*destroy)(tdist__transport_t *t);
   /* Shuts down every connection (the descriptors stay open until destroy) so that peers
    * blocked on this rank see it leave at once instead of at their deadline. Any thread. */

@@ -14,35 +14,44 @@
 #include "runtime/pg/reduce.h"
 #include "runtime/pg/stats.h"
 
-/* Runs n ops (n > 1: queued sends and receives, through run_p2p) with one deadline, their
- * statistics, and the group's failure handling. */
-static tdist_status_t run_ops(tdist_pg_t *pg, tdist__coll_t *const *c, int n) {
-  if (atomic_load(&pg->aborted))
-    return tdist__fail(pg->sticky, "%s: process group is aborted after an earlier failure: %s",
-                       tdist__coll_name(c[0]->kind), pg->err);
-  /* One clock reading for the deadline and the statistics; without statistics, the cheap
-   * clock (a deadline a few ms late is as good, and most small calls never read another). */
-  int64_t now = pg->stats_group >= 0 ? tdist__now_ns() : tdist__now_not_before_ns();
-  int64_t deadline = now / 1000000 + pg->timeout_ms;
-  tdist__stats_op_t sop[TDIST__P2P_BATCH_MAX];
-  for (int i = 0; i < n; i++) tdist__stats_begin(pg->stats_group, pg->size, c[i], now, &sop[i]);
-  tdist_status_t st = n == 1 ? pg->be->run(pg, c[0], deadline)
-                             : pg->be->run_p2p(pg, (const tdist__coll_t *const *)c, n, deadline);
-  for (int i = 0; i < n; i++) tdist__stats_end(pg->stats_group, c[i], &sop[i], st);
-  if (st) {
-    if (!atomic_load(&pg->aborted)) {
-      st = tdist__pg_share_failure(pg, st);
-      tdist__pg_set_sticky(pg, st);
-    }
-    tdist__fail(st, "%s", pg->err);
+/* After op `what` failed with st (pg->err says why): the group's failure handling. */
+static tdist_status_t failed(tdist_pg_t *pg, tdist_status_t st) {
+  if (!atomic_load(&pg->aborted)) {
+    st = tdist__pg_share_failure(pg, st);
+    tdist__pg_set_sticky(pg, st);
   }
+  tdist__fail(st, "%s", pg->err);
   return st;
 }
 
-tdist_status_t tdist__pg_run(tdist_pg_t *pg, tdist__coll_t *c) { return run_ops(pg, &c, 1); }
+/* Runs one op with its deadline, its statistics, and the group's failure handling. */
+tdist_status_t tdist__pg_run(tdist_pg_t *pg, tdist__coll_t *c) {
+  if (atomic_load(&pg->aborted))
+    return tdist__fail(pg->sticky, "%s: process group is aborted after an earlier failure: %s",
+                       tdist__coll_name(c->kind), pg->err);
+  tdist__stats_op_t sop;
+  int64_t deadline = tdist__pg_op_begin(pg, c, &sop);
+  tdist_status_t st = pg->be->run(pg, c, deadline);
+  tdist__stats_end(pg->stats_group, c, &sop, st);
+  return st ? failed(pg, st) : st;
+}
 
-tdist_status_t tdist__pg_run_p2p(tdist_pg_t *pg, tdist__coll_t *const *c, int n) {
-  return run_ops(pg, c, n);
+int64_t tdist__pg_op_begin(tdist_pg_t *pg, tdist__coll_t *c, tdist__stats_op_t *sop) {
+  /* One clock reading for the deadline and the statistics; without statistics, the cheap
+   * clock (a deadline a few ms late is as good, and most small calls never read another). */
+  int64_t now = pg->stats_group >= 0 ? tdist__now_ns() : tdist__now_not_before_ns();
+  tdist__stats_begin(pg->stats_group, pg->size, c, now, sop);
+  return c->deadline_ms = now / 1000000 + pg->timeout_ms;
+}
+
+tdist_status_t tdist__pg_run_p2p(tdist_pg_t *pg, tdist__p2p_feed_t *feed) {
+  if (atomic_load(&pg->aborted))
+    return tdist__fail(pg->sticky,
+                       "send/recv: process group is aborted after an earlier "
+                       "failure: %s",
+                       pg->err);
+  tdist_status_t st = pg->be->run_p2p(pg, feed);
+  return st ? failed(pg, st) : st;
 }
 
 void tdist__coll_free_arrays(tdist__coll_t *c) {
@@ -100,6 +109,11 @@ static tdist_status_t dispatch(tdist_pg_t *pg, tdist__coll_t *c, tdist_work_t **
     if (st) return tdist__fail(st, "%s", pg->err);
   }
   if (work) return tdist__pg_submit(pg, c, work);
+  if ((c->kind == TDIST__COLL_SEND || c->kind == TDIST__COLL_RECV) && pg->be->run_p2p &&
+      pg->worker_started && tdist__pg_work_pending(pg))
+    /* Sends and receives in flight on the worker may wait for what this one brings (an irecv
+     * whose send the peer makes after receiving this): join them instead of draining them. */
+    return tdist__pg_submit_wait(pg, c);
   tdist__pg_drain(pg);
   c->seq = ++pg->seq;
   return tdist__pg_run(pg, c);

@@ -29,7 +29,7 @@ tdist_status_t tdist__pg_share_failure(tdist_pg_t *pg, tdist_status_t st) {
   snprintf(mine, sizeof mine, "%s", pg->err);
   pthread_mutex_unlock(&pg->err_mu);
   tdist_status_t ret = st;
-  if (pg->store && pg->size > 2) {
+  if (pg->store && pg->size > 1) {
     int64_t old = tdist_store_timeout(pg->store);
     tdist_store_set_timeout(pg->store, FAIL_STORE_MS);
     /* "RANK STATUS TEXT" */

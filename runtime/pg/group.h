@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "runtime/pg/pg_internal.h"
+#include "runtime/pg/stats.h"
 
 #define TDIST__PG_DEFAULT_TIMEOUT_MS (30LL * 60 * 1000) /* PyTorch's default group timeout */
 
@@ -37,14 +38,18 @@ void tdist__pg_set_sticky(tdist_pg_t *pg, tdist_status_t st);
 
 /* coll.c: runs one collective on this thread (statistics, sticky error). */
 tdist_status_t tdist__pg_run(tdist_pg_t *pg, tdist__coll_t *c);
-/* The same for n (<= TDIST__P2P_BATCH_MAX) queued sends and receives at once, through the
- * backend's run_p2p; they share the one status returned. */
-tdist_status_t tdist__pg_run_p2p(tdist_pg_t *pg, tdist__coll_t *const *c, int n);
+/* Starts the clock of op c: its statistics and c->deadline_ms, which it also returns. */
+int64_t tdist__pg_op_begin(tdist_pg_t *pg, tdist__coll_t *c, tdist__stats_op_t *sop);
+/* The worker's sends and receives through the backend's run_p2p (feed: work.c), with the
+ * group's failure handling; the status is that of every op taken and not reported done. */
+tdist_status_t tdist__pg_run_p2p(tdist_pg_t *pg, tdist__p2p_feed_t *feed);
 /* Frees the arrays a descriptor owns (owned_arrays); they are one allocation at `counts`. */
 void tdist__coll_free_arrays(tdist__coll_t *c);
 
 /* work.c: queues c (its owned arrays pass to the work) on the group's worker, starting it. */
 tdist_status_t tdist__pg_submit(tdist_pg_t *pg, const tdist__coll_t *c, tdist_work_t **work);
+/* Queues c and waits until it has run (a blocking send/recv while async ones are in flight). */
+tdist_status_t tdist__pg_submit_wait(tdist_pg_t *pg, const tdist__coll_t *c);
 /* Waits for every queued async op, so blocking calls keep the group's order. */
 void tdist__pg_drain(tdist_pg_t *pg);
 /* 1 while async work is queued or running. */

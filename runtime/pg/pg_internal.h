@@ -42,6 +42,7 @@ typedef struct tdist__coll {
   int owned_arrays;
   int async;    /* 1: runs on the group's worker (an _async call); 0: on the caller's thread */
   uint64_t seq; /* sequence number in the group */
+  int64_t deadline_ms; /* run_p2p: when this send/recv fails (CLOCK_MONOTONIC ms) */
 } tdist__coll_t;
 
 const char *tdist__coll_name(tdist__coll_kind_t kind);
@@ -58,7 +59,18 @@ typedef struct tdist__what {
 } tdist__what_t;
 const char *tdist__what(tdist__what_t *w);
 
-#define TDIST__P2P_BATCH_MAX 64 /* sends and receives one run_p2p call takes at most */
+#define TDIST__P2P_BATCH_MAX 64 /* sends and receives one run_p2p call has in flight at most */
+
+/* The async worker's sends and receives (work.c), as run_p2p gets them. */
+typedef struct tdist__p2p_feed tdist__p2p_feed_t;
+struct tdist__p2p_feed {
+  /* Moves up to cap sends/receives posted and not yet taken, in posting order, into c, each
+   * with its deadline_ms set; returns how many (0: none now). Never blocks; cheap when there is
+   * nothing (an atomic load), so a backend may call it on every idle pass. */
+  int (*take)(tdist__p2p_feed_t *f, tdist__coll_t **c, int cap);
+  /* c, which take gave, completed successfully. */
+  void (*done)(tdist__p2p_feed_t *f, tdist__coll_t *c);
+};
 
 typedef struct tdist__backend {
   const char *name;
@@ -68,11 +80,17 @@ typedef struct tdist__backend {
   /* Runs one collective; must honour the deadline and pg->abort_fd. Returns TDIST_OK or an
    * error after writing the detail with tdist__pg_fail. */
   tdist_status_t (*run)(tdist_pg_t *pg, const tdist__coll_t *c, int64_t deadline_ms);
-  /* Optional. Runs n queued sends and receives together (list order kept per peer and
-   * direction), so that async ones submitted back to back progress at once; same contract as
-   * run. Without it the worker runs them one by one. */
-  tdist_status_t (*run_p2p)(tdist_pg_t *pg, const tdist__coll_t *const *c, int n,
-                            int64_t deadline_ms);
+  /* Optional. Runs the async sends and receives feed->take gives, together, and takes those
+   * posted while they wait, so that none waits for one posted after it (PyTorch's
+   * batch_isend_irecv with irecv first); per peer and direction they move in posting order.
+   * Each completes on its own (feed->done) or fails at its deadline_ms. Returns TDIST_OK once
+   * every one taken is done and take gives none; an error (after tdist__pg_fail) fails every
+   * one not reported done. Same abort contract as run. Without it the worker runs sends and
+   * receives one by one. */
+  tdist_status_t (*run_p2p)(tdist_pg_t *pg, tdist__p2p_feed_t *feed);
+  /* Optional (with run_p2p). A send/recv was posted while run_p2p runs: make it take soon. Any
+   * thread. */
+  void (*wake_p2p)(tdist_pg_t *pg);
   /* Optional. Refuses, before it is queued, a call this backend cannot run (after coll.c's own
    * argument checks); the error goes through tdist__pg_fail and does not fail the group. */
   tdist_status_t (*check)(tdist_pg_t *pg, const tdist__coll_t *c);
@@ -129,6 +147,8 @@ struct tdist_pg_s {
   int worker_started, stopping;
   int running; /* the worker is executing an op it took off the queue */
   tdist_work_t *qhead, *qtail;
+  int p2p_open;            /* the worker is in run_p2p: posted sends/receives join it (wake_p2p) */
+  _Atomic unsigned posted; /* bumped on every submit: run_p2p's take looks at it before locking */
 };
 
 /* After a collective failed with st (pg->err holds why): shares the root cause through the

@@ -30,7 +30,9 @@ libtdist's message, which names the peer rank; the group is then unusable, as in
 Messages of at least TDIST_TORCH_ASYNC_BYTES (default 262144) bytes run on libtdist's worker
 thread, so DDP overlaps them with the backward pass: the work's wait() waits in libtdist on the
 calling thread, and a future asked for (DDP's communication hooks) is completed from this
-module's completion thread. Smaller ones run at once on the calling thread. Without the
+module's completion thread. Smaller ones run at once on the calling thread. send/recv always run
+on the worker thread, which progresses them in any posting order (batch_isend_irecv with irecv
+first). Without the
 variable, collectives run on the calling thread when the launcher's LOCAL_WORLD_SIZE is more
 than half the CPUs this process may use (no core is free to overlap on). Under
 tdist-agent each rank fills its stats file, so /metrics and /status cover PyTorch ranks.
@@ -496,18 +498,20 @@ def _cpus():
 
 def _async_min_bytes():
     """(collectives, send/recv): messages at least this large run on libtdist's worker thread.
-    TDIST_TORCH_ASYNC_BYTES sets both. Otherwise send/recv use 262144 (a blocking large send
-    before the matching recv could wait for ever), and collectives 262144 too unless the launcher
-    says this host runs more ranks (LOCAL_WORLD_SIZE) than half its CPUs: then no core is free
-    for the worker thread to overlap on, it only takes time from the backward pass (bench/torch:
-    DDP steps up to 20% slower), and collectives run on the calling thread."""
+    send/recv: 0, always (PyTorch cannot tell isend from send, and an irecv that ran on the
+    calling thread waited there for its message, so batch_isend_irecv with each rank's irecv
+    first deadlocked; libtdist progresses posted sends and receives in any order). Collectives:
+    TDIST_TORCH_ASYNC_BYTES, else 262144 unless the launcher says this host runs more ranks
+    (LOCAL_WORLD_SIZE) than half its CPUs: then no core is free for the worker thread to overlap
+    on, it only takes time from the backward pass (bench/torch: DDP steps up to 20% slower), and
+    collectives run on the calling thread."""
     v = os.environ.get("TDIST_TORCH_ASYNC_BYTES")
     if v is not None:
         try:
             n = int(v)
             if n < 0:
                 raise ValueError
-            return n, n
+            return n, 0
         except ValueError:
             raise ValueError(
                 "TDIST_TORCH_ASYNC_BYTES=%r: expected a byte count >= 0 (messages at least this "
@@ -518,8 +522,8 @@ def _async_min_bytes():
     except ValueError:
         local = 0
     if local > 0 and _cpus() < 2 * local:
-        return _NEVER, _ASYNC_DEFAULT
-    return _ASYNC_DEFAULT, _ASYNC_DEFAULT
+        return _NEVER, 0
+    return _ASYNC_DEFAULT, 0
 
 
 def _done_work(result):
