@@ -637,9 +637,50 @@ class ProcessGroupTdist(_ProcessGroup):
         )
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        for outs, inp in zip(output_lists, input_list):
-            self.allgather([outs], [inp], opts).wait()
-        return _done_work(output_lists)
+        """dist.all_gather_coalesced: output_lists[r][i] receives rank r's input_list[i] (PyTorch's
+        layout, [rank][tensor], as gloo's AllgatherCoalesced). One all_gather of every input's
+        bytes laid end to end; each rank's block is then cut back into its tensors."""
+        what = "all_gather_coalesced"
+        w = self.size()
+        if not input_list:
+            raise ValueError("tdist %s: the input tensor list is empty" % what)
+        for x in input_list:
+            _check_tensor(x, what)
+        if len(output_lists) != w:
+            raise ValueError(
+                "tdist %s: expected one output list per rank (%d), got %d (the layout is "
+                "output_tensor_lists[rank][tensor])" % (what, w, len(output_lists))
+            )
+        for r, outs in enumerate(output_lists):
+            if len(outs) != len(input_list):
+                raise ValueError(
+                    "tdist %s: output list %d holds %d tensors, the input list %d"
+                    % (what, r, len(outs), len(input_list))
+                )
+            for i, (o, x) in enumerate(zip(outs, input_list)):
+                _check_tensor(o, what)
+                if o.shape != x.shape or o.dtype != x.dtype:
+                    raise ValueError(
+                        "tdist %s: output_tensor_lists[%d][%d] is %s %s, input_tensor_list[%d] is "
+                        "%s %s: they must match" % (what, r, i, o.dtype, tuple(o.shape), i, x.dtype,
+                                                     tuple(x.shape))
+                    )
+        counts = [x.numel() * x.element_size() for x in input_list]
+        n = sum(counts)
+        flat_in = torch.cat([x.reshape(-1).view(torch.uint8) for x in input_list]) if n else torch.empty(0, dtype=torch.uint8)
+        flat_out = torch.empty(n * w, dtype=torch.uint8)
+
+        def finish():
+            off = 0
+            for outs in output_lists:
+                for o, c in zip(outs, counts):
+                    o.copy_(flat_out[off : off + c].view(o.dtype).view_as(o))
+                    off += c
+
+        return self._run(
+            what, "tdist_all_gather", (flat_out.data_ptr(), flat_in.data_ptr(), n, _UINT8), n * w,
+            output_lists, finish, (flat_out, flat_in),
+        )
 
     def gather(self, output_tensors, input_tensors, opts=None):
         what = "gather"
