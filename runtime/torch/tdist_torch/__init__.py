@@ -56,7 +56,8 @@ from torch._C._distributed_c10d import Work as _Work
 from torch._C._distributed_c10d import _create_work_from_future
 
 from tdist_torch._lib import (  # noqa: F401 - _L and library_path are the package's surface too
-    _ALL_REDUCE, _ASYNC, _BLOCKING, _CODE_BY_HASH, _DTYPES, _L, _OK, _RO, _UINT8, _PgOptions,
+    _ALL_REDUCE, _ASYNC, _BLOCKING, _CODE_BY_HASH, _DTYPES, _ERR_TIMEOUT, _L, _OK, _RO, _UINT8,
+    _PgOptions,
     _StoreBridge, _bytes_view, _contig, _error_class, _reduce_dtype, _reduce_op, _sizes, _vp,
     library_path,
 )
@@ -261,7 +262,7 @@ class _AsyncWork(_Work):
             _L.tdist_work_destroy(self._h)
             self._h = None
             if st != _OK:
-                self._exc = _make_error(self._res.pg, self._what, st)
+                self._exc = _make_error(self._res.pg, self._what, st, self._res.timeout_ms)
             elif self._finish is not None:
                 try:
                     self._finish()
@@ -275,12 +276,27 @@ class _AsyncWork(_Work):
             return self._exc
 
     def wait(self, timeout=None):
-        """Waits (the group's timeout applies; a per-call timeout is not supported by libtdist's
-        work handles) and raises the collective's error, naming the peer, if it failed."""
+        """Waits and raises the collective's error, naming the peer, if it failed. A timeout
+        (timedelta; None or 0: none, as PyTorch's kNoTimeout) bounds this wait as gloo's
+        Work.wait does: past it the call raises and the work goes on (wait again for it); the
+        group's timeout bounds the collective itself."""
+        ms = _per_call_ms(timeout)
+        if ms is not None:
+            self._wait_for(ms)
         exc = self._complete()
         if exc is not None:
             raise exc
         return True
+
+    def _wait_for(self, ms):
+        with self._lock:
+            if self._ended or _L.tdist_work_wait(self._h, ms) == _OK:
+                return
+            done = ctypes.c_int(0)
+            _L.tdist_work_test(self._h, ctypes.byref(done))
+            if done.value:
+                return  # it ended, with its own error: _complete raises that
+        raise _per_call_timeout(self._what, ms)
 
     def is_completed(self):
         if self._ended:
@@ -319,10 +335,58 @@ class _AsyncWork(_Work):
             return self._fut
 
 
-def _make_error(pg_handle, what, st):
+def _per_call_ms(timeout):
+    """Work.wait's timeout in ms, or None for none (None, or PyTorch's kNoTimeout: 0)."""
+    if timeout is None:
+        return None
+    ms = int(timeout.total_seconds() * 1000) if isinstance(timeout, datetime.timedelta) else int(timeout)
+    return ms if ms > 0 else None
+
+
+def _per_call_timeout(what, ms):
+    return _error_class()(
+        "tdist %s: Timed out waiting %dms for %s to complete (the timeout given to wait(); the %s "
+        "goes on, and wait() again waits for it)" % (what, ms, what, what))
+
+
+def _detail(pg_handle, st):
     detail = _L.tdist_pg_last_error(pg_handle) or b""
-    detail = detail.decode(errors="replace") or _L.tdist_strerror(st).decode()
+    return detail.decode(errors="replace") or _L.tdist_strerror(st).decode()
+
+
+def _make_error(pg_handle, what, st, timeout_ms):
+    """The error of a failed call: libtdist's message, which names the peer rank. A timeout says
+    gloo's words first ("Timed out waiting ...ms for ..."), so log alerts and tests written for
+    gloo's wording match it too (_tdist_c.cpp's Core::error_text says the same)."""
+    detail = _detail(pg_handle, st)
+    if st == _ERR_TIMEOUT:
+        return _error_class()("tdist %s failed: Timed out waiting %dms for %s to complete: %s"
+                              % (what, timeout_ms, what, detail))
     return _error_class()("tdist %s failed: %s" % (what, detail))
+
+
+def _monitored_barrier_error(pg_handle, st, rank, timeout_ms, wait_all_ranks):
+    """monitored_barrier's error in gloo's words first (ProcessGroupGloo::monitoredBarrier: what
+    PyTorch's tests and users' alerts match), then libtdist's detail, which names the ranks."""
+    detail = _detail(pg_handle, st)
+    if rank != 0:
+        words = ("Rank %d successfully reached monitoredBarrier, but received errors while waiting "
+                 "for send/recv from rank 0. Please check rank 0 logs for faulty rank." % rank)
+    else:
+        m = re.search(r"\(([0-9, ]+)\) did not arrive", detail)
+        ranks = [int(x) for x in m.group(1).split(",")] if m else [
+            int(x) for x in re.findall(r"\brank (\d+)\b", detail) if int(x) != 0][:1]
+        if wait_all_ranks and ranks:
+            words = "[Rank 0]: Ranks %s failed to pass monitoredBarrier in %d ms" % (
+                ", ".join(str(r) for r in ranks), timeout_ms)
+        elif timeout_ms == 0:
+            words = "Rank 0 timed out in monitoredBarrier after 0 ms."
+        elif ranks:
+            words = "[Rank 0]: Rank %d failed to pass monitoredBarrier in %d ms" % (ranks[0], timeout_ms)
+        else:
+            words = "[Rank 0]: monitoredBarrier failed in %d ms" % timeout_ms
+    return _error_class()("%s%s tdist monitored_barrier failed: %s" % (words, "" if words.endswith(".") else ".",
+                                                                        detail))
 
 
 class _Resources:
@@ -335,6 +399,7 @@ class _Resources:
         self.thread = None
         self.inflight = {}  # id -> _AsyncWork not finished yet
         self.core = None  # the C++ group's share (_tdist_c.Core): its lock and its works
+        self.timeout_ms = 0  # the group's: every call's deadline
 
     def close(self):
         if self.core is not None:
@@ -381,9 +446,10 @@ class ProcessGroupTdist(_ProcessGroup):
             res.close()
             raise _error_class()("tdist init_process_group (rank %d of %d): %s" % (rank, size, msg)) from exc
         res.pg = handle
+        res.timeout_ms = timeout_ms
         if _EXT is not None:
             # One lock for both halves: libtdist takes one thread at a time per group.
-            res.core = _EXT.Core(handle.value, _EXT_FUNCTIONS, self._async_min)
+            res.core = _EXT.Core(handle.value, _EXT_FUNCTIONS, self._async_min, timeout_ms)
             self._lock = res.core
         res.queue = queue.Queue()
         res.thread = threading.Thread(
@@ -414,7 +480,7 @@ class ProcessGroupTdist(_ProcessGroup):
             with self._lock:
                 st = _BLOCKING[fn](self._pg, *args)
             if st != _OK:
-                raise _make_error(self._pg, what, st)
+                raise _make_error(self._pg, what, st, self._timeout_ms)
             if finish is not None:
                 finish()
             return _done_work(result)
@@ -422,7 +488,7 @@ class ProcessGroupTdist(_ProcessGroup):
         with self._lock:
             st = _ASYNC[fn](self._pg, *args, ctypes.byref(work))
         if st != _OK:
-            raise _make_error(self._pg, what, st)
+            raise _make_error(self._pg, what, st, self._timeout_ms)
         res = self._res
         if len(res.inflight) >= 1024:
             # Works nobody waits for (async ops fired and forgotten) would hold their tensors
@@ -473,7 +539,7 @@ class ProcessGroupTdist(_ProcessGroup):
                     with self._lock:
                         st = _ALL_REDUCE(self._pg, t.data_ptr(), n, d, code)
                     if st != _OK:
-                        raise _make_error(self._pg, "all_reduce", st)
+                        raise _make_error(self._pg, "all_reduce", st, self._timeout_ms)
                     return _done_work(tensors)
         what = "all_reduce"
         t = self._one(tensors, what)
@@ -804,11 +870,14 @@ class ProcessGroupTdist(_ProcessGroup):
         return self._run("barrier", "tdist_barrier", (), 0, [])
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
-        ms = self._timeout_ms if timeout is None else max(int(timeout.total_seconds() * 1000), 1)
+        """Rank 0 names the ranks that did not arrive within `timeout` (default: the group's),
+        in gloo's words ("Rank 1 failed to pass monitoredBarrier"; with wait_all_ranks, every
+        such rank: "Ranks 1, 2 failed ..."); the others say they reached it but rank 0 failed."""
+        ms = self._timeout_ms if timeout is None else max(int(timeout.total_seconds() * 1000), 0)
         with self._lock:
-            st = _L.tdist_monitored_barrier(self._pg, ms)
+            st = _L.tdist_monitored_barrier(self._pg, max(ms, 1))
         if st != _OK:
-            raise _make_error(self._pg, "monitored_barrier", st)
+            raise _monitored_barrier_error(self._pg, st, self.rank(), ms, wait_all_ranks)
 
     def send(self, tensors, dst, tag=0):
         what = "send"
@@ -828,11 +897,54 @@ class ProcessGroupTdist(_ProcessGroup):
         raise RuntimeError("tdist recv: receiving from any source is not supported; name the source rank")
 
 
+def _device_map_being_created():
+    """{device: backend name} of the group PyTorch 2.x is creating (_new_process_group_helper,
+    which calls the backend's creator, holds it in its local `backend_config`), or None where
+    that cannot be seen (another PyTorch, or a creator called from elsewhere)."""
+    f = sys._getframe(1)
+    for _ in range(4):
+        if f is None:
+            return None
+        if f.f_code.co_name == "_new_process_group_helper":
+            try:
+                return {str(d): str(b) for d, b in f.f_locals["backend_config"].get_device_backend_map().items()}
+            except (KeyError, AttributeError, TypeError):
+                return None
+        f = f.f_back
+    return None
+
+
+def _named_group(group, store, rank, size, timeout, devices):
+    """(2.x) A ProcessGroup named "tdist" whose backend for `devices` is the C++ group: what
+    PyTorch would build around the backend, but with the name PyTorch reports (DDP's logging
+    data, ProcessGroup.name()) instead of "custom". PyTorch wraps a backend it registers in
+    _ProcessGroupWrapper under TORCH_DISTRIBUTED_DEBUG=DETAIL and a ProcessGroup returned by a
+    creator it does not touch, so the wrapper is made here, as PyTorch makes it."""
+    backend = group
+    if dist.get_debug_level() == dist.DebugLevel.DETAIL:
+        # The wrapper's own gloo group bootstraps under its prefix of this group's store.
+        backend = dist.distributed_c10d._create_process_group_wrapper(group, BACKEND, store, rank, size, timeout)
+    named = _EXT.NamedGroup(store, rank, size)
+    kind = _ProcessGroup.BackendType.CUSTOM
+    named._set_default_backend(kind)
+    for d in devices:
+        named._register_backend(torch.device(d), kind, backend)
+    return named
+
+
 def _create(store, rank, size, timeout=datetime.timedelta(minutes=30)):
     pg = ProcessGroupTdist(store, rank, size, timeout)
     if _EXT is None:
-        return pg
-    return _EXT.Group(rank, size, pg._res.core, pg)
+        return pg  # a ProcessGroup (1.13 and 2.x): its getBackendName says "tdist"
+    group = _EXT.Group(rank, size, pg._res.core, pg)
+    if not hasattr(_EXT, "NamedGroup"):
+        return group  # 1.13: the C++ group is the ProcessGroup
+    devices = _device_map_being_created()
+    if devices is None or set(devices.values()) != {BACKEND}:
+        # A device map ("cpu:tdist,cuda:nccl"): PyTorch's ProcessGroup holds every device's
+        # backend, and calls itself "custom".
+        return group
+    return _named_group(group, store, rank, size, timeout, devices)
 
 
 def python_group(group=None):
@@ -847,6 +959,9 @@ def python_group(group=None):
             g = g._get_backend(torch.device("cpu"))
         except RuntimeError:
             pass
+    wrapped = getattr(g, "wrapped_pg", None)  # TORCH_DISTRIBUTED_DEBUG=DETAIL's _ProcessGroupWrapper
+    if wrapped is not None:
+        g = wrapped
     if _EXT is not None and isinstance(g, _EXT.Group):
         return g.delegate
     raise ValueError("tdist_torch.python_group: %s is not a tdist group" % type(g).__name__)
