@@ -36,7 +36,7 @@ if len(sys.argv) == 2:
         subprocess.Popen([sys.executable, "-u", __file__, str(WORLD), str(host.port), str(r)])
         for r in range(WORLD)
     ]
-    deadline = time.time() + 240
+    deadline = time.time() + 600  # a hang fails; a loaded CI machine (2 cores, load 40) is slow, not hung
     codes = []
     for p in procs:
         try:
@@ -44,7 +44,7 @@ if len(sys.argv) == 2:
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            print("FAIL: ranks did not finish in 240 s", flush=True)
+            print("FAIL: ranks did not finish in 600 s", flush=True)
             sys.exit(1)
     # The last rank kills itself with SIGKILL at the end (the failure case).
     want = [0] * (WORLD - 1) + [-signal.SIGKILL]

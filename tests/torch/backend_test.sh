@@ -13,7 +13,7 @@ LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
 exec 9>&2
 export TDIST_LIBRARY="$(realpath "$1")"
 export PYTHONPATH="$(dirname "$(dirname "$(realpath "$2")")")"
-bounded 280 "$PY" -u "$(realpath "$3")" 3
+bounded 640 "$PY" -u "$(realpath "$3")" 3
 rc=$?
 [ $rc -eq 0 ] && echo "PASS: $(basename "$3") on PyTorch $TORCH_VERSION" || echo "FAIL: $(basename "$3") exited $rc"
 exit $rc
