@@ -20,7 +20,8 @@ P="$T/prefix"
 mkdir -p "$P/bin" "$P/lib" "$P/python/tdist_torch"
 cp "$(realpath "$1")" "$P/bin/tdist-agent"
 cp "$(realpath "$2")" "$P/lib/libtdist.so"
-cp "$(realpath "$3")" "$P/python/tdist_torch/__init__.py"
+# The package's Python files, as the image installs them (__init__.py and the modules beside it).
+cp "$(dirname "$3")"/*.py "$P/python/tdist_torch/"
 cp "$(realpath "$4")" "$T/stall_train.py"
 # The C++ group built for this PyTorch, installed as build_ext.py installs it: beside the package
 # under the name tdist_torch looks for. TDIST_TORCH_IMPL=cpp (torch.sh) makes a worker fail

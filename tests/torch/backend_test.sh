@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The "tdist" PyTorch backend (runtime/torch/tdist_torch) under real PyTorch ($TDIST_TORCH: 1.13
-# or 2.6, see tests/testlib/torch.sh): 3 ranks, every collective x dtype x op against PyTorch's
-# gloo and an independent local reference, refusals, futures, DDP against DDP on gloo, and a
-# rank killed with SIGKILL (tests/torch/backend_check.py says what each check is).
+# or 2.6, see tests/testlib/torch.sh), 3 ranks of CHECK_PY: backend_check.py (every collective x
+# dtype x op against PyTorch's gloo and an independent local reference, refusals, futures, DDP
+# against DDP on gloo, and a rank killed with SIGKILL) or debug_check.py (the backend's name,
+# TORCH_DISTRIBUTED_DEBUG=DETAIL, gloo's wording of timeouts); each file says what it checks.
 #   args: LIBTDIST_SO PACKAGE_INIT_PY CHECK_PY
 set -uo pipefail
 LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
@@ -12,7 +13,7 @@ LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
 exec 9>&2
 export TDIST_LIBRARY="$(realpath "$1")"
 export PYTHONPATH="$(dirname "$(dirname "$(realpath "$2")")")"
-bounded 280 "$PY" -u "$(realpath "$3")" 3
+bounded 640 "$PY" -u "$(realpath "$3")" 3
 rc=$?
-[ $rc -eq 0 ] && echo "PASS: tdist backend on PyTorch $TORCH_VERSION" || echo "FAIL: backend_check exited $rc"
+[ $rc -eq 0 ] && echo "PASS: $(basename "$3") on PyTorch $TORCH_VERSION" || echo "FAIL: $(basename "$3") exited $rc"
 exit $rc

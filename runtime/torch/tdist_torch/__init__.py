@@ -15,6 +15,8 @@ store, rank and world size, DDP, new_group. Two halves:
 The C++ group is used when a build for this PyTorch and Python is found ($TDIST_TORCH_EXT, else
 _tdist_c-torch<version>-<python>.so beside this file); TDIST_TORCH_IMPL=python never uses it,
 TDIST_TORCH_IMPL=cpp fails at import without it. `implementation` says which one runs, and why.
+_lib.py beside this file holds the ctypes side: libtdist's prototypes, dtype and op codes, and
+the bridge that hands libtdist a torch Store.
 libtdist is found at $TDIST_LIBRARY, else beside this package in an installed tree
 (PREFIX/python/tdist_torch -> PREFIX/lib/libtdist.so), else by the dynamic linker.
 
@@ -55,138 +57,16 @@ from torch._C._distributed_c10d import ProcessGroup as _ProcessGroup
 from torch._C._distributed_c10d import Work as _Work
 from torch._C._distributed_c10d import _create_work_from_future
 
+from tdist_torch._lib import (  # noqa: F401 - _L and library_path are the package's surface too
+    _ALL_REDUCE, _ASYNC, _BLOCKING, _CODE_BY_HASH, _DTYPES, _ERR_TIMEOUT, _L, _OK, _RO, _UINT8,
+    _PgOptions,
+    _StoreBridge, _bytes_view, _contig, _error_class, _reduce_dtype, _reduce_op, _sizes, _vp,
+    library_path,
+)
+
 __all__ = ["ProcessGroupTdist", "BACKEND", "library_path", "implementation", "python_group"]
 
 BACKEND = "tdist"
-
-_OK, _ERR_REMOTE, _ERR_TIMEOUT, _ERR_INTERNAL = 0, -4, -5, -9
-
-# ---------------------------------------------------------------------------------------------
-# libtdist
-
-
-def _find_library():
-    tried = []
-    env = os.environ.get("TDIST_LIBRARY")
-    if env:
-        return env, ["$TDIST_LIBRARY=" + env]
-    here = os.path.dirname(os.path.abspath(__file__))
-    for cand in (
-        os.path.join(here, "libtdist.so"),
-        os.path.join(os.path.dirname(os.path.dirname(here)), "lib", "libtdist.so"),
-    ):
-        tried.append(cand)
-        if os.path.exists(cand):
-            return cand, tried
-    tried.append("libtdist.so (dynamic linker search path)")
-    return "libtdist.so", tried
-
-
-def _load():
-    path, tried = _find_library()
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError as e:
-        raise ImportError(
-            "tdist_torch: cannot load libtdist (%s); tried %s. Set TDIST_LIBRARY to the path of "
-            "libtdist.so (bazel build //runtime:libtdist.so, or /opt/tdist/lib/libtdist.so in "
-            "the image)" % (e, ", ".join(tried))
-        ) from None
-    return lib, path
-
-
-_L, library_path = _load()
-
-_vp, _sz, _i, _i64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int64
-_szp = ctypes.POINTER(ctypes.c_size_t)
-
-
-class _PgOptions(ctypes.Structure):
-    _fields_ = [
-        ("size", ctypes.c_size_t),
-        ("version", ctypes.c_int),
-        ("backend", ctypes.c_char_p),
-        ("init_method", ctypes.c_char_p),
-        ("store", ctypes.c_void_p),
-        ("rank", ctypes.c_int),
-        ("world_size", ctypes.c_int),
-        ("timeout_ms", ctypes.c_int64),
-        ("group_name", ctypes.c_char_p),
-        ("socket_ifname", ctypes.c_char_p),
-    ]
-
-
-_REPLY = ctypes.c_void_p
-_SET_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.c_char_p, _vp, _sz, _REPLY)
-_GET_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.c_char_p, _i64, _REPLY)
-_ADD_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.c_char_p, _i64, ctypes.POINTER(_i64), _REPLY)
-_WAIT_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.POINTER(ctypes.c_char_p), _sz, _i64, _REPLY)
-_CHECK_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.POINTER(ctypes.c_char_p), _sz, ctypes.POINTER(_i), _REPLY)
-_DEL_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.c_char_p, ctypes.POINTER(_i), _REPLY)
-_NUM_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.POINTER(_i64), _REPLY)
-_CAS_T = ctypes.CFUNCTYPE(_i, _vp, ctypes.c_char_p, _vp, _sz, _vp, _sz, _REPLY)
-_DESTROY_T = ctypes.CFUNCTYPE(None, _vp)
-
-
-class _StoreCallbacks(ctypes.Structure):
-    _fields_ = [
-        ("size", ctypes.c_size_t),
-        ("version", ctypes.c_int),
-        ("ctx", ctypes.c_void_p),
-        ("set", _SET_T),
-        ("get", _GET_T),
-        ("add", _ADD_T),
-        ("wait", _WAIT_T),
-        ("check", _CHECK_T),
-        ("delete_key", _DEL_T),
-        ("num_keys", _NUM_T),
-        ("compare_set", _CAS_T),
-        ("destroy", _DESTROY_T),
-    ]
-
-
-def _proto(name, res, *args):
-    f = getattr(_L, name)
-    f.restype, f.argtypes = res, list(args)
-    return f
-
-
-_proto("tdist_last_error", ctypes.c_char_p)
-_proto("tdist_strerror", ctypes.c_char_p, _i)
-_proto("tdist_pg_last_error", ctypes.c_char_p, _vp)
-_proto("tdist_init_process_group", _i, ctypes.POINTER(_PgOptions), ctypes.POINTER(_vp))
-_proto("tdist_pg_finalize", _i, _vp)
-_proto("tdist_pg_abort", None, _vp)
-_proto("tdist_pg_destroy", None, _vp)
-_proto("tdist_callback_store_create", _i, ctypes.POINTER(_StoreCallbacks), _i64, ctypes.POINTER(_vp))
-_proto("tdist_store_destroy", None, _vp)
-_proto("tdist_store_reply_value", _i, _REPLY, ctypes.c_char_p, _sz)
-_proto("tdist_store_reply_error", None, _REPLY, ctypes.c_char_p)
-_proto("tdist_work_wait", _i, _vp, _i64)
-_proto("tdist_work_test", _i, _vp, ctypes.POINTER(_i))
-_proto("tdist_work_destroy", None, _vp)
-
-# Collectives: the blocking form's arguments after the group; the _async form adds the work.
-_COLL = {
-    "tdist_all_reduce": (_vp, _sz, _i, _i),
-    "tdist_broadcast": (_vp, _sz, _i, _i),
-    "tdist_reduce": (_vp, _sz, _i, _i, _i),
-    "tdist_all_gather": (_vp, _vp, _sz, _i),
-    "tdist_all_gather_v": (_vp, _szp, _szp, _vp, _i),
-    "tdist_gather": (_vp, _vp, _sz, _i, _i),
-    "tdist_scatter": (_vp, _vp, _sz, _i, _i),
-    "tdist_reduce_scatter": (_vp, _vp, _sz, _i, _i),
-    "tdist_all_to_all_v": (_vp, _szp, _szp, _vp, _szp, _szp, _i),
-    "tdist_barrier": (),
-    "tdist_send": (_vp, _sz, _i, _i, _i),
-    "tdist_recv": (_vp, _sz, _i, _i, _i),
-}
-_BLOCKING, _ASYNC = {}, {}
-for _n, _a in _COLL.items():
-    _BLOCKING[_n] = _proto(_n, _i, _vp, *_a)
-    _ASYNC[_n] = _proto(_n + "_async", _i, _vp, *(_a + (ctypes.POINTER(_vp),)))
-_proto("tdist_monitored_barrier", _i, _vp, _i64)
-_ALL_REDUCE = _BLOCKING["tdist_all_reduce"]
 
 # ---------------------------------------------------------------------------------------------
 # The C++ group (_tdist_c.cpp): loaded when built for this PyTorch and Python.
@@ -245,85 +125,6 @@ _EXT_FUNCTIONS = [
               _L.tdist_strerror)
 ]
 
-# ---------------------------------------------------------------------------------------------
-# dtypes and reduce ops
-
-_DTYPES = {
-    torch.float16: 0,
-    torch.bfloat16: 1,
-    torch.float32: 2,
-    torch.float64: 3,
-    torch.int8: 4,
-    torch.uint8: 5,
-    torch.int32: 6,
-    torch.int64: 7,
-}
-_UINT8 = 5
-_INTEGER = {torch.int8, torch.uint8, torch.int32, torch.int64}
-
-_RO = dist.ReduceOp
-_OPS = [
-    (_RO.SUM, 0, "SUM"),
-    (_RO.PRODUCT, 1, "PRODUCT"),
-    (_RO.MIN, 2, "MIN"),
-    (_RO.MAX, 3, "MAX"),
-    (_RO.AVG, 4, "AVG"),
-    (_RO.BAND, 5, "BAND"),
-    (_RO.BOR, 6, "BOR"),
-    (_RO.BXOR, 7, "BXOR"),
-]
-_SUPPORTED = "float16, bfloat16, float32, float64, int8, uint8, int32, int64"
-
-
-def _error_class():
-    return getattr(dist, "DistBackendError", RuntimeError)
-
-
-def _op_key(op):
-    """The RedOpType's integer of a ReduceOp (opts.reduceOp is a ReduceOp object holding one)."""
-    try:
-        return int(getattr(op, "op", op))
-    except (TypeError, ValueError):
-        return None
-
-
-# RedOpType integer -> (libtdist code, name): one dict lookup per call (comparing ReduceOp
-# objects costs about 0.4 to 0.9 us each).
-_OP_BY_KEY = {_op_key(ro): (code, name) for ro, code, name in _OPS}
-# hash(ReduceOp) -> libtdist code, for allreduce's fast path: PyTorch's ReduceOp hashes to its
-# RedOpType's integer (1.13 and 2.x), and hash() costs 0.3 us where reading opts.reduceOp.op
-# and looking it up costs 0.7 to 1.4. Checked here for every op; if a PyTorch hashed otherwise
-# the fast path would look up nothing and the general path would run.
-def _codes_by_hash():
-    table = {}
-    try:
-        opts = dist.AllreduceOptions()
-        for ro, code, _name in _OPS:
-            opts.reduceOp = ro
-            if hash(opts.reduceOp) != _op_key(ro):
-                return {}
-            table[hash(opts.reduceOp)] = code
-    except (TypeError, AttributeError, RuntimeError):
-        return {}  # not hashable, or no such options here: the general path runs
-    return table
-
-
-_CODE_BY_HASH = _codes_by_hash()
-
-
-def _reduce_op(op, dtype, what):
-    hit = _OP_BY_KEY.get(_op_key(op))
-    if hit is None:
-        raise ValueError(
-            "tdist %s: ReduceOp %s is not supported by the tdist backend (supported: SUM, PRODUCT, "
-            "MIN, MAX, AVG, BAND, BOR, BXOR)" % (what, op)
-        )
-    code, name = hit
-    if code >= 5 and dtype not in _INTEGER:
-        raise ValueError("tdist %s: ReduceOp.%s needs an integer tensor, got %s" % (what, name, dtype))
-    return code
-
-
 def _check_tensor(t, what):
     if isinstance(t, torch.Tensor) and t.is_cpu and not t.is_sparse:
         return  # the common case, in about 0.1 us
@@ -351,134 +152,6 @@ elif int(torch.__version__.split(".")[0]) >= 2:
 else:
     _DEVICE_MAP_NOTE = ""
 
-
-def _reduce_dtype(t, what):
-    d = _DTYPES.get(t.dtype)
-    if d is None:
-        raise TypeError(
-            "tdist %s: %s tensors cannot be reduced by the tdist backend (supported: %s)"
-            % (what, t.dtype, _SUPPORTED)
-        )
-    return d
-
-
-def _bytes_view(t):
-    """A contiguous tensor's storage as uint8 elements: (pointer, count)."""
-    return t.data_ptr(), t.numel() * t.element_size()
-
-
-def _contig(t):
-    return t if t.is_contiguous() else t.contiguous()
-
-
-def _sizes(values):
-    return (ctypes.c_size_t * len(values))(*values)
-
-
-# ---------------------------------------------------------------------------------------------
-# torch Store -> libtdist store
-
-
-def _timedelta_ms(ms):
-    return datetime.timedelta(milliseconds=max(int(ms), 1))
-
-
-class _StoreBridge:
-    """A libtdist callback store whose operations call a torch Store."""
-
-    def __init__(self, store, timeout_ms):
-        self.store = store
-        self.last_exc = None
-        cb = _StoreCallbacks()
-        cb.size = ctypes.sizeof(_StoreCallbacks)
-        cb.version = 1
-        cb.set = _SET_T(self._set)
-        cb.get = _GET_T(self._get)
-        cb.add = _ADD_T(self._add)
-        cb.wait = _WAIT_T(self._wait)
-        cb.check = _CHECK_T(self._check)
-        cb.delete_key = _DEL_T(self._delete)
-        cb.num_keys = _NUM_T(self._num_keys)
-        cb.compare_set = _CAS_T(self._compare_set)
-        self.cb = cb  # the function objects must live as long as the C store
-        handle = _vp()
-        st = _L.tdist_callback_store_create(ctypes.byref(cb), int(timeout_ms), ctypes.byref(handle))
-        if st != _OK:
-            raise RuntimeError("tdist: " + _L.tdist_last_error().decode(errors="replace"))
-        self.handle = handle
-
-    def _fail(self, reply, e):
-        self.last_exc = e
-        text = "%s: %s" % (type(e).__name__, e)
-        _L.tdist_store_reply_error(reply, text.encode(errors="replace")[:500])
-        low = str(e).lower()
-        return _ERR_TIMEOUT if "timeout" in low or "timed out" in low else _ERR_REMOTE
-
-    @staticmethod
-    def _key(k):
-        return k.decode("utf-8", "surrogateescape")
-
-    def _set(self, ctx, key, value, n, reply):
-        try:
-            self.store.set(self._key(key), ctypes.string_at(value, n) if n else b"")
-            return _OK
-        except BaseException as e:  # noqa: B902 - a C caller cannot take an exception
-            return self._fail(reply, e)
-
-    def _get(self, ctx, key, timeout_ms, reply):
-        try:
-            k = self._key(key)
-            self.store.wait([k], _timedelta_ms(timeout_ms))
-            v = self.store.get(k)
-            return _L.tdist_store_reply_value(reply, v, len(v))
-        except BaseException as e:  # noqa: B902
-            return self._fail(reply, e)
-
-    def _add(self, ctx, key, delta, result, reply):
-        try:
-            result[0] = int(self.store.add(self._key(key), int(delta)))
-            return _OK
-        except BaseException as e:  # noqa: B902
-            return self._fail(reply, e)
-
-    def _wait(self, ctx, keys, n, timeout_ms, reply):
-        try:
-            self.store.wait([self._key(keys[i]) for i in range(n)], _timedelta_ms(timeout_ms))
-            return _OK
-        except BaseException as e:  # noqa: B902
-            return self._fail(reply, e)
-
-    def _check(self, ctx, keys, n, ready, reply):
-        try:
-            ready[0] = 1 if self.store.check([self._key(keys[i]) for i in range(n)]) else 0
-            return _OK
-        except BaseException as e:  # noqa: B902
-            return self._fail(reply, e)
-
-    def _delete(self, ctx, key, deleted, reply):
-        try:
-            deleted[0] = 1 if self.store.delete_key(self._key(key)) else 0
-            return _OK
-        except BaseException as e:  # noqa: B902
-            return self._fail(reply, e)
-
-    def _num_keys(self, ctx, n, reply):
-        try:
-            n[0] = int(self.store.num_keys())
-            return _OK
-        except BaseException as e:  # noqa: B902
-            return self._fail(reply, e)
-
-    def _compare_set(self, ctx, key, exp, en, des, dn, reply):
-        try:
-            v = self.store.compare_set(
-                self._key(key),
-                ctypes.string_at(exp, en) if en else b"",
-                ctypes.string_at(des, dn) if dn else b"",
-            )
-            return _L.tdist_store_reply_value(reply, v, len(v))
-        except BaseException as e:  # noqa: B902
-            return self._fail(reply, e)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -593,7 +266,7 @@ class _AsyncWork(_Work):
             _L.tdist_work_destroy(self._h)
             self._h = None
             if st != _OK:
-                self._exc = _make_error(self._res.pg, self._what, st)
+                self._exc = _make_error(self._res.pg, self._what, st, self._res.timeout_ms)
             elif self._finish is not None:
                 try:
                     self._finish()
@@ -607,12 +280,27 @@ class _AsyncWork(_Work):
             return self._exc
 
     def wait(self, timeout=None):
-        """Waits (the group's timeout applies; a per-call timeout is not supported by libtdist's
-        work handles) and raises the collective's error, naming the peer, if it failed."""
+        """Waits and raises the collective's error, naming the peer, if it failed. A timeout
+        (timedelta; None or 0: none, as PyTorch's kNoTimeout) bounds this wait as gloo's
+        Work.wait does: past it the call raises and the work goes on (wait again for it); the
+        group's timeout bounds the collective itself."""
+        ms = _per_call_ms(timeout)
+        if ms is not None:
+            self._wait_for(ms)
         exc = self._complete()
         if exc is not None:
             raise exc
         return True
+
+    def _wait_for(self, ms):
+        with self._lock:
+            if self._ended or _L.tdist_work_wait(self._h, ms) == _OK:
+                return
+            done = ctypes.c_int(0)
+            _L.tdist_work_test(self._h, ctypes.byref(done))
+            if done.value:
+                return  # it ended, with its own error: _complete raises that
+        raise _per_call_timeout(self._what, ms)
 
     def is_completed(self):
         if self._ended:
@@ -651,10 +339,58 @@ class _AsyncWork(_Work):
             return self._fut
 
 
-def _make_error(pg_handle, what, st):
+def _per_call_ms(timeout):
+    """Work.wait's timeout in ms, or None for none (None, or PyTorch's kNoTimeout: 0)."""
+    if timeout is None:
+        return None
+    ms = int(timeout.total_seconds() * 1000) if isinstance(timeout, datetime.timedelta) else int(timeout)
+    return ms if ms > 0 else None
+
+
+def _per_call_timeout(what, ms):
+    return _error_class()(
+        "tdist %s: Timed out waiting %dms for %s to complete (the timeout given to wait(); the %s "
+        "goes on, and wait() again waits for it)" % (what, ms, what, what))
+
+
+def _detail(pg_handle, st):
     detail = _L.tdist_pg_last_error(pg_handle) or b""
-    detail = detail.decode(errors="replace") or _L.tdist_strerror(st).decode()
+    return detail.decode(errors="replace") or _L.tdist_strerror(st).decode()
+
+
+def _make_error(pg_handle, what, st, timeout_ms):
+    """The error of a failed call: libtdist's message, which names the peer rank. A timeout says
+    gloo's words first ("Timed out waiting ...ms for ..."), so log alerts and tests written for
+    gloo's wording match it too (_tdist_c.cpp's Core::error_text says the same)."""
+    detail = _detail(pg_handle, st)
+    if st == _ERR_TIMEOUT:
+        return _error_class()("tdist %s failed: Timed out waiting %dms for %s to complete: %s"
+                              % (what, timeout_ms, what, detail))
     return _error_class()("tdist %s failed: %s" % (what, detail))
+
+
+def _monitored_barrier_error(pg_handle, st, rank, timeout_ms, wait_all_ranks):
+    """monitored_barrier's error in gloo's words first (ProcessGroupGloo::monitoredBarrier: what
+    PyTorch's tests and users' alerts match), then libtdist's detail, which names the ranks."""
+    detail = _detail(pg_handle, st)
+    if rank != 0:
+        words = ("Rank %d successfully reached monitoredBarrier, but received errors while waiting "
+                 "for send/recv from rank 0. Please check rank 0 logs for faulty rank." % rank)
+    else:
+        m = re.search(r"\(([0-9, ]+)\) did not arrive", detail)
+        ranks = [int(x) for x in m.group(1).split(",")] if m else [
+            int(x) for x in re.findall(r"\brank (\d+)\b", detail) if int(x) != 0][:1]
+        if wait_all_ranks and ranks:
+            words = "[Rank 0]: Ranks %s failed to pass monitoredBarrier in %d ms" % (
+                ", ".join(str(r) for r in ranks), timeout_ms)
+        elif timeout_ms == 0:
+            words = "Rank 0 timed out in monitoredBarrier after 0 ms."
+        elif ranks:
+            words = "[Rank 0]: Rank %d failed to pass monitoredBarrier in %d ms" % (ranks[0], timeout_ms)
+        else:
+            words = "[Rank 0]: monitoredBarrier failed in %d ms" % timeout_ms
+    return _error_class()("%s%s tdist monitored_barrier failed: %s" % (words, "" if words.endswith(".") else ".",
+                                                                        detail))
 
 
 class _Resources:
@@ -667,6 +403,7 @@ class _Resources:
         self.thread = None
         self.inflight = {}  # id -> _AsyncWork not finished yet
         self.core = None  # the C++ group's share (_tdist_c.Core): its lock and its works
+        self.timeout_ms = 0  # the group's: every call's deadline
 
     def close(self):
         if self.core is not None:
@@ -713,9 +450,10 @@ class ProcessGroupTdist(_ProcessGroup):
             res.close()
             raise _error_class()("tdist init_process_group (rank %d of %d): %s" % (rank, size, msg)) from exc
         res.pg = handle
+        res.timeout_ms = timeout_ms
         if _EXT is not None:
             # One lock for both halves: libtdist takes one thread at a time per group.
-            res.core = _EXT.Core(handle.value, _EXT_FUNCTIONS, self._async_min)
+            res.core = _EXT.Core(handle.value, _EXT_FUNCTIONS, self._async_min, timeout_ms)
             self._lock = res.core
         res.queue = queue.Queue()
         res.thread = threading.Thread(
@@ -746,7 +484,7 @@ class ProcessGroupTdist(_ProcessGroup):
             with self._lock:
                 st = _BLOCKING[fn](self._pg, *args)
             if st != _OK:
-                raise _make_error(self._pg, what, st)
+                raise _make_error(self._pg, what, st, self._timeout_ms)
             if finish is not None:
                 finish()
             return _done_work(result)
@@ -754,7 +492,7 @@ class ProcessGroupTdist(_ProcessGroup):
         with self._lock:
             st = _ASYNC[fn](self._pg, *args, ctypes.byref(work))
         if st != _OK:
-            raise _make_error(self._pg, what, st)
+            raise _make_error(self._pg, what, st, self._timeout_ms)
         res = self._res
         if len(res.inflight) >= 1024:
             # Works nobody waits for (async ops fired and forgotten) would hold their tensors
@@ -805,7 +543,7 @@ class ProcessGroupTdist(_ProcessGroup):
                     with self._lock:
                         st = _ALL_REDUCE(self._pg, t.data_ptr(), n, d, code)
                     if st != _OK:
-                        raise _make_error(self._pg, "all_reduce", st)
+                        raise _make_error(self._pg, "all_reduce", st, self._timeout_ms)
                     return _done_work(tensors)
         what = "all_reduce"
         t = self._one(tensors, what)
@@ -969,9 +707,50 @@ class ProcessGroupTdist(_ProcessGroup):
         )
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        for outs, inp in zip(output_lists, input_list):
-            self.allgather([outs], [inp], opts).wait()
-        return _done_work(output_lists)
+        """dist.all_gather_coalesced: output_lists[r][i] receives rank r's input_list[i] (PyTorch's
+        layout, [rank][tensor], as gloo's AllgatherCoalesced). One all_gather of every input's
+        bytes laid end to end; each rank's block is then cut back into its tensors."""
+        what = "all_gather_coalesced"
+        w = self.size()
+        if not input_list:
+            raise ValueError("tdist %s: the input tensor list is empty" % what)
+        for x in input_list:
+            _check_tensor(x, what)
+        if len(output_lists) != w:
+            raise ValueError(
+                "tdist %s: expected one output list per rank (%d), got %d (the layout is "
+                "output_tensor_lists[rank][tensor])" % (what, w, len(output_lists))
+            )
+        for r, outs in enumerate(output_lists):
+            if len(outs) != len(input_list):
+                raise ValueError(
+                    "tdist %s: output list %d holds %d tensors, the input list %d"
+                    % (what, r, len(outs), len(input_list))
+                )
+            for i, (o, x) in enumerate(zip(outs, input_list)):
+                _check_tensor(o, what)
+                if o.shape != x.shape or o.dtype != x.dtype:
+                    raise ValueError(
+                        "tdist %s: output_tensor_lists[%d][%d] is %s %s, input_tensor_list[%d] is "
+                        "%s %s: they must match" % (what, r, i, o.dtype, tuple(o.shape), i, x.dtype,
+                                                     tuple(x.shape))
+                    )
+        counts = [x.numel() * x.element_size() for x in input_list]
+        n = sum(counts)
+        flat_in = torch.cat([x.reshape(-1).view(torch.uint8) for x in input_list]) if n else torch.empty(0, dtype=torch.uint8)
+        flat_out = torch.empty(n * w, dtype=torch.uint8)
+
+        def finish():
+            off = 0
+            for outs in output_lists:
+                for o, c in zip(outs, counts):
+                    o.copy_(flat_out[off : off + c].view(o.dtype).view_as(o))
+                    off += c
+
+        return self._run(
+            what, "tdist_all_gather", (flat_out.data_ptr(), flat_in.data_ptr(), n, _UINT8), n * w,
+            output_lists, finish, (flat_out, flat_in),
+        )
 
     def gather(self, output_tensors, input_tensors, opts=None):
         what = "gather"
@@ -1095,11 +874,14 @@ class ProcessGroupTdist(_ProcessGroup):
         return self._run("barrier", "tdist_barrier", (), 0, [])
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
-        ms = self._timeout_ms if timeout is None else max(int(timeout.total_seconds() * 1000), 1)
+        """Rank 0 names the ranks that did not arrive within `timeout` (default: the group's),
+        in gloo's words ("Rank 1 failed to pass monitoredBarrier"; with wait_all_ranks, every
+        such rank: "Ranks 1, 2 failed ..."); the others say they reached it but rank 0 failed."""
+        ms = self._timeout_ms if timeout is None else max(int(timeout.total_seconds() * 1000), 0)
         with self._lock:
-            st = _L.tdist_monitored_barrier(self._pg, ms)
+            st = _L.tdist_monitored_barrier(self._pg, max(ms, 1))
         if st != _OK:
-            raise _make_error(self._pg, "monitored_barrier", st)
+            raise _monitored_barrier_error(self._pg, st, self.rank(), ms, wait_all_ranks)
 
     def send(self, tensors, dst, tag=0):
         what = "send"
@@ -1119,11 +901,54 @@ class ProcessGroupTdist(_ProcessGroup):
         raise RuntimeError("tdist recv: receiving from any source is not supported; name the source rank")
 
 
+def _device_map_being_created():
+    """{device: backend name} of the group PyTorch 2.x is creating (_new_process_group_helper,
+    which calls the backend's creator, holds it in its local `backend_config`), or None where
+    that cannot be seen (another PyTorch, or a creator called from elsewhere)."""
+    f = sys._getframe(1)
+    for _ in range(4):
+        if f is None:
+            return None
+        if f.f_code.co_name == "_new_process_group_helper":
+            try:
+                return {str(d): str(b) for d, b in f.f_locals["backend_config"].get_device_backend_map().items()}
+            except (KeyError, AttributeError, TypeError):
+                return None
+        f = f.f_back
+    return None
+
+
+def _named_group(group, store, rank, size, timeout, devices):
+    """(2.x) A ProcessGroup named "tdist" whose backend for `devices` is the C++ group: what
+    PyTorch would build around the backend, but with the name PyTorch reports (DDP's logging
+    data, ProcessGroup.name()) instead of "custom". PyTorch wraps a backend it registers in
+    _ProcessGroupWrapper under TORCH_DISTRIBUTED_DEBUG=DETAIL and a ProcessGroup returned by a
+    creator it does not touch, so the wrapper is made here, as PyTorch makes it."""
+    backend = group
+    if dist.get_debug_level() == dist.DebugLevel.DETAIL:
+        # The wrapper's own gloo group bootstraps under its prefix of this group's store.
+        backend = dist.distributed_c10d._create_process_group_wrapper(group, BACKEND, store, rank, size, timeout)
+    named = _EXT.NamedGroup(store, rank, size)
+    kind = _ProcessGroup.BackendType.CUSTOM
+    named._set_default_backend(kind)
+    for d in devices:
+        named._register_backend(torch.device(d), kind, backend)
+    return named
+
+
 def _create(store, rank, size, timeout=datetime.timedelta(minutes=30)):
     pg = ProcessGroupTdist(store, rank, size, timeout)
     if _EXT is None:
-        return pg
-    return _EXT.Group(rank, size, pg._res.core, pg)
+        return pg  # a ProcessGroup (1.13 and 2.x): its getBackendName says "tdist"
+    group = _EXT.Group(rank, size, pg._res.core, pg)
+    if not hasattr(_EXT, "NamedGroup"):
+        return group  # 1.13: the C++ group is the ProcessGroup
+    devices = _device_map_being_created()
+    if devices is None or set(devices.values()) != {BACKEND}:
+        # A device map ("cpu:tdist,cuda:nccl"): PyTorch's ProcessGroup holds every device's
+        # backend, and calls itself "custom".
+        return group
+    return _named_group(group, store, rank, size, timeout, devices)
 
 
 def python_group(group=None):
@@ -1138,6 +963,9 @@ def python_group(group=None):
             g = g._get_backend(torch.device("cpu"))
         except RuntimeError:
             pass
+    wrapped = getattr(g, "wrapped_pg", None)  # TORCH_DISTRIBUTED_DEBUG=DETAIL's _ProcessGroupWrapper
+    if wrapped is not None:
+        g = wrapped
     if _EXT is not None and isinstance(g, _EXT.Group):
         return g.delegate
     raise ValueError("tdist_torch.python_group: %s is not a tdist group" % type(g).__name__)

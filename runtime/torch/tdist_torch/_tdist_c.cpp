@@ -8,6 +8,11 @@
 // anything but PyTorch: the Python side hands it the addresses of the libtdist functions it has
 // loaded, so both halves use one library and one group.
 //
+// Sequence numbers (getSequenceNumberForGroup, what PyTorch's _ProcessGroupWrapper puts in each
+// collective's fingerprint under TORCH_DISTRIBUTED_DEBUG=DETAIL) follow gloo's: they start at 0
+// (setSequenceNumberForGroup agrees on that without messages) and every call on the group, send
+// and recv included, adds one on the rank that makes it.
+//
 // Threads: libtdist takes one thread at a time per group; Core::mu is that lock, held by this
 // file around each submission and by the Python group (`with core:`) around its own calls.
 // Async works (messages of at least Core::async_min bytes) run on libtdist's worker thread; a
@@ -127,7 +132,8 @@ struct AsyncState {
 // What the C++ group and the Python group share: libtdist's group, its lock and the works.
 class Core {
  public:
-  Core(uintptr_t pg, const Api &api, int64_t async_min) : pg_(reinterpret_cast<tdist_pg_t *>(pg)), api_(api), async_min_(async_min) {}
+  Core(uintptr_t pg, const Api &api, int64_t async_min, int64_t timeout_ms)
+      : pg_(reinterpret_cast<tdist_pg_t *>(pg)), api_(api), async_min_(async_min), timeout_ms_(timeout_ms) {}
   ~Core() { close(); }
 
   std::mutex mu;  // libtdist: one thread at a time per group
@@ -137,10 +143,14 @@ class Core {
   int64_t async_min() const { return async_min_; }
   bool closed() const { return closed_; }
 
+  // = the Python group's _make_error: a timeout says gloo's words first.
   std::string error_text(const char *what, tdist_status_t st) {
     const char *d = api_.pg_last_error(pg_);
     std::string detail = d && *d ? d : api_.strerror(st);
-    return std::string("tdist ") + what + " failed: " + detail;
+    std::string head = std::string("tdist ") + what + " failed: ";
+    if (st == TDIST_ERR_TIMEOUT)
+      head += "Timed out waiting " + std::to_string(timeout_ms_) + "ms for " + what + " to complete: ";
+    return head + detail;
   }
 
   void track(const std::shared_ptr<AsyncState> &s) {
@@ -172,6 +182,22 @@ class Core {
     if (fut) settle(s, fut);
     std::lock_guard<std::mutex> g(works_mu_);
     works_.erase(s);
+  }
+
+  // Work.wait(timeout)'s bound (= the Python group's _AsyncWork._wait_for): returns once the
+  // work has finished (end() then reports how); past ms it throws and the work goes on.
+  void wait_for(const std::shared_ptr<AsyncState> &s, int64_t ms) {
+    {
+      std::lock_guard<std::mutex> g(s->mu);
+      if (s->ended || api_.work_wait(s->handle, ms) == TDIST_OK) return;
+      int done = 0;
+      api_.work_test(s->handle, &done);
+      if (done) return;
+    }
+    std::string ws = s->what, n = std::to_string(ms);
+    std::rethrow_exception(make_error("tdist " + ws + ": Timed out waiting " + n + "ms for " + ws +
+                                      " to complete (the timeout given to wait(); the " + ws +
+                                      " goes on, and wait() again waits for it)"));
   }
 
   // Whether the work has ended, ending it when libtdist says it is done.
@@ -258,6 +284,7 @@ class Core {
   tdist_pg_t *pg_;
   Api api_;
   int64_t async_min_;
+  int64_t timeout_ms_;  // the group's: every call's deadline
   std::atomic<bool> closed_{false};
   std::mutex works_mu_;
   std::unordered_set<std::shared_ptr<AsyncState>> works_;
@@ -297,8 +324,10 @@ class AsyncWork : public c10d::Work {
     std::lock_guard<std::mutex> g(s_->mu);
     return s_->error;
   }
-  // The group's timeout applies (libtdist's works take no per-call timeout).
-  bool wait(std::chrono::milliseconds) override {
+  // A timeout (0: none, PyTorch's kNoTimeout) bounds this wait as gloo's does; the group's
+  // timeout bounds the collective.
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (timeout.count() > 0) core_->wait_for(s_, timeout.count());
     core_->end(s_);
     if (s_->error) std::rethrow_exception(s_->error);
     return true;
@@ -329,6 +358,10 @@ class Group : public Base {
 
   const std::string getBackendName() const override { return "tdist"; }
   py::object delegate() const { return delegate_; }
+
+  // gloo's semantics: every rank starts at 0, so agreeing needs no messages.
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(std::memory_order_relaxed); }
 
   WorkPtr allreduce(std::vector<at::Tensor> &ts, const c10d::AllreduceOptions &o = {}) override {
     if (ts.size() == 1 && plain_cpu(ts[0])) {
@@ -404,6 +437,7 @@ class Group : public Base {
   WorkPtr recvAnysource(std::vector<at::Tensor> &ts, int tag) override { return call("recv_anysource", ts, tag); }
   WorkPtr barrier(const c10d::BarrierOptions &o = {}) override { return call("barrier", o); }
   void monitoredBarrier(const c10d::BarrierOptions &o = {}, bool wait_all_ranks = false) override {
+    seq_.fetch_add(1, std::memory_order_relaxed);
     py::gil_scoped_acquire g;
     py::object timeout = py::none();
     if (o.timeout.count() >= 0) timeout = py::cast(o.timeout);
@@ -424,6 +458,7 @@ class Group : public Base {
   template <typename Blocking, typename Async>
   WorkPtr run(c10d::OpType type, const char *what, std::vector<at::Tensor> &ts, size_t nbytes, Blocking blocking,
               Async async) {
+    seq_.fetch_add(1, std::memory_order_relaxed);
     if ((int64_t)nbytes < core_->async_min()) {
       tdist_status_t st;
       {
@@ -450,6 +485,7 @@ class Group : public Base {
 
   template <typename... A>
   WorkPtr call(const char *name, A &...args) {
+    seq_.fetch_add(1, std::memory_order_relaxed);
     py::gil_scoped_acquire g;
     py::object r = delegate_.attr(name)(args...);
     return r.cast<WorkPtr>();
@@ -457,7 +493,26 @@ class Group : public Base {
 
   std::shared_ptr<Core> core_;
   py::object delegate_;
+  std::atomic<uint64_t> seq_{0};  // calls made on this group (see the file's comment)
 };
+
+#if TORCH_VERSION_MAJOR >= 2
+// The ProcessGroup of a group whose only backend is tdist (2.x). PyTorch's own ProcessGroup
+// names a third-party backend "custom" (its BackendType has no other name), and that is what DDP's
+// logging data and ProcessGroup.name() report; this one says "tdist". It holds no collectives:
+// tdist_torch registers the Group (or PyTorch's _ProcessGroupWrapper around it) as its CPU
+// backend, and PyTorch dispatches to that as for any ProcessGroup. Not used for a device map
+// ("cpu:tdist,cuda:nccl"), where PyTorch's ProcessGroup must hold the other devices' backends.
+class NamedGroup : public c10d::ProcessGroup {
+ public:
+  NamedGroup(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size)
+      : c10d::ProcessGroup(store, rank, size) {}
+  const std::string getBackendName() const override { return "tdist"; }
+  // PyTorch's ProcessGroup answers these for gloo, nccl and ucc only; tdist's backend has them.
+  void setSequenceNumberForGroup() override { getDefaultBackend()->setSequenceNumberForGroup(); }
+  uint64_t getSequenceNumberForGroup() override { return getDefaultBackend()->getSequenceNumberForGroup(); }
+};
+#endif
 
 }  // namespace
 
@@ -467,7 +522,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                      std::to_string(TORCH_VERSION_MINOR) + "." +
                                      std::to_string(TORCH_VERSION_PATCH));
   py::class_<Core, std::shared_ptr<Core>>(m, "Core")
-      .def(py::init([](uintptr_t pg, std::vector<uintptr_t> fns, int64_t async_min) {
+      .def(py::init([](uintptr_t pg, std::vector<uintptr_t> fns, int64_t async_min, int64_t timeout_ms) {
              Api api;
              constexpr size_t n = sizeof(Api) / sizeof(void *);
              TORCH_CHECK(fns.size() == n, "_tdist_c.Core: expected ", n, " function addresses, got ", fns.size());
@@ -475,9 +530,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                TORCH_CHECK(fns[i] != 0, "_tdist_c.Core: function address ", i, " is null");
                std::memcpy(reinterpret_cast<char *>(&api) + i * sizeof(void *), &fns[i], sizeof(void *));
              }
-             return std::make_shared<Core>(pg, api, async_min);
+             return std::make_shared<Core>(pg, api, async_min, timeout_ms);
            }),
-           py::arg("pg"), py::arg("functions"), py::arg("async_min"))
+           py::arg("pg"), py::arg("functions"), py::arg("async_min"), py::arg("timeout_ms"))
       // `with core:` holds libtdist's per-group lock (without the interpreter's lock while waiting).
       .def("__enter__",
            [](Core &c) {
@@ -493,4 +548,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            }),
            py::arg("rank"), py::arg("size"), py::arg("core"), py::arg("delegate"))
       .def_property_readonly("delegate", &Group::delegate, "The Python group (tdist_torch.ProcessGroupTdist).");
+#if TORCH_VERSION_MAJOR >= 2
+  py::class_<NamedGroup, c10d::ProcessGroup, c10::intrusive_ptr<NamedGroup>>(m, "NamedGroup")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store> &store, int rank, int size) {
+             return c10::make_intrusive<NamedGroup>(store, rank, size);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"));
+#endif
 }
