@@ -172,24 +172,19 @@ def loop(pending, workers, finish, args, base, start_limit):
             if w.task:
                 backend, name = w.task
                 finish({"test": name, "backend": backend, "result": "fail", "secs": None,
-                        "detail": why + "\n--- worker output:\n" + w.log_tail()})
+                        "summary": why, "detail": why + "\n--- worker output:\n" + w.log_tail()})
             workers.remove(w)
             w.close()
 
 
 def list_tests(world):
-    """[(name, reason it is skipped here whatever the backend, or "")]"""
+    """(torch.__version__, [(name, why it is skipped here whatever the backend, or "")])"""
     out = subprocess.run([sys.executable, WORKER, "--world", str(world), "--list"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
-    if out.returncode != 0:
+    lines = out.stdout.splitlines()
+    if out.returncode != 0 or not lines or not lines[0].startswith("# torch "):
         sys.exit("run_suite: listing the suite's tests failed:\n" + out.stderr[-3000:])
-    return [tuple((line + "\t").split("\t")[:2]) for line in out.stdout.splitlines() if line]
-
-
-def torch_version():
-    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
-                         stdout=subprocess.PIPE, text=True, timeout=300, check=True)
-    return out.stdout.strip()
+    return lines[0].split()[2], [tuple((ln + "\t").split("\t")[:2]) for ln in lines[1:] if ln]
 
 
 def shard_of(args):
@@ -230,10 +225,10 @@ def main():
     # bounded (suite_test.sh) or Bazel ends a run with SIGTERM: the workers' sessions go too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t0 = time.monotonic()
-    version = torch_version()
+    version, listing = list_tests(args.world)
     major_minor = ".".join(version.split(".")[:2])
     expected = verdict.load_expected(args.expected, major_minor, args.world)
-    chosen = select(list_tests(args.world), args, version)
+    chosen = select(listing, args, version)
     # Known skips are not run (suite_worker.known_skip); the shards share the others.
     skips = {name: why for name, why in chosen if why}
     runnable = [name for name, why in chosen if not why]

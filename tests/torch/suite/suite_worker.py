@@ -19,16 +19,19 @@ pass|fail|skip, "secs": S, "detail": ...}, one JSON object a line, flushed, so r
 knows which test a hang is in. The suite's per-test limit (300 s and more) becomes --timeout: the
 suite ends a test whose ranks run longer, and it fails; run_suite.py kills this process past it.
 
---list prints the names of the suite's tests, one a line, each with a tab and the reason it is
-skipped on this machine whatever the backend (known_skip; empty if none), and exits.
+--list prints "# torch VERSION", then the names of the suite's tests, one a line, each with a
+tab and the reason it is skipped on this machine whatever the backend (known_skip; empty if
+none), and exits.
 """
 
 import argparse
+import atexit
 import inspect
 import io
 import json
 import os
 import random
+import shutil
 import socket
 import sys
 import tempfile
@@ -144,7 +147,9 @@ def load_suite(args):
     provide_expecttest()
     os.environ["BACKEND"] = "gloo"
     os.environ["WORLD_SIZE"] = str(args.world)
-    os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="tdist-suite-"))
+    if not os.environ.get("TEMP_DIR"):  # run_suite.py gives each worker one
+        os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="tdist-suite-")
+        atexit.register(shutil.rmtree, os.environ["TEMP_DIR"], True)
     os.makedirs(os.path.join(os.environ["TEMP_DIR"], "barrier"), exist_ok=True)
     # file:// as in one of PyTorch CI's two runs: the suite's barrier-timeout tests need it.
     os.environ["INIT_METHOD"] = "file://" + os.path.join(os.environ["TEMP_DIR"], "init")
@@ -185,33 +190,61 @@ def suite_tests(cls):
     return sorted(n for n in dir(cls) if n.startswith("test_") and callable(getattr(cls, n)))
 
 
-# The suite's decorators that skip a test inside its ranks (sys.exit with a skip code, after
-# each rank has created its group), by the name of their wrapper's code, and when they skip.
-_RANK_SKIPS = {
-    "skip_if_no_gpu": lambda world, gpus: gpus == 0,
-    "skip_if_lt_x_gpu": lambda world, gpus: gpus == 0,
-    "skip_if_small_worldsize": lambda world, gpus: world <= 2,
-    "skip_if_odd_worldsize": lambda world, gpus: world % 2 == 1,
-}
+# The suite's decorators that skip a test inside its ranks (sys.exit with a skip code, after each
+# rank has created its group), by the name of their wrapper's code. What they test differs
+# between versions (skip_if_small_worldsize: world <= 2 on 1.13, < 8 on 2.6), so known_skip
+# asks each one itself.
+_RANK_SKIPS = ("skip_if_no_gpu", "skip_if_lt_x_gpu", "skip_if_small_worldsize",
+               "skip_if_odd_worldsize")
 
 
-def known_skip(cls, name, world):
+class _Runs(Exception):
+    """Raised in place of the test: the decorator would have run it."""
+
+
+def _decorator_skips(wrapper):
+    """Calls a skip decorator's wrapper with the test it wraps replaced by a stand-in (its
+    closure cell, for this call only): the wrapper's own check runs, here and now, exactly as
+    in a rank (environment: BACKEND, WORLD_SIZE; torch.cuda). Returns the skip's exit code or
+    None."""
+    inner = getattr(wrapper, "__wrapped__", None)
+    cells = [c for c in (wrapper.__closure__ or ()) if c.cell_contents is inner]
+    if inner is None or len(cells) != 1:
+        return None
+
+    def stand_in(*args, **kwargs):
+        raise _Runs()
+
+    cells[0].cell_contents = stand_in
+    try:
+        wrapper(None)
+    except SystemExit as e:
+        return e.code
+    except _Runs:
+        return None
+    finally:
+        cells[0].cell_contents = inner
+    return None
+
+
+def known_skip(cls, name):
     """Why the test is skipped on this machine whatever the backend, or None: unittest's own
     skip decorators (the suite's sandcastle_skip_if), and the decorators above, which would
-    fork the ranks and create their groups only to exit (a second a test here). The verdict
-    compares neither backend on these, so they are not run."""
-    import torch
+    fork the ranks and create their groups only to exit (a second or more a test here). The
+    verdict compares neither backend on these, so they are not run."""
+    from torch.testing._internal.common_distributed import TEST_SKIPS
 
     fn = getattr(cls, name)
     if getattr(fn, "__unittest_skip__", False):
         return "skipped by the suite: " + str(getattr(fn, "__unittest_skip_why__", ""))
-    gpus = torch.cuda.device_count()
     while fn is not None:
         code = getattr(fn, "__code__", None)
-        qual = getattr(code, "co_qualname", "") if code else ""
-        deco = qual.split(".<locals>", 1)[0]
-        if deco in _RANK_SKIPS and _RANK_SKIPS[deco](world, gpus):
-            return "skipped by the suite's @%s (world size %d, %d GPUs)" % (deco, world, gpus)
+        deco = getattr(code, "co_qualname", "").split(".<locals>", 1)[0] if code else ""
+        if deco in _RANK_SKIPS:
+            exit_code = _decorator_skips(fn)
+            if exit_code is not None:
+                why = [s.message for s in TEST_SKIPS.values() if s.exit_code == exit_code]
+                return "skipped by the suite's @%s: %s" % (deco, why[0] if why else exit_code)
         fn = getattr(fn, "__wrapped__", None)
     return None
 
@@ -233,8 +266,9 @@ def main():
     cls, version = load_suite(args)
     names = suite_tests(cls)
     if args.list:
+        print("# torch %s" % version)
         for n in names:
-            print("%s\t%s" % (n, known_skip(cls, n, args.world) or ""))
+            print("%s\t%s" % (n, known_skip(cls, n) or ""))
         return 0
     out = open(args.results, "a") if args.results else sys.stdout
 

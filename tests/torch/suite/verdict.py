@@ -7,9 +7,9 @@ The expected-failures file (expected_failures.txt beside this file) has one test
 TORCH is "*", "1.13", "2.6" or a comma list of them; WORLD is "*" or a comma list of world
 sizes; REASON is the rest of the line and starts with its kind: REFUSED (a refusal the README
 documents), NAME (the test asserts gloo's name), WORDING (the test matches gloo's exact words),
-or DEFECT (a defect of ours being fixed; the line goes once the fix is merged). '#' starts a
-comment. A test may have several lines (one per PyTorch or world size); the first that matches
-counts.
+or DEFECT (a defect of ours being fixed; the line goes once the fix is merged). A line that
+starts with '#' is a comment. A test may have several lines (one per PyTorch or world size);
+the first that matches counts.
 
 Rules, per test of the run:
   gloo passes, tdist passes        ok; if listed: "listed but passes" (fails the verdict)
@@ -32,7 +32,7 @@ def load_expected(path, torch, world):
     out = {}
     with open(path) as f:
         for n, raw in enumerate(f, 1):
-            line = raw.split("#", 1)[0].strip() if raw.lstrip().startswith("#") else raw.strip()
+            line = "" if raw.lstrip().startswith("#") else raw.strip()
             if not line:
                 continue
             parts = line.split(None, 3)
@@ -70,9 +70,11 @@ def judge(tests, results, expected):
 
 
 def _first_line(rec):
-    """The most telling line of a failure: the first exception a rank raised (the suite wraps
-    it in "RuntimeError: Process N exited with error code 10 and exception: ..."), else the
-    last line."""
+    """The most telling line of a failure: run_suite's own summary (a hang, a worker that
+    died), else the first exception a rank raised (the suite wraps it in "RuntimeError:
+    Process N exited with error code 10 and exception: ..."), else the last line."""
+    if (rec or {}).get("summary"):
+        return rec["summary"]
     detail = (rec or {}).get("detail") or ""
     lines = [ln.strip() for ln in detail.splitlines() if ln.strip()]
     for ln in lines:
