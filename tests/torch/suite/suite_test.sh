@@ -13,6 +13,8 @@ LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
 . "$LIB/torch.sh"
 exec 9>&2
 export TDIST_LIBRARY="$(realpath "$1")"
+# The scripts run from the checkout (runfiles lead there): no __pycache__ written into it.
+export PYTHONDONTWRITEBYTECODE=1
 export PYTHONPATH="$(dirname "$(dirname "$(realpath "$2")")")"
 args=(--world "$5" --expected "$(realpath "$4")" --jobs "${TDIST_SUITE_JOBS:-4}" --timeout 90)
 [ $# -ge 6 ] && args+=(--select "$(realpath "$6")")

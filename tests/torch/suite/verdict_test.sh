@@ -2,4 +2,4 @@
 # verdict_test.py: run_suite's verdict rules, and that expected_failures.txt and world3.txt parse.
 #   args: VERDICT_TEST_PY EXPECTED_FAILURES_TXT WORLD3_TXT
 set -euo pipefail
-exec python3 "$(realpath "$1")" "$(realpath "$2")" "$(realpath "$3")"
+PYTHONDONTWRITEBYTECODE=1 exec python3 "$(realpath "$1")" "$(realpath "$2")" "$(realpath "$3")"
