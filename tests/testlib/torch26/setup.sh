@@ -49,11 +49,14 @@ install_hook() {
 
 # What building tdist_torch's C++ group for 2.6 needs in the root (//runtime/torch:tdist_c_torch26):
 # PyTorch's C++ headers, pybind11's (Debian's libtorch-dev does not bring them) and g++. Added to
-# a root built before they were needed, too (apt, about 20 s).
-dev_pkgs="libtorch-dev pybind11-dev g++"
+# a root built before they were needed, too (apt, about 20 s). python3-setuptools: PyTorch's test
+# helpers (torch.testing._internal, which tests/torch/suite runs) import torch.utils.cpp_extension,
+# which needs it, and Debian's python3-torch does not pull it in.
+dev_pkgs="libtorch-dev pybind11-dev g++ python3-setuptools"
 has_dev() {
   [ -f "$root/usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp" ] &&
-    [ -f "$root/usr/include/pybind11/pybind11.h" ] && [ -x "$root/usr/bin/g++" ]
+    [ -f "$root/usr/include/pybind11/pybind11.h" ] && [ -x "$root/usr/bin/g++" ] &&
+    [ -f "$root/usr/lib/python3/dist-packages/setuptools/command/build_ext.py" ]
 }
 install_dev() {
   has_dev && return 0
