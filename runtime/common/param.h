@@ -80,7 +80,8 @@ typedef enum {
     TDIST__PATH_MAX_LEN, NULL, TDIST__PARAM_LIB, "The NCCL library to open, alone.")              \
   X(CUDART_LIBRARY, STR, NULL, "libcudart.so from the loader path, then the CUDA toolkit", 1,     \
     TDIST__PATH_MAX_LEN, NULL, TDIST__PARAM_LIB, "The CUDA runtime library to open, alone.")      \
-  X(MPI_PLUGIN, STR, NULL, "libtdist-mpi.so beside libtdist, then from the loader path", 1,      \
+  X(MPI_PLUGIN, STR, NULL,                                                                         \
+    "libtdist-mpi.so beside libtdist, then in the program's Bazel tree, then the loader path", 1, \
     TDIST__PATH_MAX_LEN, NULL, TDIST__PARAM_LIB, "The MPI plugin (backend mpi) to open, alone.")  \
   X(MPI_SPIN_US, INT, "50", NULL, 0, TDIST__SPIN_MAX_US, NULL, TDIST__PARAM_LIB,                  \
     "Microseconds an mpi wait polls its requests before it sleeps.")                              \

@@ -5,7 +5,9 @@
  * Where the plugin comes from: TDIST_MPI_PLUGIN (a path or a file name; when set, only that is
  * tried), else libtdist-mpi.so in the directory of the object libtdist's code is in, and in its
  * mpi/ subdirectory (the Bazel tree: bazel-bin/runtime/libtdist.so and
- * bazel-bin/runtime/mpi/libtdist-mpi.so), else libtdist-mpi.so from the loader's search path.
+ * bazel-bin/runtime/mpi/libtdist-mpi.so), else, for a program inside a Bazel output tree
+ * (.../bazel-out/<config>/bin/..., libtdist linked in statically or not), that tree's
+ * runtime/mpi/libtdist-mpi.so, else libtdist-mpi.so from the loader's search path.
  * Once opened it stays: MPI cannot be unloaded from a live process. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -57,6 +59,21 @@ static void *try_open(const char *path, char *tried, size_t cap) {
   return NULL;
 }
 
+/* The plugin in the Bazel output tree that file (a resolved path) is in: the nearest ancestor
+ * ".../bazel-out/<config>/bin" + "/runtime/mpi/" + the plugin's name. 0 when file is in none. A
+ * program run as bazel-bin/x/y resolves (bazel-bin is a link) into execroot/.../bazel-out. */
+static int bazel_tree_plugin(const char *file, char *out, size_t cap) {
+  static const char mark[] = "/bazel-out/";
+  const char *b = NULL;
+  for (const char *q = strstr(file, mark); q; q = strstr(q + 1, mark)) b = q;
+  if (!b) return 0;
+  const char *cfg = b + sizeof mark - 1, *slash = strchr(cfg, '/');
+  if (!slash || slash == cfg || strncmp(slash, "/bin/", 5)) return 0;
+  int n = snprintf(out, cap, "%.*s/runtime/mpi/%s", (int)(slash + 4 - file), file,
+                   TDIST__MPI_PLUGIN_FILE);
+  return n > 0 && (size_t)n < cap;
+}
+
 static tdist_status_t load_locked(char *err, size_t cap) {
   char tried[2048] = "";
   void *h = NULL;
@@ -80,6 +97,17 @@ static tdist_status_t load_locked(char *err, size_t cap) {
       h = try_open(path, tried, sizeof tried);
       if (!h) {
         snprintf(path, sizeof path, "%s/mpi/%s", dir, TDIST__MPI_PLUGIN_FILE);
+        h = try_open(path, tried, sizeof tried);
+      }
+    }
+    /* libtdist linked into the program: dladdr names the program as argv[0] gave it, so ask
+     * the kernel where it is; a libtdist.so elsewhere: where that is. */
+    char real[PATH_MAX], prev[PATH_MAX + 64] = "";
+    const char *from[2] = {"/proc/self/exe", dir[0] ? info.dli_fname : NULL};
+    for (int i = 0; i < 2 && !h; i++) {
+      if (from[i] && realpath(from[i], real) && bazel_tree_plugin(real, path, sizeof path) &&
+          strcmp(path, prev)) {
+        snprintf(prev, sizeof prev, "%s", path);
         h = try_open(path, tried, sizeof tried);
       }
     }

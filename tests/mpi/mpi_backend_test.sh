@@ -38,9 +38,21 @@ echo "== no plugin: TDIST_ERR_NOT_AVAILABLE naming what was tried (no MPI starte
 TDIST_MPI_PLUGIN=/nonexistent/libtdist-mpi.so timeout 30 "$bin" initfail > "$tmp/out" 2>&1 || fail "initfail exited non-zero"
 has "init failed: TDIST_ERR_NOT_AVAILABLE: backend 'mpi': cannot load the MPI plugin: tried /nonexistent/libtdist-mpi.so (cannot open shared object file"
 has "set TDIST_MPI_PLUGIN"
-(unset TDIST_MPI_PLUGIN; timeout 30 "$bin" initfail > "$tmp/out" 2>&1) || fail "initfail (default search) exited non-zero"
-has "$(dirname "$bin")/libtdist-mpi.so (cannot open shared object file"
+# A copy of the program outside the Bazel tree: beside it, then the loader's path.
+mkdir -p "$tmp/outside"
+cp "$bin" "$tmp/outside/"
+(unset TDIST_MPI_PLUGIN; cd "$tmp/outside" && timeout 30 ./"$(basename "$bin")" initfail > "$tmp/out" 2>&1) ||
+  fail "initfail (default search) exited non-zero"
+has "init failed: TDIST_ERR_NOT_AVAILABLE: backend 'mpi': cannot load the MPI plugin: tried ./libtdist-mpi.so (cannot open shared object file"
 has "; libtdist-mpi.so (cannot open shared object file"
+grep -q "bazel-out" "$tmp/out" && fail "a program outside the Bazel tree looked in one"
+
+echo "== no TDIST_MPI_PLUGIN, libtdist linked into a program of the Bazel tree: the tree's plugin"
+# The program resolves to bazel-out/<config>/bin/tests/mpi/; the plugin (a data dependency) is
+# bazel-out/<config>/bin/runtime/mpi/libtdist-mpi.so. MPI starts, so RANK=7 is refused by MPI's
+# numbering (not by a missing plugin).
+(unset TDIST_MPI_PLUGIN; timeout 60 "${MPIRUN[@]}" -n 2 -x RANK=7 "$bin" options > "$tmp/out" 2>&1) || true
+has "refused: backend 'mpi': RANK=7 contradicts MPI_COMM_WORLD, where this process is rank 0"
 
 echo "== the plugin without its MPI library (libmpi hidden in a private mount namespace)"
 libmpi=$(ldd "$plugin" | awk '/libmpi\.so/ {print $3; exit}')
