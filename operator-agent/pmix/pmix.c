@@ -321,6 +321,20 @@ void agent_pmix_stop(agent_pmix_t *p) {
     pthread_join(p->thr, NULL);
     pthread_join(p->dmx_thr, NULL);
   }
+  /* The task threads see the job's end within a store slice (SLICE_MS), or a store call's own
+   * timeout; bounded all the same, and p outlives any that do not end. */
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += SYNC_MS / 1000;
+  pthread_mutex_lock(&p->mu);
+  while (p->nworkers > 0)
+    if (pthread_cond_timedwait(&p->cv, &p->mu, &until) == ETIMEDOUT) break;
+  int busy = p->nworkers;
+  pthread_mutex_unlock(&p->mu);
+  if (busy)
+    AGENT_WARN("PMIx: %d waiting operation(s) did not end within %d s", busy, SYNC_MS / 1000);
+  else
+    agent_pmix__conns_close(p);
   sync_t *s = agent_pmix__sync_new();
   pthread_t t;
   if (!s || pthread_create(&t, NULL, finalize_thread, s)) {
@@ -335,9 +349,8 @@ void agent_pmix_stop(agent_pmix_t *p) {
                SYNC_MS / 1000);
     return;
   }
+  if (busy) return; /* p stays for the threads still running, which the process exit ends */
   agent_pmix__g_p = NULL;
-  tdist_store_destroy(p->store);
-  tdist_store_destroy(p->client);
   tdist_store_destroy(p->dstore);
   tdist_store_destroy(p->dclient);
   for (int i = 0; i < p->nseqs; i++) free(p->seqs[i].sig);

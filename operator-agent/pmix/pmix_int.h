@@ -17,7 +17,9 @@
 
 #define SLICE_MS 250 /* blocking store calls wait this long at a time, to notice a job's end */
 
-typedef enum { OP_FENCE, OP_DMODEX, OP_PUBLISH, OP_LOOKUP, OP_UNPUBLISH } op_kind_t;
+typedef enum { OP_FENCE, OP_DMODEX, OP_PUBLISH, OP_LOOKUP, OP_UNPUBLISH, OP_CONNECT } op_kind_t;
+
+typedef struct conn conn_t; /* a pooled connection to the agents' store (pmix_store.c) */
 
 typedef struct op {
   struct op *next;
@@ -63,8 +65,10 @@ struct agent_pmix {
   int aborted, abort_rank, abort_status;
   char abort_msg[512];
   /* the store thread's and the direct-modex thread's connections, and the job they are for */
-  tdist_store_t *client, *store, *dclient, *dstore;
-  uint64_t store_gen, dstore_gen;
+  tdist_store_t *dclient, *dstore; /* the direct-modex service's */
+  uint64_t dstore_gen;
+  conn_t *idle; /* the store thread's and its task threads' idle connections */
+  int nworkers; /* task threads running (waiting ops: fences, direct modex, waiting lookups) */
   /* a direct-modex answer from libpmix (dmx thread waits for it) */
   int dmx_done;
   pmix_status_t dmx_status;
@@ -106,5 +110,7 @@ void agent_pmix__mark_timed_out(agent_pmix_t *p, uint64_t gen);
 /* The store thread (the op queue) and the thread that serves the other nodes' direct modex. */
 void *agent_pmix__store_thread(void *arg);
 void *agent_pmix__dmx_thread(void *arg);
+/* Closes the pooled store connections (at stop, once no task thread runs). */
+void agent_pmix__conns_close(agent_pmix_t *p);
 
 #endif

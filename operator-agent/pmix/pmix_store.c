@@ -74,9 +74,20 @@ static int wait_keys(agent_pmix_t *p, tdist_store_t *s, uint64_t gen, const char
 
 static void release_buf(void *cbdata) { free(cbdata); }
 
-/* A fence across nodes: our data under fence/<sig>/<seq>/<node>, everyone's back, in node order. */
-static void do_fence(agent_pmix_t *p, op_t *o, tdist_store_t *s, const char *sig, uint64_t seq,
-                     int node_id, double timeout_s) {
+/* Answers o with st (once: every callback is cleared). */
+static void fail_op(op_t *o, pmix_status_t st) {
+  if (o->modex_cb) o->modex_cb(st, NULL, 0, o->cbdata, NULL, NULL);
+  if (o->lookup_cb) o->lookup_cb(st, NULL, 0, o->cbdata);
+  if (o->op_cb) o->op_cb(st, o->cbdata);
+  o->modex_cb = NULL;
+  o->lookup_cb = NULL;
+  o->op_cb = NULL;
+}
+
+/* A fence across nodes: our data under <what>/<sig>/<seq>/<node>, everyone's back, in node order
+ * (what: "fence"; "connect" for PMIx_Connect, which is a fence with no data and an op_cb). */
+static void do_fence(agent_pmix_t *p, op_t *o, tdist_store_t *s, const char *what, const char *sig,
+                     uint64_t seq, int node_id, double timeout_s) {
   char err[600] = "", key[700];
   char **keys = calloc((size_t)o->nnodes, sizeof *keys);
   void **vals = calloc((size_t)o->nnodes, sizeof *vals);
@@ -84,11 +95,11 @@ static void do_fence(agent_pmix_t *p, op_t *o, tdist_store_t *s, const char *sig
   pmix_status_t st = PMIX_ERR_NOMEM;
   if (!keys || !vals || !lens) goto out;
   for (int i = 0; i < o->nnodes; i++)
-    if (asprintf(&keys[i], "fence/%s/%" PRIu64 "/%d", sig, seq, o->nodes[i]) < 0) {
+    if (asprintf(&keys[i], "%s/%s/%" PRIu64 "/%d", what, sig, seq, o->nodes[i]) < 0) {
       keys[i] = NULL;
       goto out;
     }
-  snprintf(key, sizeof key, "fence/%s/%" PRIu64 "/%d", sig, seq, node_id);
+  snprintf(key, sizeof key, "%s/%s/%" PRIu64 "/%d", what, sig, seq, node_id);
   st = PMIX_ERROR;
   if (tdist_store_set(s, key, o->data ? o->data : "", o->ndata) != TDIST_OK) {
     snprintf(err, sizeof err, "store set failed: %s", tdist_last_error());
@@ -107,11 +118,11 @@ static void do_fence(agent_pmix_t *p, op_t *o, tdist_store_t *s, const char *sig
         ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%d", ml ? ", " : "",
                                o->nodes[i]);
     }
-    AGENT_ERROR("PMIx fence %" PRIu64
+    AGENT_ERROR("PMIx %s %" PRIu64
                 " over node(s) %s: node(s) %s never arrived within %.0f s "
                 "(--rdzv-timeout); the MPI ranks waiting in it fail (a rank that hangs before "
                 "MPI_Init or MPI_Finalize on those nodes is the usual cause)",
-                seq, sig, missing[0] ? missing : "?", timeout_s);
+                what, seq, sig, missing[0] ? missing : "?", timeout_s);
     st = PMIX_ERR_TIMEOUT;
     agent_pmix__mark_timed_out(p, o->gen);
     goto out;
@@ -138,13 +149,17 @@ static void do_fence(agent_pmix_t *p, op_t *o, tdist_store_t *s, const char *sig
     if (lens[i]) memcpy(all + off, vals[i], lens[i]);
     off += lens[i];
   }
-  o->modex_cb(PMIX_SUCCESS, all, total, o->cbdata, release_buf, all);
-  o->modex_cb = NULL;
+  if (o->modex_cb) {
+    o->modex_cb(PMIX_SUCCESS, all, total, o->cbdata, release_buf, all);
+    o->modex_cb = NULL;
+  } else {
+    free(all);
+  }
   st = PMIX_SUCCESS;
 out:
   if (st != PMIX_SUCCESS && err[0])
-    AGENT_ERROR("PMIx fence %" PRIu64 " over node(s) %s: %s", seq, sig, err);
-  if (o->modex_cb) o->modex_cb(st, NULL, 0, o->cbdata, NULL, NULL);
+    AGENT_ERROR("PMIx %s %" PRIu64 " over node(s) %s: %s", what, seq, sig, err);
+  fail_op(o, st); /* PMIX_SUCCESS for a connect */
   for (int i = 0; keys && i < o->nnodes; i++) {
     free(keys[i]);
     if (vals && vals[i]) tdist_free(vals[i]);
@@ -308,10 +323,205 @@ static void do_unpublish(op_t *o, tdist_store_t *s) {
   }
 }
 
+/* ---- the op queue's dispatcher ----
+ * The store thread takes ops in order and never waits for another node or another rank: an op
+ * that waits (a fence, a direct modex, a lookup with PMIX_WAIT) runs on a thread of its own, so a
+ * publish queued behind a lookup waiting for that very key is done at once (MPI_Comm_accept and
+ * MPI_Comm_connect inside one job publish and wait for each other's keys, several times). Store
+ * connections are pooled per job and per prefix (the round's, the run's publish keys). */
+
+struct conn {
+  struct conn *next;
+  tdist_store_t *client, *store;
+  uint64_t gen;
+  int pub; /* 1: the run's publish prefix; 0: the round's */
+};
+
+static void conn_destroy(conn_t *c) {
+  if (!c) return;
+  tdist_store_destroy(c->store);
+  tdist_store_destroy(c->client);
+  free(c);
+}
+
+/* An idle connection of the current job for that prefix, or a new one; NULL with err. */
+static conn_t *conn_get(agent_pmix_t *p, int pub, char *err, size_t cap) {
+  conn_t *found = NULL, *stale = NULL;
+  pthread_mutex_lock(&p->mu);
+  for (conn_t **pc = &p->idle; *pc;) {
+    conn_t *c = *pc;
+    if (c->gen != p->gen) { /* an ended job's: close it */
+      *pc = c->next;
+      c->next = stale;
+      stale = c;
+    } else if (!found && c->pub == pub) {
+      *pc = c->next;
+      found = c;
+    } else {
+      pc = &c->next;
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+  while (stale) {
+    conn_t *n = stale->next;
+    conn_destroy(stale);
+    stale = n;
+  }
+  if (found) return found;
+  conn_t *c = calloc(1, sizeof *c);
+  if (!c) {
+    snprintf(err, cap, "out of memory connecting to the agents' store");
+    return NULL;
+  }
+  c->pub = pub;
+  if (job_store(p, &c->client, &c->store, &c->gen, pub ? "" : NULL, err, cap)) {
+    free(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* Back to the pool while its job lives (a connection whose call failed is closed instead: it
+ * may be out of step). */
+static void conn_put(agent_pmix_t *p, conn_t *c, int ok) {
+  if (!c) return;
+  pthread_mutex_lock(&p->mu);
+  int keep = ok && !p->stop && c->gen == p->gen;
+  if (keep) {
+    c->next = p->idle;
+    p->idle = c;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (!keep) conn_destroy(c);
+}
+
+void agent_pmix__conns_close(agent_pmix_t *p) {
+  pthread_mutex_lock(&p->mu);
+  conn_t *c = p->idle;
+  p->idle = NULL;
+  pthread_mutex_unlock(&p->mu);
+  while (c) {
+    conn_t *n = c->next;
+    conn_destroy(c);
+    c = n;
+  }
+}
+
+typedef struct {
+  agent_pmix_t *p;
+  op_t *o;
+  char sig[256]; /* OP_FENCE, OP_CONNECT: the participating nodes, "0.1.2" */
+  uint64_t seq;
+  int owner, node_id, live;
+  double timeout_s;
+} task_t;
+
+static int uses_round_prefix(op_kind_t k) {
+  return k == OP_FENCE || k == OP_DMODEX || k == OP_CONNECT;
+}
+
+/* Does t's op and answers libpmix. Frees t and its op. */
+static void run_task(task_t *t) {
+  agent_pmix_t *p = t->p;
+  op_t *o = t->o;
+  char err[600];
+  conn_t *c = NULL;
+  if (t->live && !(c = conn_get(p, !uses_round_prefix(o->kind), err, sizeof err)))
+    AGENT_ERROR("PMIx: %s", err);
+  if (!c) {
+    fail_op(o, PMIX_ERR_NOT_AVAILABLE);
+  } else {
+    switch (o->kind) {
+      case OP_FENCE:
+        do_fence(p, o, c->store, "fence", t->sig, t->seq, t->node_id, t->timeout_s);
+        break;
+      case OP_CONNECT:
+        do_fence(p, o, c->store, "connect", t->sig, t->seq, t->node_id, t->timeout_s);
+        break;
+      case OP_DMODEX:
+        if (t->owner >= 0)
+          do_dmodex(p, o, c->store, t->owner, t->timeout_s);
+        else
+          fail_op(o, PMIX_ERR_BAD_PARAM);
+        break;
+      case OP_PUBLISH: {
+        pmix_status_t st = do_publish(o, c->store);
+        if (o->op_cb) o->op_cb(st, o->cbdata);
+        break;
+      }
+      case OP_LOOKUP: do_lookup(p, o, c->store, t->timeout_s); break;
+      case OP_UNPUBLISH:
+        do_unpublish(o, c->store);
+        if (o->op_cb) o->op_cb(PMIX_SUCCESS, o->cbdata);
+        break;
+    }
+  }
+  conn_put(p, c, 1);
+  agent_pmix__op_free(o);
+  free(t);
+}
+
+static void *task_thread(void *arg) {
+  task_t *t = arg;
+  agent_pmix_t *p = t->p;
+  run_task(t);
+  pthread_mutex_lock(&p->mu);
+  p->nworkers--;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+#define MAX_WORKERS 1024
+
+/* Runs t on a thread of its own; on the caller's thread (logged) when none can start. */
+static void run_apart(task_t *t) {
+  agent_pmix_t *p = t->p;
+  pthread_mutex_lock(&p->mu);
+  int n = p->nworkers < MAX_WORKERS ? ++p->nworkers : -1;
+  pthread_mutex_unlock(&p->mu);
+  pthread_t thr;
+  pthread_attr_t a;
+  int started = 0;
+  if (n > 0 && !pthread_attr_init(&a)) {
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    started = !pthread_create(&thr, &a, task_thread, t);
+    pthread_attr_destroy(&a);
+  }
+  if (started) return;
+  if (n > 0) {
+    pthread_mutex_lock(&p->mu);
+    p->nworkers--;
+    pthread_mutex_unlock(&p->mu);
+  }
+  AGENT_WARN(
+      "PMIx: cannot start a thread for a waiting operation (%d running): it runs on the "
+      "store thread, which other requests then wait behind",
+      n > 0 ? n : MAX_WORKERS);
+  run_task(t);
+}
+
+/* The next sequence number of fences (or connects) over the nodes in sig. Under mu; -1 on out of
+ * memory. */
+static int64_t next_seq(agent_pmix_t *p, const char *kind, const char *sig) {
+  char full[300];
+  snprintf(full, sizeof full, "%s/%s", kind, sig);
+  int j = 0;
+  while (j < p->nseqs && strcmp(p->seqs[j].sig, full)) j++;
+  if (j == p->nseqs) {
+    fence_seq_t *ns = realloc(p->seqs, (size_t)(p->nseqs + 1) * sizeof *ns);
+    if (ns) p->seqs = ns;
+    char *dup = ns ? strdup(full) : NULL;
+    if (!dup) return -1;
+    ns[j].sig = dup;
+    ns[j].n = 0;
+    p->nseqs++;
+  }
+  return (int64_t)p->seqs[j].n++;
+}
+
 void *agent_pmix__store_thread(void *arg) {
   agent_pmix_t *p = arg;
-  tdist_store_t *pclient = NULL, *pstore = NULL;
-  uint64_t pgen = 0;
   for (;;) {
     pthread_mutex_lock(&p->mu);
     while (!p->stop && !p->head) pthread_cond_wait(&p->cv, &p->mu);
@@ -321,92 +531,44 @@ void *agent_pmix__store_thread(void *arg) {
       if (!p->head) p->tail = NULL;
     }
     int stop = p->stop;
-    int live = o && p->have_job && o->gen == p->gen;
+    task_t *t = o ? calloc(1, sizeof *t) : NULL;
+    int live = t && p->have_job && o->gen == p->gen;
     /* A node that missed one fence misses the next: fail at once rather than wait again. */
-    int dead = live && o->kind <= OP_DMODEX && p->timed_out_gen == o->gen;
-    int node_id = p->node_id;
-    double timeout_s = p->timeout_s;
-    char sig[256] = "";
-    uint64_t seq = 0;
-    int owner = -1;
-    if (o && live && o->kind == OP_FENCE) {
-      size_t l = 0;
-      for (int i = 0; i < o->nnodes && l < sizeof sig - 12; i++)
-        l += (size_t)snprintf(sig + l, sizeof sig - l, "%s%d", i ? "." : "", o->nodes[i]);
-      int j = 0;
-      while (j < p->nseqs && strcmp(p->seqs[j].sig, sig)) j++;
-      if (j == p->nseqs) {
-        fence_seq_t *ns = realloc(p->seqs, (size_t)(p->nseqs + 1) * sizeof *ns);
-        char *dup = strdup(sig);
-        if (ns && dup) {
-          p->seqs = ns;
-          ns[j].sig = dup;
-          ns[j].n = 0;
-          p->nseqs++;
-        } else {
-          if (ns) p->seqs = ns;
-          free(dup);
-          live = 0;
-        }
-      }
-      if (live) seq = p->seqs[j].n++;
+    int dead = live && uses_round_prefix(o->kind) && p->timed_out_gen == o->gen;
+    if (t) {
+      t->p = p;
+      t->o = o;
+      t->node_id = p->node_id;
+      t->timeout_s = p->timeout_s;
+      t->owner = -1;
     }
-    if (o && live && o->kind == OP_DMODEX) owner = agent_pmix__node_of(p, (pmix_rank_t)o->rank);
+    if (live && (o->kind == OP_FENCE || o->kind == OP_CONNECT)) {
+      size_t l = 0;
+      for (int i = 0; i < o->nnodes && l < sizeof t->sig - 12; i++)
+        l += (size_t)snprintf(t->sig + l, sizeof t->sig - l, "%s%d", i ? "." : "", o->nodes[i]);
+      int64_t seq = next_seq(p, o->kind == OP_FENCE ? "fence" : "connect", t->sig);
+      if (seq < 0) live = 0;
+      t->seq = (uint64_t)(seq < 0 ? 0 : seq);
+    }
+    if (live && o->kind == OP_DMODEX) t->owner = agent_pmix__node_of(p, (pmix_rank_t)o->rank);
     pthread_mutex_unlock(&p->mu);
     if (!o) {
       if (stop) break;
       continue;
     }
-    if (dead) {
-      o->modex_cb(PMIX_ERR_TIMEOUT, NULL, 0, o->cbdata, NULL, NULL);
+    if (!t || dead) {
+      fail_op(o, dead ? PMIX_ERR_TIMEOUT : PMIX_ERR_NOMEM);
       agent_pmix__op_free(o);
+      free(t);
       continue;
     }
-    char err[600];
-    int sok = live;
-    if (sok && o->kind <= OP_DMODEX &&
-        job_store(p, &p->client, &p->store, &p->store_gen, NULL, err, sizeof err)) {
-      AGENT_ERROR("PMIx: %s", err);
-      sok = 0;
-    }
-    if (sok && o->kind > OP_DMODEX && job_store(p, &pclient, &pstore, &pgen, "", err, sizeof err)) {
-      AGENT_ERROR("PMIx: %s", err);
-      sok = 0;
-    }
-    switch (o->kind) {
-      case OP_FENCE:
-        if (sok)
-          do_fence(p, o, p->store, sig, seq, node_id, timeout_s);
-        else
-          o->modex_cb(PMIX_ERR_NOT_AVAILABLE, NULL, 0, o->cbdata, NULL, NULL);
-        break;
-      case OP_DMODEX:
-        if (sok && owner >= 0)
-          do_dmodex(p, o, p->store, owner, timeout_s);
-        else
-          o->modex_cb(sok ? PMIX_ERR_BAD_PARAM : PMIX_ERR_NOT_AVAILABLE, NULL, 0, o->cbdata, NULL,
-                      NULL);
-        break;
-      case OP_PUBLISH: {
-        pmix_status_t st = sok ? do_publish(o, pstore) : PMIX_ERR_NOT_AVAILABLE;
-        if (o->op_cb) o->op_cb(st, o->cbdata);
-        break;
-      }
-      case OP_LOOKUP:
-        if (sok)
-          do_lookup(p, o, pstore, timeout_s);
-        else
-          o->lookup_cb(PMIX_ERR_NOT_AVAILABLE, NULL, 0, o->cbdata);
-        break;
-      case OP_UNPUBLISH:
-        if (sok) do_unpublish(o, pstore);
-        if (o->op_cb) o->op_cb(sok ? PMIX_SUCCESS : PMIX_ERR_NOT_AVAILABLE, o->cbdata);
-        break;
-    }
-    agent_pmix__op_free(o);
+    t->live = live;
+    int waits = live && (uses_round_prefix(o->kind) || (o->kind == OP_LOOKUP && o->wait));
+    if (waits)
+      run_apart(t);
+    else
+      run_task(t);
   }
-  tdist_store_destroy(pstore);
-  tdist_store_destroy(pclient);
   return NULL;
 }
 

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# tdist-agent --backend mpi as the PMIx server, on this host (no pods): what mpi4py's tests found.
+# The workers are tests/agent/mpi/mpi_dyn.c (plain MPI) and mpi_check.c.
+#   a. MPI_Comm_accept/MPI_Comm_connect inside one job, 1 agent x 4 ranks, twice: Open MPI
+#      publishes and looks up with a wait several times; the job completes (a waiting lookup
+#      never holds up the publish it waits for), the merged all-reduce of random data is right.
+#   args: AGENT MPI_DYN MPI_CHECK PORTS_SH MPI_ENV_SH
+set -uo pipefail
+AGENT="$(realpath "$1")"; DYN="$(realpath "$2")"; CHECK="$(realpath "$3")"
+# shellcheck source=../testlib/ports.sh
+. "$4"
+# shellcheck source=../mpi/mpi_env.sh
+. "$5"
+T="${TEST_TMPDIR:-$(mktemp -d)}/pmix_dyn.$$"; mkdir -p "$T"
+SEED="${TDIST_TEST_SEED:-$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')}"
+echo "pmix_dyn_test: seed $SEED (TDIST_TEST_SEED=$SEED replays)"
+fails=0
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# A hard bound on every agent (no hang): far above what a loaded CI machine needs.
+LIMIT=150
+RDZV_TIMEOUT=20
+
+# standalone LOG NPROC CMD...: one agent of NPROC ranks; its exit code.
+standalone() {
+  local log=$1 n=$2
+  shift 2
+  timeout -k 5 "$LIMIT" "$AGENT" --standalone --http-port 0 --backend mpi --nproc-per-node "$n" \
+    --rdzv-timeout "$RDZV_TIMEOUT" --stop-grace-period 2 --monitor-interval 0.1 -- "$@" \
+    >"$T/$log.log" 2>&1
+}
+
+dump() { echo "== $T/$1.log"; tail -40 "$T/$1.log"; }
+
+scenario_a() {
+  local i rc n
+  for i in 1 2; do
+    standalone "a$i" 4 "$DYN" accept --seed "$((SEED + i))"; rc=$?
+    n=$(grep -cE "^mpi_dyn: rank [0-3] of 4: (accepted|connected), remote group of 2, merged 4 ranks: all-reduce OK" "$T/a$i.log")
+    if [ "$rc" = 0 ] && [ "$n" = 4 ]; then
+      pass "a: run $i: MPI_Comm_accept/connect inside one job (1 agent x 4 ranks): 4 ranks merged, all-reduce right"
+    else
+      fail "a: run $i: agent exited $rc, $n of 4 ranks connected and right"; dump "a$i"
+    fi
+  done
+}
+
+only="${PMIX_DYN_ONLY:-a}"
+[[ $only == *a* ]] && scenario_a
+if [ $fails -gt 0 ]; then echo "pmix_dyn_test: $fails failure(s)"; exit 1; fi
+echo "pmix_dyn_test: ok"
