@@ -62,9 +62,35 @@ static pmix_status_t new_op(agent_pmix_t *p, op_kind_t kind, void *cbdata, op_t 
   return PMIX_SUCCESS;
 }
 
-static int cmp_int(const void *a, const void *b) {
-  int x = *(const int *)a, y = *(const int *)b;
-  return x < y ? -1 : x > y;
+/* o->nodes: the nodes of procs, ascending. 0; -1 a rank outside the job (or out of memory);
+ * -2 a process of another namespace (another job). */
+static int procs_nodes(agent_pmix_t *p, const pmix_proc_t procs[], size_t nprocs, op_t *o) {
+  pthread_mutex_lock(&p->mu);
+  int nn = p->nnodes, rc = 0;
+  char *in = calloc((size_t)(nn ? nn : 1), 1);
+  if (!in || !p->have_job) rc = -1;
+  for (size_t i = 0; !rc && i < nprocs; i++) {
+    if (strcmp(procs[i].nspace, p->nspace)) {
+      rc = -2;
+    } else if (procs[i].rank == PMIX_RANK_WILDCARD) {
+      memset(in, 1, (size_t)nn);
+    } else {
+      int n = agent_pmix__node_of(p, procs[i].rank);
+      if (n < 0)
+        rc = -1;
+      else
+        in[n] = 1;
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (!rc) {
+    o->nodes = malloc((size_t)(nn ? nn : 1) * sizeof *o->nodes);
+    for (int n = 0; o->nodes && n < nn; n++)
+      if (in[n]) o->nodes[o->nnodes++] = n;
+    if (!o->nodes || o->nnodes == 0) rc = -1;
+  }
+  free(in);
+  return rc;
 }
 
 static pmix_status_t m_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
@@ -77,34 +103,12 @@ static pmix_status_t m_fence(const pmix_proc_t procs[], size_t nprocs, const pmi
   pmix_status_t st = new_op(p, OP_FENCE, cbdata, &o);
   if (st != PMIX_SUCCESS) return st;
   o->modex_cb = cb;
-  pthread_mutex_lock(&p->mu);
-  int nn = p->nnodes;
-  char *in = calloc((size_t)(nn ? nn : 1), 1);
-  int bad = !in || !p->have_job;
-  for (size_t i = 0; !bad && i < nprocs; i++) {
-    if (strcmp(procs[i].nspace, p->nspace)) {
-      bad = 1;
-    } else if (procs[i].rank == PMIX_RANK_WILDCARD) {
-      memset(in, 1, (size_t)nn);
-    } else {
-      int n = agent_pmix__node_of(p, procs[i].rank);
-      if (n < 0)
-        bad = 1;
-      else
-        in[n] = 1;
-    }
-  }
-  pthread_mutex_unlock(&p->mu);
+  int bad = procs_nodes(p, procs, nprocs, o) != 0;
   if (!bad) {
-    o->nodes = malloc((size_t)(nn ? nn : 1) * sizeof *o->nodes);
-    for (int n = 0; o->nodes && n < nn; n++)
-      if (in[n]) o->nodes[o->nnodes++] = n;
-    qsort(o->nodes, (size_t)o->nnodes, sizeof *o->nodes, cmp_int);
     if (ndata && (o->data = malloc(ndata))) memcpy(o->data, data, ndata);
     o->ndata = o->data ? ndata : 0;
-    bad = !o->nodes || o->nnodes == 0 || (ndata && !o->data);
+    bad = ndata && !o->data;
   }
-  free(in);
   if (bad) {
     agent_pmix__op_free(o);
     return PMIX_ERR_BAD_PARAM;
@@ -206,18 +210,46 @@ static pmix_status_t m_spawn(const pmix_proc_t *proc, const pmix_info_t job_info
   return PMIX_ERR_NOT_SUPPORTED;
 }
 
+/* PMIx_Connect and PMIx_Disconnect (MPI_Comm_connect/accept, MPI_Comm_disconnect, the
+ * dynamic-process calls) inside the job: the processes are all in its namespace, and their data
+ * goes through the fences and direct modex already, so both are a barrier of the nodes that hold
+ * them. libpmix calls these once the node's own participants arrived. Across jobs: refused. */
+static pmix_status_t connect_op(op_kind_t kind, const pmix_proc_t procs[], size_t nprocs,
+                                pmix_op_cbfunc_t cb, void *cbdata) {
+  agent_pmix_t *p = agent_pmix__g_p;
+  op_t *o = NULL;
+  pmix_status_t st = new_op(p, kind, cbdata, &o);
+  if (st != PMIX_SUCCESS) return st;
+  o->op_cb = cb;
+  int rc = procs_nodes(p, procs, nprocs, o);
+  if (rc) {
+    agent_pmix__op_free(o);
+    if (rc == -2) {
+      AGENT_ERROR(
+          "PMIx_%s over %zu process(es) of another job (namespace '%s'; "
+          "MPI_Comm_connect/accept across jobs): not supported by tdist-agent, which "
+          "serves one job; connect/accept between ranks of one job works",
+          kind == OP_CONNECT ? "Connect" : "Disconnect", nprocs, procs[0].nspace);
+      return PMIX_ERR_NOT_SUPPORTED;
+    }
+    return PMIX_ERR_BAD_PARAM;
+  }
+  return agent_pmix__enqueue(p, o);
+}
+
 static pmix_status_t m_connect(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
                                size_t ninfo, pmix_op_cbfunc_t cb, void *cbdata) {
-  (void)procs;
   (void)info;
   (void)ninfo;
-  (void)cb;
-  (void)cbdata;
-  AGENT_ERROR(
-      "PMIx_Connect over %zu process(es) (MPI_Comm_connect/accept across jobs): not "
-      "supported by tdist-agent",
-      nprocs);
-  return PMIX_ERR_NOT_SUPPORTED;
+  return connect_op(OP_CONNECT, procs, nprocs, cb, cbdata);
+}
+
+static pmix_status_t m_disconnect(const pmix_proc_t procs[], size_t nprocs,
+                                  const pmix_info_t info[], size_t ninfo, pmix_op_cbfunc_t cb,
+                                  void *cbdata) {
+  (void)info;
+  (void)ninfo;
+  return connect_op(OP_DISCONNECT, procs, nprocs, cb, cbdata);
 }
 
 /* ---- the API ---- */
@@ -247,6 +279,7 @@ int agent_pmix_start(agent_pmix_t **out, const char *tmpdir, char *err, size_t c
   m.unpublish = m_unpublish;
   m.spawn = m_spawn;
   m.connect = m_connect;
+  m.disconnect = m_disconnect;
   pmix_info_t *si;
   PMIX_INFO_CREATE(si, 2);
   PMIX_INFO_LOAD(&si[0], PMIX_SERVER_TMPDIR, tmpdir, PMIX_STRING);

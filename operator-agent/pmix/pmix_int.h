@@ -17,7 +17,15 @@
 
 #define SLICE_MS 250 /* blocking store calls wait this long at a time, to notice a job's end */
 
-typedef enum { OP_FENCE, OP_DMODEX, OP_PUBLISH, OP_LOOKUP, OP_UNPUBLISH, OP_CONNECT } op_kind_t;
+typedef enum {
+  OP_FENCE,
+  OP_DMODEX,
+  OP_PUBLISH,
+  OP_LOOKUP,
+  OP_UNPUBLISH,
+  OP_CONNECT,
+  OP_DISCONNECT
+} op_kind_t;
 
 typedef struct conn conn_t; /* a pooled connection to the agents' store (pmix_store.c) */
 
@@ -25,7 +33,7 @@ typedef struct op {
   struct op *next;
   op_kind_t kind;
   uint64_t gen; /* the job it belongs to: ops of an ended job fail at once */
-  int *nodes;   /* OP_FENCE: the participating nodes, ascending */
+  int *nodes;   /* OP_FENCE, OP_(DIS)CONNECT: the participating nodes, ascending */
   int nnodes;
   char *data; /* OP_FENCE: this node's contribution; OP_PUBLISH: packed infos */
   size_t ndata;

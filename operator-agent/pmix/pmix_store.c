@@ -74,6 +74,11 @@ static int wait_keys(agent_pmix_t *p, tdist_store_t *s, uint64_t gen, const char
 
 static void release_buf(void *cbdata) { free(cbdata); }
 
+/* The store keys' and the log's name of a barrier op. */
+static const char *op_what(op_kind_t k) {
+  return k == OP_FENCE ? "fence" : k == OP_CONNECT ? "connect" : "disconnect";
+}
+
 /* Answers o with st (once: every callback is cleared). */
 static void fail_op(op_t *o, pmix_status_t st) {
   if (o->modex_cb) o->modex_cb(st, NULL, 0, o->cbdata, NULL, NULL);
@@ -85,7 +90,8 @@ static void fail_op(op_t *o, pmix_status_t st) {
 }
 
 /* A fence across nodes: our data under <what>/<sig>/<seq>/<node>, everyone's back, in node order
- * (what: "fence"; "connect" for PMIx_Connect, which is a fence with no data and an op_cb). */
+ * (what: "fence"; "connect"/"disconnect" for PMIx_Connect/Disconnect: a fence with no data and an
+ * op_cb). */
 static void do_fence(agent_pmix_t *p, op_t *o, tdist_store_t *s, const char *what, const char *sig,
                      uint64_t seq, int node_id, double timeout_s) {
   char err[600] = "", key[700];
@@ -417,7 +423,7 @@ typedef struct {
 } task_t;
 
 static int uses_round_prefix(op_kind_t k) {
-  return k == OP_FENCE || k == OP_DMODEX || k == OP_CONNECT;
+  return k == OP_FENCE || k == OP_DMODEX || k == OP_CONNECT || k == OP_DISCONNECT;
 }
 
 /* Does t's op and answers libpmix. Frees t and its op. */
@@ -436,7 +442,8 @@ static void run_task(task_t *t) {
         do_fence(p, o, c->store, "fence", t->sig, t->seq, t->node_id, t->timeout_s);
         break;
       case OP_CONNECT:
-        do_fence(p, o, c->store, "connect", t->sig, t->seq, t->node_id, t->timeout_s);
+      case OP_DISCONNECT:
+        do_fence(p, o, c->store, op_what(o->kind), t->sig, t->seq, t->node_id, t->timeout_s);
         break;
       case OP_DMODEX:
         if (t->owner >= 0)
@@ -542,11 +549,11 @@ void *agent_pmix__store_thread(void *arg) {
       t->timeout_s = p->timeout_s;
       t->owner = -1;
     }
-    if (live && (o->kind == OP_FENCE || o->kind == OP_CONNECT)) {
+    if (live && o->nodes) {
       size_t l = 0;
       for (int i = 0; i < o->nnodes && l < sizeof t->sig - 12; i++)
         l += (size_t)snprintf(t->sig + l, sizeof t->sig - l, "%s%d", i ? "." : "", o->nodes[i]);
-      int64_t seq = next_seq(p, o->kind == OP_FENCE ? "fence" : "connect", t->sig);
+      int64_t seq = next_seq(p, op_what(o->kind), t->sig);
       if (seq < 0) live = 0;
       t->seq = (uint64_t)(seq < 0 ? 0 : seq);
     }

@@ -4,6 +4,9 @@
 #   a. MPI_Comm_accept/MPI_Comm_connect inside one job, 1 agent x 4 ranks, twice: Open MPI
 #      publishes and looks up with a wait several times; the job completes (a waiting lookup
 #      never holds up the publish it waits for), the merged all-reduce of random data is right.
+#   b. the same across two agents (2 nodes x 2 ranks on this host, the accepting half on node 0,
+#      the connecting half on node 1): PMIx_Connect/Disconnect of one job's processes on
+#      several nodes are a barrier of those nodes through the agents' store, not refused.
 #   args: AGENT MPI_DYN MPI_CHECK PORTS_SH MPI_ENV_SH
 set -uo pipefail
 AGENT="$(realpath "$1")"; DYN="$(realpath "$2")"; CHECK="$(realpath "$3")"
@@ -30,6 +33,23 @@ standalone() {
     >"$T/$log.log" 2>&1
 }
 
+# two LOG CMD...: two agents of 2 ranks each on this host (nodes 0 and 1, node 0 hosting the
+# agents' store); sets RC0 and RC1, their exit codes.
+two() {
+  local log=$1 mp n
+  shift
+  mp=$(free_port)
+  for n in 0 1; do
+    timeout -k 5 "$LIMIT" "$AGENT" --nnodes 2 --node-rank $n --master-addr 127.0.0.1 \
+      --master-port "$mp" --http-port 0 --backend mpi --nproc-per-node 2 \
+      --rdzv-timeout "$RDZV_TIMEOUT" --stop-grace-period 2 --monitor-interval 0.1 -- "$@" \
+      >"$T/$log.$n.log" 2>&1 &
+    eval "PID$n=$!"
+  done
+  wait "$PID0"; RC0=$?
+  wait "$PID1"; RC1=$?
+}
+
 dump() { echo "== $T/$1.log"; tail -40 "$T/$1.log"; }
 
 scenario_a() {
@@ -45,7 +65,21 @@ scenario_a() {
   done
 }
 
-only="${PMIX_DYN_ONLY:-a}"
+scenario_b() {
+  local n
+  # tcp only: this scenario is about connect/accept (scenario e is about shared memory)
+  OMPI_MCA_btl=self,tcp two b "$DYN" accept --seed "$SEED"
+  n=$(cat "$T"/b.*.log | grep -cE "^mpi_dyn: rank [0-3] of 4: (accepted|connected), remote group of 2, merged 4 ranks: all-reduce OK")
+  if [ "$RC0$RC1" = 00 ] && [ "$n" = 4 ]; then
+    pass "b: MPI_Comm_accept/connect inside one job across 2 agents (2 x 2 ranks): merged, all-reduce right"
+  else
+    fail "b: agents exited $RC0 and $RC1, $n of 4 ranks connected and right"; dump b.0; dump b.1
+  fi
+  grep -h "PMIx_Connect" "$T"/b.*.log && fail "b: an agent refused PMIx_Connect inside the job"
+}
+
+only="${PMIX_DYN_ONLY:-ab}"
 [[ $only == *a* ]] && scenario_a
+[[ $only == *b* ]] && scenario_b
 if [ $fails -gt 0 ]; then echo "pmix_dyn_test: $fails failure(s)"; exit 1; fi
 echo "pmix_dyn_test: ok"
