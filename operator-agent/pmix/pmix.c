@@ -196,6 +196,9 @@ static pmix_status_t m_unpublish(const pmix_proc_t *proc, char **keys, const pmi
   return agent_pmix__enqueue(p, o);
 }
 
+/* MPI_Comm_spawn: refused, and the job ends. Open MPI hands the refusal to the spawning root
+ * only; the other ranks of the communicator wait for the spawn for ever (under mpirun, which
+ * spawns, the job goes on or ends). */
 static pmix_status_t m_spawn(const pmix_proc_t *proc, const pmix_info_t job_info[], size_t ninfo,
                              const pmix_app_t apps[], size_t napps, pmix_spawn_cbfunc_t cb,
                              void *cbdata) {
@@ -203,10 +206,23 @@ static pmix_status_t m_spawn(const pmix_proc_t *proc, const pmix_info_t job_info
   (void)ninfo;
   (void)cb;
   (void)cbdata;
-  AGENT_ERROR(
-      "rank %u asked to spawn %zu application(s) (%s, MPI_Comm_spawn): tdist-agent does "
-      "not start processes on request; run every program of the job as its workers",
-      proc->rank, napps, napps && apps[0].cmd ? apps[0].cmd : "?");
+  agent_pmix_t *p = agent_pmix__g_p;
+  char msg[768];
+  snprintf(msg, sizeof msg,
+           "rank %u called MPI_Comm_spawn (PMIx_Spawn of %zu application(s): %s): refused, "
+           "tdist-agent starts only the job's own workers, and the spawning ranks would wait "
+           "for ever: the job ends (not retried); run every program of the job as its workers, "
+           "or the job under mpirun",
+           proc->rank, napps, napps && apps[0].cmd ? apps[0].cmd : "?");
+  AGENT_ERROR("%s", msg);
+  if (p) {
+    pthread_mutex_lock(&p->mu);
+    if (!p->refused && !strcmp(proc->nspace, p->nspace)) {
+      p->refused = 1;
+      snprintf(p->refuse_msg, sizeof p->refuse_msg, "%s", msg);
+    }
+    pthread_mutex_unlock(&p->mu);
+  }
   return PMIX_ERR_NOT_SUPPORTED;
 }
 
@@ -335,6 +351,15 @@ int agent_pmix_aborted(agent_pmix_t *p, int *rank, int *status, char *msg, size_
   }
   pthread_mutex_unlock(&p->mu);
   return a;
+}
+
+int agent_pmix_refused(agent_pmix_t *p, char *msg, size_t cap) {
+  if (!p) return 0;
+  pthread_mutex_lock(&p->mu);
+  int r = p->refused;
+  if (r) snprintf(msg, cap, "%s", p->refuse_msg);
+  pthread_mutex_unlock(&p->mu);
+  return r;
 }
 
 static void *finalize_thread(void *arg) {

@@ -53,6 +53,11 @@ void agent_pmix_env_free(char **env);
 /* 1 when a rank of the current job called PMIx_Abort (MPI_Abort): its rank, status, message. */
 int agent_pmix_aborted(agent_pmix_t *p, int *rank, int *status, char *msg, size_t cap);
 
+/* 1 when the current job must end because the server refused what a rank asked and the job
+ * cannot go on without it (MPI_Comm_spawn: the spawning ranks would wait for ever): msg says
+ * what and why. The caller ends the job, as for an abort. */
+int agent_pmix_refused(agent_pmix_t *p, char *msg, size_t cap);
+
 /* Ends the current job (its pending fences fail, its namespace is deregistered). */
 void agent_pmix_job_end(agent_pmix_t *p);
 

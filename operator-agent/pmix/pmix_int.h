@@ -72,6 +72,8 @@ struct agent_pmix {
   int nseqs;
   int aborted, abort_rank, abort_status;
   char abort_msg[512];
+  int refused; /* a refused MPI_Comm_spawn: the job ends (agent_pmix_refused) */
+  char refuse_msg[768];
   /* the store thread's and the direct-modex thread's connections, and the job they are for */
   tdist_store_t *dclient, *dstore; /* the direct-modex service's */
   uint64_t dstore_gen;

@@ -123,6 +123,8 @@ int agent_pmix_job_start(agent_pmix_t *p, const agent_pmix_job_t *j, char *err, 
   p->timeout_s = j->timeout_s > 0 ? j->timeout_s : 300;
   p->aborted = 0;
   p->abort_msg[0] = 0;
+  p->refused = 0;
+  p->refuse_msg[0] = 0;
   for (int i = 0; i < p->nseqs; i++) free(p->seqs[i].sig);
   p->nseqs = 0;
   pthread_mutex_unlock(&p->mu);

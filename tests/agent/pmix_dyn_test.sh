@@ -7,6 +7,9 @@
 #   b. the same across two agents (2 nodes x 2 ranks on this host, the accepting half on node 0,
 #      the connecting half on node 1): PMIx_Connect/Disconnect of one job's processes on
 #      several nodes are a barrier of those nodes through the agents' store, not refused.
+#   c. MPI_Comm_spawn on COMM_WORLD, refused: the job ends with a message naming the spawn (the
+#      other ranks wait in it for ever otherwise), on 1 agent and on 2 (the other agent ends
+#      too, naming it); no restart.
 #   args: AGENT MPI_DYN MPI_CHECK PORTS_SH MPI_ENV_SH
 set -uo pipefail
 AGENT="$(realpath "$1")"; DYN="$(realpath "$2")"; CHECK="$(realpath "$3")"
@@ -78,8 +81,27 @@ scenario_b() {
   grep -h "PMIx_Connect" "$T"/b.*.log && fail "b: an agent refused PMIx_Connect inside the job"
 }
 
-only="${PMIX_DYN_ONLY:-ab}"
+scenario_c() {
+  local rc what="called MPI_Comm_spawn (PMIx_Spawn of 1 application(s): $DYN): refused"
+  standalone c 2 "$DYN" spawn; rc=$?
+  if [ "$rc" = 1 ] && grep -qF "rank 0 $what" "$T/c.log"; then
+    pass "c: a refused MPI_Comm_spawn ends the job (1 agent x 2 ranks: exit 1, the log names it)"
+  else
+    fail "c: 1 agent: exit $rc (want 1: 124 is a hang)"; dump c
+  fi
+  two c2 "$DYN" spawn
+  if [ "$RC0" = 1 ] && [ "$RC1" = 70 ] && grep -qF "$what" "$T/c2.0.log" &&
+    grep -q "giving up.*MPI_Comm_spawn" "$T/c2.1.log"; then
+    pass "c: 2 agents: the spawning rank's agent exits 1, the other 70, both name the spawn"
+  else
+    fail "c: 2 agents exited $RC0 and $RC1 (want 1 and 70)"; dump c2.0; dump c2.1
+  fi
+  grep -q "restarting the workers" "$T"/c*.log && fail "c: an agent restarted after the refusal"
+}
+
+only="${PMIX_DYN_ONLY:-abc}"
 [[ $only == *a* ]] && scenario_a
 [[ $only == *b* ]] && scenario_b
+[[ $only == *c* ]] && scenario_c
 if [ $fails -gt 0 ]; then echo "pmix_dyn_test: $fails failure(s)"; exit 1; fi
 echo "pmix_dyn_test: ok"
