@@ -786,7 +786,9 @@ static int pmix_job(agent_t *a, char *err, size_t cap) {
                           .store_port = a->master_port,
                           .store_prefix = prefix,
                           .publish_prefix = pub,
-                          .timeout_s = a->cfg.rdzv_timeout_s};
+                          .timeout_s = a->cfg.rdzv_timeout_s,
+                          .cmd = (const char *const *)a->cfg.cmd,
+                          .ncmd = a->cfg.ncmd};
     rc = agent_pmix_job_start(a->pmix, &j, err, cap);
   }
   free(nproc);

@@ -414,6 +414,9 @@ void agent_pmix_stop(agent_pmix_t *p) {
   for (int i = 0; i < p->nseqs; i++) free(p->seqs[i].sig);
   free(p->seqs);
   free(p->node_first);
+  free(p->cmd_name);
+  free(p->cmd_args);
+  free(p->wdir);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
   free(p);

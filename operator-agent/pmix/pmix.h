@@ -33,6 +33,8 @@ typedef struct {
   const char *store_prefix;   /* this round's keys: fences, direct modex */
   const char *publish_prefix; /* the run's keys: publish/lookup outlive a round */
   double timeout_s;           /* a fence or a lookup with PMIX_WAIT waits at most this */
+  const char *const *cmd;     /* the workers' command (ncmd words), as mpirun's MPI_INFO_ENV */
+  size_t ncmd;
 } agent_pmix_job_t;
 
 /* 1 when this agent was built with libpmix (else every call below fails, saying so). */

@@ -72,6 +72,7 @@ struct agent_pmix {
   int nseqs;
   int aborted, abort_rank, abort_status;
   char abort_msg[512];
+  char *cmd_name, *cmd_args, *wdir; /* the job's command, as mpirun gives it (pmix_env.c) */
   int refused; /* a refused MPI_Comm_spawn: the job ends (agent_pmix_refused) */
   char refuse_msg[768];
   /* the store thread's and the direct-modex thread's connections, and the job they are for */
@@ -116,6 +117,13 @@ int agent_pmix__node_of(const agent_pmix_t *p, pmix_rank_t r);
 int agent_pmix__job_live(agent_pmix_t *p, uint64_t gen);
 /* A fence or modex of job gen timed out: its later ones fail at once. Takes mu. */
 void agent_pmix__mark_timed_out(agent_pmix_t *p, uint64_t gen);
+
+/* pmix_env.c: the job's command and directory kept for agent_pmix__mpirun_env (-1: out of
+ * memory); the variables mpirun gives rank `rank`, appended to e (n entries, NULL-terminated);
+ * the CPUs this process may use (affinity, cgroup limit). */
+int agent_pmix__job_cmd(agent_pmix_t *p, const agent_pmix_job_t *j);
+int agent_pmix__mpirun_env(agent_pmix_t *p, int rank, char ***e, size_t *n);
+int agent_pmix__usable_cpus(void);
 
 /* The store thread (the op queue) and the thread that serves the other nodes' direct modex. */
 void *agent_pmix__store_thread(void *arg);

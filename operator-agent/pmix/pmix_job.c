@@ -124,10 +124,12 @@ int agent_pmix_job_start(agent_pmix_t *p, const agent_pmix_job_t *j, char *err, 
   p->aborted = 0;
   p->abort_msg[0] = 0;
   p->refused = 0;
+  int cmd_rc = agent_pmix__job_cmd(p, j);
   p->refuse_msg[0] = 0;
   for (int i = 0; i < p->nseqs; i++) free(p->seqs[i].sig);
   p->nseqs = 0;
   pthread_mutex_unlock(&p->mu);
+  if (cmd_rc) goto nomem;
   sync_t *s = agent_pmix__sync_new();
   if (!s) goto nomem;
   pmix_status_t st = agent_pmix__sync_wait(
@@ -198,7 +200,12 @@ int agent_pmix_worker_env(agent_pmix_t *p, int rank, char ***env, char *err, siz
     snprintf(err, cap, "out of memory building the PMIx environment");
     return -1;
   }
-  grown[n + 1] = NULL;
+  grown[++n] = NULL;
+  if (agent_pmix__mpirun_env(p, rank, &grown, &n)) {
+    agent_pmix_env_free(grown);
+    snprintf(err, cap, "out of memory building the MPI environment");
+    return -1;
+  }
   *env = grown;
   return 0;
 }

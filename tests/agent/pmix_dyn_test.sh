@@ -10,6 +10,11 @@
 #   c. MPI_Comm_spawn on COMM_WORLD, refused: the job ends with a message naming the spawn (the
 #      other ranks wait in it for ever otherwise), on 1 agent and on 2 (the other agent ends
 #      too, naming it); no restart.
+#   d. the environment mpirun gives: every rank's OMPI_COMM_WORLD_* variables, mpirun's
+#      oversubscription flag (OMPI_MCA_mpi_oversubscribe: 1 ranks, and one rank more than this
+#      machine's CPUs) and MPI_INFO_ENV (command, argv, wdir, maxprocs, ...) are what the same
+#      program prints under mpirun, rank by rank; OMPI_UNIVERSE_SIZE excepted (mpirun's counts
+#      its slots, the agent's is the job: it cannot spawn).
 #   args: AGENT MPI_DYN MPI_CHECK PORTS_SH MPI_ENV_SH
 set -uo pipefail
 AGENT="$(realpath "$1")"; DYN="$(realpath "$2")"; CHECK="$(realpath "$3")"
@@ -99,9 +104,29 @@ scenario_c() {
   grep -q "restarting the workers" "$T"/c*.log && fail "c: an agent restarted after the refusal"
 }
 
-only="${PMIX_DYN_ONLY:-abc}"
+scenario_d() {
+  local np cpus
+  cpus=$(nproc)
+  for np in 1 $((cpus + 1)); do
+    [ "$np" -le 9 ] || { echo "d: $np ranks: skipped (a machine of $cpus CPUs)"; continue; }
+    (cd "$T" && timeout -k 5 "$LIMIT" "${MPIRUN[@]}" -np "$np" "$DYN" env) >"$T/d.mpirun.$np.log" 2>&1
+    (cd "$T" && standalone "d.$np" "$np" "$DYN" env)
+    local want got
+    want=$(grep "^mpi_dyn: rank " "$T/d.mpirun.$np.log" | grep -v OMPI_UNIVERSE_SIZE | sort)
+    got=$(grep "^mpi_dyn: rank " "$T/d.$np.log" | grep -v OMPI_UNIVERSE_SIZE | sort)
+    if [ -n "$want" ] && [ "$want" = "$got" ] && grep -q "env OK" <<<"$got"; then
+      pass "d: $np rank(s): the agent's ranks see mpirun's variables and MPI_INFO_ENV ($(grep -c . <<<"$got") lines alike; $(grep -m1 -o 'OMPI_MCA_mpi_oversubscribe=.*' <<<"$got"))"
+    else
+      fail "d: $np rank(s): the agent's ranks differ from mpirun's (< mpirun, > agent):"
+      diff <(echo "$want") <(echo "$got") | head -30
+    fi
+  done
+}
+
+only="${PMIX_DYN_ONLY:-abcd}"
 [[ $only == *a* ]] && scenario_a
 [[ $only == *b* ]] && scenario_b
 [[ $only == *c* ]] && scenario_c
+[[ $only == *d* ]] && scenario_d
 if [ $fails -gt 0 ]; then echo "pmix_dyn_test: $fails failure(s)"; exit 1; fi
 echo "pmix_dyn_test: ok"
