@@ -140,8 +140,11 @@ static pmix_status_t m_publish(const pmix_proc_t *proc, const pmix_info_t info[]
   pmix_data_buffer_t buf;
   PMIX_DATA_BUFFER_CONSTRUCT(&buf);
   for (size_t i = 0; i < ninfo; i++) {
-    /* directives (range, persistence) are not data */
-    if (!strcmp(info[i].key, PMIX_RANGE) || !strcmp(info[i].key, PMIX_PERSISTENCE)) continue;
+    /* Only the user's keys are data: PMIx reserves the "pmix." prefix for its attributes, and
+     * libpmix passes its directives (range, persistence, timeout) and the publisher's
+     * pmix.euid/pmix.egid here too; stored, those would collide between publishers of other
+     * UIDs (PMIX_ERR_DUPLICATE_KEY) and show as names nobody published. */
+    if (!strncmp(info[i].key, "pmix.", 5)) continue;
     PMIx_Data_pack(NULL, &buf, (void *)&info[i], 1, PMIX_INFO);
   }
   PMIX_DATA_BUFFER_UNLOAD(&buf, o->data, o->ndata);

@@ -118,8 +118,9 @@ int agent_pmix_job_start(agent_pmix_t *p, const agent_pmix_job_t *j, char *err, 
   p->node_id = me;
   snprintf(p->store_host, sizeof p->store_host, "%s", j->store_host);
   p->store_port = j->store_port;
-  snprintf(p->prefix, sizeof p->prefix, "%s/", j->store_prefix);
-  snprintf(p->pub_prefix, sizeof p->pub_prefix, "%s/", j->publish_prefix);
+  /* no trailing '/': the prefix store puts one between prefix and key */
+  snprintf(p->prefix, sizeof p->prefix, "%s", j->store_prefix);
+  snprintf(p->pub_prefix, sizeof p->pub_prefix, "%s", j->publish_prefix);
   p->timeout_s = j->timeout_s > 0 ? j->timeout_s : 300;
   p->aborted = 0;
   p->abort_msg[0] = 0;

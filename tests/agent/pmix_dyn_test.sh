@@ -15,13 +15,18 @@
 #      machine's CPUs) and MPI_INFO_ENV (command, argv, wdir, maxprocs, ...) are what the same
 #      program prints under mpirun, rank by rank; OMPI_UNIVERSE_SIZE excepted (mpirun's counts
 #      its slots, the agent's is the job: it cannot spawn).
-#   args: AGENT MPI_DYN MPI_CHECK PORTS_SH MPI_ENV_SH
+#   e. published names are exactly the user's, under the README's key: while rank 0 holds its
+#      published name, the agents' store has tdist/<run>/pmix/publish/<name> (one slash) and no
+#      pmix.euid (libpmix's, which a publisher of another UID then met as a duplicate key);
+#      every rank looks the name up.
+#   args: AGENT MPI_DYN MPI_CHECK PORTS_SH MPI_ENV_SH STORE_CLI
 set -uo pipefail
 AGENT="$(realpath "$1")"; DYN="$(realpath "$2")"; CHECK="$(realpath "$3")"
 # shellcheck source=../testlib/ports.sh
 . "$4"
 # shellcheck source=../mpi/mpi_env.sh
 . "$5"
+STORE_CLI="$(realpath "$6")"
 T="${TEST_TMPDIR:-$(mktemp -d)}/pmix_dyn.$$"; mkdir -p "$T"
 SEED="${TDIST_TEST_SEED:-$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')}"
 echo "pmix_dyn_test: seed $SEED (TDIST_TEST_SEED=$SEED replays)"
@@ -123,10 +128,41 @@ scenario_d() {
   done
 }
 
-only="${PMIX_DYN_ONLY:-abcd}"
+scenario_e() {
+  local mp run="pubtest-$SEED" name="tdist-dyn-$SEED" i k got
+  mp=$(free_port)
+  rm -f "$T/e.hold"
+  timeout -k 5 "$LIMIT" "$AGENT" --standalone --master-port "$mp" --run-id "$run" --http-port 0 \
+    --backend mpi --nproc-per-node 2 --rdzv-timeout "$RDZV_TIMEOUT" -- \
+    "$DYN" publish --seed "$SEED" --hold "$T/e.hold" >"$T/e.log" 2>&1 &
+  local pid=$!
+  for ((i = 0; i < 600; i++)); do
+    grep -q "holding until" "$T/e.log" && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  get() { "$STORE_CLI" get "$1" --host 127.0.0.1 --port "$mp" --timeout-ms 300 2>/dev/null | tr -d '\0'; }
+  got=$(get "tdist/$run/pmix/publish/$name")
+  [[ $got == *"tdist-port-$SEED"* ]] &&
+    pass "e: the published name is tdist/$run/pmix/publish/$name in the agents' store" ||
+    { fail "e: no tdist/$run/pmix/publish/$name in the agents' store ('$got')"; }
+  for k in "tdist/$run/pmix/publish/pmix.euid" "tdist/$run/pmix//publish/pmix.euid" \
+    "tdist/$run/pmix//publish/$name"; do
+    got=$(get "$k")
+    [ -z "$got" ] || fail "e: the agents' store has $k, which nobody published"
+  done
+  touch "$T/e.hold"
+  wait $pid; local rc=$?
+  [ "$(grep -c "looked up $name = 'tdist-port-$SEED'; 'pmix.euid' not published" "$T/e.log")" = 2 ] &&
+    [ "$rc" = 0 ] && pass "e: both ranks looked the name up; the job exited 0" ||
+    { fail "e: agent exited $rc"; dump e; }
+}
+
+only="${PMIX_DYN_ONLY:-abcde}"
 [[ $only == *a* ]] && scenario_a
 [[ $only == *b* ]] && scenario_b
 [[ $only == *c* ]] && scenario_c
 [[ $only == *d* ]] && scenario_d
+[[ $only == *e* ]] && scenario_e
 if [ $fails -gt 0 ]; then echo "pmix_dyn_test: $fails failure(s)"; exit 1; fi
 echo "pmix_dyn_test: ok"

@@ -8,17 +8,23 @@
  *   mpi_dyn spawn               rank 0 of COMM_WORLD spawns one copy of itself (refused by the
  *                               agent, which must end the job: the other ranks wait in it).
  *   mpi_dyn env                 prints the variables and MPI_INFO_ENV entries mpirun gives.
- *   mpi_dyn publish [--seed S]  rank 0 publishes a name; every rank looks it up, and looks up
- *                               the reserved name "pmix.euid", which must not be found.
+ *   mpi_dyn publish [--seed S] [--hold FILE]
+ *                               rank 0 publishes a name; every rank looks it up, and looks up
+ *                               the reserved name "pmix.euid", which must not be found; with
+ *                               --hold, rank 0 then waits (120 s at most) for FILE to exist
+ *                               before it unpublishes (the test reads the store meanwhile).
  * Prints "mpi_dyn: rank R of N: ..." lines; exits 0 only if every check passed. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define COUNT 1024
+
+static const char *hold; /* publish --hold FILE */
 
 static uint64_t next(uint64_t *s) { /* splitmix64 */
   uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
@@ -123,6 +129,14 @@ static int publish(int rank, int size, uint64_t seed) {
   int found = MPI_Lookup_name("pmix.euid", MPI_INFO_NULL, euid) == MPI_SUCCESS;
   printf("mpi_dyn: rank %d of %d: looked up %s = '%s'; 'pmix.euid' %s\n", rank, size, name, port,
          found ? "FOUND (a published key the user never published)" : "not published");
+  if (rank == 0 && hold) {
+    printf("mpi_dyn: rank 0 of %d: published %s, holding until %s exists\n", size, name, hold);
+    fflush(stdout);
+    for (int i = 0; i < 1200 && access(hold, F_OK); i++) {
+      struct timespec ts = {0, 100 * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0 && MPI_Unpublish_name(name, MPI_INFO_NULL, want) != MPI_SUCCESS) bad = 1;
   return bad || found;
@@ -134,6 +148,8 @@ int main(int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
       seed = strtoull(argv[++i], NULL, 10);
+    } else if (!strcmp(argv[i], "--hold") && i + 1 < argc) {
+      hold = argv[++i];
     } else {
       fprintf(stderr, "mpi_dyn: unknown argument '%s'\n", argv[i]);
       return 2;
