@@ -2,8 +2,14 @@
  * rank started by the agent sees what it sees under mpirun (Open MPI 4.1 reads them; scripts
  * read OMPI_COMM_WORLD_*): its place in the job, the command (MPI_INFO_ENV's command, argv and
  * wdir), and whether the node's ranks outnumber its CPUs (then Open MPI yields when idle
- * instead of busy-polling). A variable the user set in the agent's environment is left alone. */
+ * instead of busy-polling). A variable the user set in the agent's environment is left alone.
+ * Also each job's shared-memory directory: Open MPI's vader transport names its segments
+ * vader_segment.<gethostname>.<uid>.<job>.<local rank> in /dev/shm, which the ranks of two agents
+ * on one host (one job, local ranks from 0 on each) would share and corrupt; each agent's ranks
+ * get a directory of its own, removed with the job (so no segment of a killed rank is left). */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -72,7 +78,43 @@ int agent_pmix__job_cmd(agent_pmix_t *p, const agent_pmix_job_t *j) {
     }
   }
   p->wdir = getcwd(NULL, 0); /* the workers start where the agent runs */
+  if (!getenv("OMPI_MCA_btl_vader_backing_directory") && !access("/dev/shm", W_OK)) {
+    char tmpl[] = "/dev/shm/tdist-mpi.XXXXXX";
+    if (mkdtemp(tmpl))
+      p->shm_dir = strdup(tmpl);
+    else
+      AGENT_WARN(
+          "PMIx: cannot create a shared-memory directory in /dev/shm (%s): the MPI ranks "
+          "use Open MPI's default (two agents' ranks on one host then collide)",
+          strerror(errno));
+  }
   return 0;
+}
+
+void agent_pmix__shm_dir_remove(agent_pmix_t *p) {
+  pthread_mutex_lock(&p->mu);
+  char *dir = p->shm_dir;
+  p->shm_dir = NULL;
+  pthread_mutex_unlock(&p->mu);
+  if (!dir) return;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  int left = 0;
+  if (d) {
+    struct dirent *de;
+    while ((de = readdir(d)))
+      if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+        left += unlinkat(fd, de->d_name, 0) != 0;
+    closedir(d);
+  } else if (fd >= 0) {
+    close(fd);
+  }
+  if (rmdir(dir) && errno != ENOENT)
+    AGENT_WARN(
+        "PMIx: could not remove the MPI ranks' shared-memory directory %s (%s; %d "
+        "entr%s left)",
+        dir, strerror(errno), left, left == 1 ? "y" : "ies");
+  free(dir);
 }
 
 /* "NAME=VALUE" appended to e (n entries, room for more), unless the user set NAME. */
@@ -103,6 +145,7 @@ int agent_pmix__mpirun_env(agent_pmix_t *p, int rank, char ***e, size_t *n) {
   char *cmd = p->cmd_name ? strdup(p->cmd_name) : NULL;
   char *args = p->cmd_args ? strdup(p->cmd_args) : NULL;
   char *wdir = p->wdir ? strdup(p->wdir) : NULL;
+  char *shm = p->shm_dir ? strdup(p->shm_dir) : NULL;
   pthread_mutex_unlock(&p->mu);
   int cpus = agent_pmix__usable_cpus();
   int rc = put(e, n, "OMPI_COMM_WORLD_SIZE", "%d", ws) ||
@@ -116,9 +159,11 @@ int agent_pmix__mpirun_env(agent_pmix_t *p, int rank, char ***e, size_t *n) {
            put(e, n, "OMPI_MCA_mpi_oversubscribe", "%d", nlocal > cpus) ||
            (cmd && put(e, n, "OMPI_COMMAND", "%s", cmd)) ||
            (args && put(e, n, "OMPI_ARGV", "%s", args)) ||
-           (wdir && put(e, n, "OMPI_MCA_initial_wdir", "%s", wdir));
+           (wdir && put(e, n, "OMPI_MCA_initial_wdir", "%s", wdir)) ||
+           (shm && put(e, n, "OMPI_MCA_btl_vader_backing_directory", "%s", shm));
   free(cmd);
   free(args);
   free(wdir);
+  free(shm);
   return rc ? -1 : 0;
 }

@@ -73,7 +73,8 @@ struct agent_pmix {
   int aborted, abort_rank, abort_status;
   char abort_msg[512];
   char *cmd_name, *cmd_args, *wdir; /* the job's command, as mpirun gives it (pmix_env.c) */
-  int refused; /* a refused MPI_Comm_spawn: the job ends (agent_pmix_refused) */
+  char *shm_dir; /* the job's ranks' shared-memory directory (pmix_env.c), or NULL */
+  int refused;   /* a refused MPI_Comm_spawn: the job ends (agent_pmix_refused) */
   char refuse_msg[768];
   /* the store thread's and the direct-modex thread's connections, and the job they are for */
   tdist_store_t *dclient, *dstore; /* the direct-modex service's */
@@ -124,6 +125,9 @@ void agent_pmix__mark_timed_out(agent_pmix_t *p, uint64_t gen);
 int agent_pmix__job_cmd(agent_pmix_t *p, const agent_pmix_job_t *j);
 int agent_pmix__mpirun_env(agent_pmix_t *p, int rank, char ***e, size_t *n);
 int agent_pmix__usable_cpus(void);
+/* Removes the job's shared-memory directory and what its ranks left there (at the job's end:
+ * its ranks are gone). */
+void agent_pmix__shm_dir_remove(agent_pmix_t *p);
 
 /* The store thread (the op queue) and the thread that serves the other nodes' direct modex. */
 void *agent_pmix__store_thread(void *arg);

@@ -35,6 +35,37 @@ static char *rank_list(int a, int b) {
   return out;
 }
 
+/* Each node's host identity for PMIx: its host name, unless other nodes of the job report the
+ * same one (several agents on one host, each with its own ranks: local multi-node testing,
+ * host-network pods), where each of them is "<host>-tdist-node<n>". Open MPI takes the nodes
+ * PMIx names alike for one node and hangs in MPI_Comm_split_type(SHARED) otherwise. NULL on out
+ * of memory; free with free_strs. */
+static char **host_ids(const agent_pmix_job_t *j) {
+  char **ids = calloc((size_t)j->nnodes, sizeof *ids);
+  for (int n = 0; ids && n < j->nnodes; n++) {
+    int shared = 0;
+    for (int m = 0; m < j->nnodes; m++) shared |= m != n && !strcmp(j->hosts[m], j->hosts[n]);
+    if (shared ? asprintf(&ids[n], "%s-tdist-node%d", j->hosts[n], n) < 0
+               : !(ids[n] = strdup(j->hosts[n]))) {
+      ids[n] = NULL;
+      for (int m = 0; m < n; m++) free(ids[m]);
+      free(ids);
+      return NULL;
+    }
+    if (shared && n == j->node_id)
+      AGENT_INFO(
+          "PMIx: other nodes of the job run on this host (%s) too: this node's MPI ranks "
+          "see it as %s, and their shared memory is this agent's own",
+          j->hosts[n], ids[n]);
+  }
+  return ids;
+}
+
+static void free_strs(char **s, int n) {
+  for (int i = 0; s && i < n; i++) free(s[i]);
+  free(s);
+}
+
 int agent_pmix_job_start(agent_pmix_t *p, const agent_pmix_job_t *j, char *err, size_t cap) {
   agent_pmix_job_end(p);
   if (j->nnodes < 1 || j->node_id < 0 || j->node_id >= j->nnodes ||
@@ -45,8 +76,9 @@ int agent_pmix_job_start(agent_pmix_t *p, const agent_pmix_job_t *j, char *err, 
   }
   int *first = malloc((size_t)(j->nnodes + 1) * sizeof *first);
   char **maps = calloc((size_t)j->nnodes, sizeof *maps);
-  char *hosts = join_strs(j->hosts, j->nnodes, ','), *ppn = NULL, *nodemap = NULL, *procmap = NULL,
-       *peers = NULL;
+  char **ids = host_ids(j);
+  char *hosts = ids ? join_strs((const char *const *)ids, j->nnodes, ',') : NULL, *ppn = NULL,
+       *nodemap = NULL, *procmap = NULL, *peers = NULL;
   int rc = -1;
   pmix_info_t *info = NULL;
   size_t ninfo = 0;
@@ -88,7 +120,7 @@ int agent_pmix_job_start(agent_pmix_t *p, const agent_pmix_job_t *j, char *err, 
   PMIX_INFO_LOAD(&info[k++], PMIX_APPNUM, &zero, PMIX_UINT32);
   PMIX_INFO_LOAD(&info[k++], PMIX_NUM_NODES, &u_nn, PMIX_UINT32);
   PMIX_INFO_LOAD(&info[k++], PMIX_NODEID, &u_me, PMIX_UINT32);
-  PMIX_INFO_LOAD(&info[k++], PMIX_HOSTNAME, j->hosts[me], PMIX_STRING);
+  PMIX_INFO_LOAD(&info[k++], PMIX_HOSTNAME, ids[me], PMIX_STRING);
   for (int n = 0; n < j->nnodes; n++) {
     for (int r = first[n]; r < first[n + 1]; r++) {
       pmix_data_array_t *da;
@@ -101,7 +133,7 @@ int agent_pmix_job_start(agent_pmix_t *p, const agent_pmix_job_t *j, char *err, 
       PMIX_INFO_LOAD(&pi[0], PMIX_RANK, &pr, PMIX_PROC_RANK);
       PMIX_INFO_LOAD(&pi[1], PMIX_LOCAL_RANK, &lr, PMIX_UINT16);
       PMIX_INFO_LOAD(&pi[2], PMIX_NODE_RANK, &lr, PMIX_UINT16);
-      PMIX_INFO_LOAD(&pi[3], PMIX_HOSTNAME, j->hosts[n], PMIX_STRING);
+      PMIX_INFO_LOAD(&pi[3], PMIX_HOSTNAME, ids[n], PMIX_STRING);
       PMIX_INFO_LOAD(&pi[4], PMIX_NODEID, &nid, PMIX_UINT32);
       PMIX_INFO_LOAD(&info[k], PMIX_PROC_DATA, da, PMIX_DATA_ARRAY);
       PMIX_DATA_ARRAY_FREE(da);
@@ -170,6 +202,7 @@ out:
   free(maps);
   free(first);
   free(hosts);
+  free_strs(ids, j->nnodes);
   free(ppn);
   free(nodemap);
   free(procmap);
@@ -226,6 +259,7 @@ void agent_pmix_job_end(agent_pmix_t *p) {
   snprintf(nspace, sizeof nspace, "%s", p->nspace);
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
+  agent_pmix__shm_dir_remove(p);
   if (!had) return;
   sync_t *s = agent_pmix__sync_new();
   if (!s) return;

@@ -19,6 +19,13 @@
 #      published name, the agents' store has tdist/<run>/pmix/publish/<name> (one slash) and no
 #      pmix.euid (libpmix's, which a publisher of another UID then met as a duplicate key);
 #      every rank looks the name up.
+#   f. two agents on one host with Open MPI's shared-memory transport (vader): 2 agents x 2 ranks
+#      of mpi_check (random all-reduce), three times, and mpi_dyn shared
+#      (MPI_Comm_split_type(SHARED) holds each agent's own ranks, a shared window carries random
+#      data): every run completes (the ranks of both agents once named the same segments in one
+#      /dev/shm and crashed, exit 139; Split_type hung). Then rank 1 calls MPI_Abort while all
+#      ranks run (1 agent x 2 ranks, and 2 x 2): after the agents end, /dev/shm holds no new
+#      vader segment (the killed ranks' once stayed) or agent directory.
 #   args: AGENT MPI_DYN MPI_CHECK PORTS_SH MPI_ENV_SH STORE_CLI
 set -uo pipefail
 AGENT="$(realpath "$1")"; DYN="$(realpath "$2")"; CHECK="$(realpath "$3")"
@@ -158,11 +165,46 @@ scenario_e() {
     { fail "e: agent exited $rc"; dump e; }
 }
 
-only="${PMIX_DYN_ONLY:-abcde}"
+# this host's vader segments (Open MPI names them after gethostname: pods of other tests have
+# theirs) and the agents' directories
+shm_names() {
+  ls /dev/shm 2>/dev/null | grep -E "^(vader_segment\.$(hostname)\.|tdist-mpi\.)" | sort
+}
+
+scenario_f() {
+  local r n before after
+  before=$(shm_names)
+  for r in 1 2 3; do
+    two "f$r" "$CHECK" --seed "$((SEED + r))" --steps 20
+    n=$(cat "$T"/f$r.*.log | grep -cE "^mpi_check: rank [0-3] of 4 on .*: 20 step\(s\) of MPI_Allreduce OK")
+    [ "$RC0$RC1" = 00 ] && [ "$n" = 4 ] &&
+      pass "f: run $r: 2 agents x 2 ranks on one host, shared memory on: MPI_Allreduce right on 4 ranks" ||
+      { fail "f: run $r: agents exited $RC0 and $RC1, $n of 4 ranks OK"; dump "f$r.0"; dump "f$r.1"; }
+  done
+  two fs "$DYN" shared --seed "$SEED"
+  n=$(cat "$T"/fs.*.log | grep -cE "^mpi_dyn: rank [0-3] of 4: shared-memory node of 2 rank\(s\) \(LOCAL_WORLD_SIZE 2\), 2 window\(s\) right, all-reduce OK")
+  [ "$RC0$RC1" = 00 ] && [ "$n" = 4 ] &&
+    pass "f: MPI_Comm_split_type(SHARED) holds each agent's 2 ranks; shared windows and all-reduce right" ||
+    { fail "f: shared: agents exited $RC0 and $RC1, $n of 4 ranks OK"; dump fs.0; dump fs.1; }
+  local rc
+  standalone fa1 2 "$CHECK" --seed "$SEED" --steps 100000 --step-ms 10 --abort-rank 1 --abort-status 3
+  rc=$?
+  [ "$rc" = 3 ] || { fail "f: abort on 1 agent: exit $rc (want 3)"; dump fa1; }
+  two fa "$CHECK" --seed "$SEED" --steps 100000 --step-ms 10 --abort-rank 1 --abort-status 3
+  [ "$RC0" = 3 ] && [ "$RC1" = 70 ] || { fail "f: abort: agents exited $RC0 and $RC1 (want 3, 70)"; dump fa.0; }
+  after=$(shm_names)
+  local new
+  new=$(comm -13 <(echo "$before") <(echo "$after") | grep .)
+  [ -z "$new" ] && pass "f: no vader segment or agent directory left in /dev/shm after the jobs (two aborted)" ||
+    fail "f: left in /dev/shm: $(echo $new)"
+}
+
+only="${PMIX_DYN_ONLY:-abcdef}"
 [[ $only == *a* ]] && scenario_a
 [[ $only == *b* ]] && scenario_b
 [[ $only == *c* ]] && scenario_c
 [[ $only == *d* ]] && scenario_d
 [[ $only == *e* ]] && scenario_e
+[[ $only == *f* ]] && scenario_f
 if [ $fails -gt 0 ]; then echo "pmix_dyn_test: $fails failure(s)"; exit 1; fi
 echo "pmix_dyn_test: ok"

@@ -13,6 +13,10 @@
  *                               the reserved name "pmix.euid", which must not be found; with
  *                               --hold, rank 0 then waits (120 s at most) for FILE to exist
  *                               before it unpublishes (the test reads the store meanwhile).
+ *   mpi_dyn shared [--seed S]   MPI_Comm_split_type(SHARED) must hold the agent's local ranks
+ *                               (LOCAL_WORLD_SIZE), and a window from MPI_Win_allocate_shared
+ *                               on it carries each rank's random data to the others; then
+ *                               MPI_Allreduce over COMM_WORLD as in accept.
  * Prints "mpi_dyn: rank R of N: ..." lines; exits 0 only if every check passed. */
 #include <mpi.h>
 #include <stdint.h>
@@ -81,6 +85,63 @@ static int accept_connect(int rank, int size, uint64_t seed) {
   MPI_Comm_disconnect(&inter);
   MPI_Comm_free(&half);
   if (rank == 0) MPI_Close_port(port);
+  return bad;
+}
+
+static int shared(int rank, int size, uint64_t seed) {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int nrank, nsize, bad = 0;
+  MPI_Comm_rank(node, &nrank);
+  MPI_Comm_size(node, &nsize);
+  const char *lws = getenv("LOCAL_WORLD_SIZE");
+  if (!lws || atoi(lws) != nsize) bad = 1;
+  fprintf(stderr, "mpi_dyn: rank %d: MPI_Comm_split_type(SHARED): %d rank(s)\n", rank, nsize);
+  int64_t *base = NULL;
+  MPI_Win win;
+  MPI_Win_allocate_shared(COUNT * sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, node, &base,
+                          &win);
+  MPI_Win_lock_all(0, win);
+  fill(base, seed, rank);
+  MPI_Win_sync(win);
+  MPI_Barrier(node);
+  MPI_Win_sync(win);
+  int ranks_ok = 0;
+  int64_t *want = malloc(COUNT * sizeof *want), *sum = malloc(COUNT * sizeof *sum),
+          *all = calloc(COUNT, sizeof *all);
+  for (int r = 0; r < nsize; r++) {
+    MPI_Aint sz;
+    int du, world = -1;
+    int64_t *peer;
+    MPI_Win_shared_query(win, r, &sz, &du, &peer);
+    MPI_Group g, wg;
+    MPI_Comm_group(node, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    MPI_Group_translate_ranks(g, 1, &r, wg, &world);
+    MPI_Group_free(&g);
+    MPI_Group_free(&wg);
+    fill(want, seed, world);
+    ranks_ok += !memcmp(peer, want, COUNT * sizeof *want);
+  }
+  MPI_Win_unlock_all(win);
+  MPI_Barrier(node);
+  MPI_Win_free(&win);
+  fill(want, seed, rank);
+  MPI_Allreduce(want, sum, COUNT, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  for (int r = 0; r < size; r++) {
+    fill(want, seed, r);
+    for (int i = 0; i < COUNT; i++) all[i] += want[i];
+  }
+  bad |= ranks_ok != nsize || memcmp(sum, all, COUNT * sizeof *sum) != 0;
+  printf(
+      "mpi_dyn: rank %d of %d: shared-memory node of %d rank(s) (LOCAL_WORLD_SIZE %s), %d "
+      "window(s) right, all-reduce %s\n",
+      rank, size, nsize, lws ? lws : "?", ranks_ok,
+      memcmp(sum, all, COUNT * sizeof *sum) ? "WRONG" : "OK");
+  free(want);
+  free(sum);
+  free(all);
+  MPI_Comm_free(&node);
   return bad;
 }
 
@@ -161,6 +222,8 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (!strcmp(mode, "accept")) {
     bad = accept_connect(rank, size, seed);
+  } else if (!strcmp(mode, "shared")) {
+    bad = shared(rank, size, seed);
   } else if (!strcmp(mode, "spawn")) {
     bad = spawn(rank, size, argv[0]);
   } else if (!strcmp(mode, "env")) {
