@@ -217,15 +217,16 @@ static pmix_status_t m_spawn(const pmix_proc_t *proc, const pmix_info_t job_info
            "for ever: the job ends (not retried); run every program of the job as its workers, "
            "or the job under mpirun",
            proc->rank, napps, napps && apps[0].cmd ? apps[0].cmd : "?");
-  AGENT_ERROR("%s", msg);
+  int recorded = 0; /* the main loop ends the job and logs it */
   if (p) {
     pthread_mutex_lock(&p->mu);
     if (!p->refused && !strcmp(proc->nspace, p->nspace)) {
-      p->refused = 1;
+      p->refused = recorded = 1;
       snprintf(p->refuse_msg, sizeof p->refuse_msg, "%s", msg);
     }
     pthread_mutex_unlock(&p->mu);
   }
+  if (!recorded) AGENT_ERROR("%s", msg);
   return PMIX_ERR_NOT_SUPPORTED;
 }
 
