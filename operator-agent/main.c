@@ -786,7 +786,9 @@ static int pmix_job(agent_t *a, char *err, size_t cap) {
                           .store_port = a->master_port,
                           .store_prefix = prefix,
                           .publish_prefix = pub,
-                          .timeout_s = a->cfg.rdzv_timeout_s};
+                          .timeout_s = a->cfg.rdzv_timeout_s,
+                          .cmd = (const char *const *)a->cfg.cmd,
+                          .ncmd = a->cfg.ncmd};
     rc = agent_pmix_job_start(a->pmix, &j, err, cap);
   }
   free(nproc);
@@ -794,14 +796,18 @@ static int pmix_job(agent_t *a, char *err, size_t cap) {
   return rc;
 }
 
-/* A rank called PMIx_Abort (MPI_Abort): the job ends on every node, as under mpirun. */
+/* A rank called PMIx_Abort (MPI_Abort), or (rank -1) the PMIx server refused what the job
+ * needs (msg says what): the job ends on every node, as under mpirun. */
 static round_outcome_t pmix_abort(agent_t *a, int rank, int status, const char *msg) {
   char text[800];
   if (!strcmp(msg, "N/A")) msg = ""; /* Open MPI's text when the program gave none */
-  snprintf(text, sizeof text,
-           "rank %d called MPI_Abort (PMIx_Abort) with status %d%s%s: the job ends (an abort is "
-           "not retried)",
-           rank, status, msg[0] ? ": " : "", msg);
+  if (rank >= 0)
+    snprintf(text, sizeof text,
+             "rank %d called MPI_Abort (PMIx_Abort) with status %d%s%s: the job ends (an abort "
+             "is not retried)",
+             rank, status, msg[0] ? ": " : "", msg);
+  else
+    snprintf(text, sizeof text, "%s", msg);
   AGENT_ERROR("%s", text);
   set_error(a, text);
   a->abort_code = status > 0 && status < 256 ? status : 1;
@@ -863,6 +869,10 @@ static round_outcome_t run_round(agent_t *a, int *local_failed) {
     if (agent_pmix_aborted(a->pmix, &ab_rank, &ab_status, ab_msg, sizeof ab_msg)) {
       *local_failed = 1;
       return pmix_abort(a, ab_rank, ab_status, ab_msg);
+    }
+    if (agent_pmix_refused(a->pmix, ab_msg, sizeof ab_msg)) {
+      *local_failed = 1;
+      return pmix_abort(a, -1, 1, ab_msg);
     }
     if (a->ws.first_failed >= 0) {
       char what[400];

@@ -33,6 +33,8 @@ typedef struct {
   const char *store_prefix;   /* this round's keys: fences, direct modex */
   const char *publish_prefix; /* the run's keys: publish/lookup outlive a round */
   double timeout_s;           /* a fence or a lookup with PMIX_WAIT waits at most this */
+  const char *const *cmd;     /* the workers' command (ncmd words), as mpirun's MPI_INFO_ENV */
+  size_t ncmd;
 } agent_pmix_job_t;
 
 /* 1 when this agent was built with libpmix (else every call below fails, saying so). */
@@ -52,6 +54,11 @@ void agent_pmix_env_free(char **env);
 
 /* 1 when a rank of the current job called PMIx_Abort (MPI_Abort): its rank, status, message. */
 int agent_pmix_aborted(agent_pmix_t *p, int *rank, int *status, char *msg, size_t cap);
+
+/* 1 when the current job must end because the server refused what a rank asked and the job
+ * cannot go on without it (MPI_Comm_spawn: the spawning ranks would wait for ever): msg says
+ * what and why. The caller ends the job, as for an abort. */
+int agent_pmix_refused(agent_pmix_t *p, char *msg, size_t cap);
 
 /* Ends the current job (its pending fences fail, its namespace is deregistered). */
 void agent_pmix_job_end(agent_pmix_t *p);

@@ -32,6 +32,13 @@ int agent_pmix_worker_env(agent_pmix_t *p, int rank, char ***env, char *err, siz
 
 void agent_pmix_env_free(char **env) { (void)env; }
 
+int agent_pmix_refused(agent_pmix_t *p, char *msg, size_t cap) {
+  (void)p;
+  (void)msg;
+  (void)cap;
+  return 0;
+}
+
 int agent_pmix_aborted(agent_pmix_t *p, int *rank, int *status, char *msg, size_t cap) {
   (void)p;
   (void)rank;

@@ -56,16 +56,14 @@ if [ -n "${TDIST_MPI4PY_FILES:-}" ]; then
 else
   FILES=$(cd "$TESTS" && ls test_*.py | sed 's/\.py$//' | grep -vx test_spawn | tr '\n' ' ')
 fi
-# Open MPI's shared-memory segments in a directory of our own, removed at the end, so that a
-# rank killed by the timeout leaves nothing in /dev/shm (the two-agent mode still has both
-# agents' ranks in one directory, as on a host).
+# mpirun's shared-memory segments in a directory of our own, removed at the end, so that a rank
+# killed by the timeout leaves nothing in /dev/shm. Only mpirun's: each agent gives its job's ranks
+# a directory of its own and removes it (a directory set here would be kept by both agents, and
+# two agents' ranks would map each other's segments again).
 SHM=/dev/shm/mpi4py-suite.$$
 mkdir -p "$SHM"
-export OMPI_MCA_btl_vader_backing_directory="$SHM"
-# mpirun --oversubscribe gives its ranks mpi_oversubscribe=1 (yield when idle, 4 ranks on 2
-# cores); the agent does not yet (DEFECT, the pmix branch: test_cco_buf takes 151 s instead of
-# 6-9 s). Given to every mode alike so a run ends in minutes; mpirun sets it anyway.
-export OMPI_MCA_mpi_oversubscribe=1
+# Not set here: mpirun --oversubscribe and the agent (when ranks outnumber CPUs) both give ranks
+# OMPI_MCA_mpi_oversubscribe=1 themselves.
 # The agent runs workers with its own environment: Open MPI's settings above reach them.
 export TDIST_LOG_LEVEL="${TDIST_LOG_LEVEL:-info}"
 cleanup() { rm -rf "$SHM"; }
@@ -78,7 +76,8 @@ run_file() {
   rm -f "$d/$name".*
   case $mode in
     mpirun)
-      timeout -k 10 "$FT" "${MPIRUN[@]}" -n $NP "${cmd[@]}" >"$d/$name.log" 2>&1 || rc=$? ;;
+      OMPI_MCA_btl_vader_backing_directory="$SHM" \
+        timeout -k 10 "$FT" "${MPIRUN[@]}" -n $NP "${cmd[@]}" >"$d/$name.log" 2>&1 || rc=$? ;;
     agent1x4)
       timeout -k 10 "$FT" "$AGENT" --standalone --backend mpi --nproc-per-node $NP \
         --rdzv-timeout "$RT" --stop-grace-period 2 --http-port 0 -- "${cmd[@]}" >"$d/$name.log" 2>&1 || rc=$? ;;
