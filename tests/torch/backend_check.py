@@ -20,39 +20,16 @@ import datetime
 import math
 import os
 import signal
-import subprocess
 import sys
 import time
 
 WORLD = int(sys.argv[1])
 
 if len(sys.argv) == 2:
-    import torch.distributed as dist
+    import rank_launcher
 
-    # The launcher hosts the store on a port the kernel picks, so parallel tests never collide.
-    host = dist.TCPStore("127.0.0.1", 0, WORLD + 1, True, timeout=datetime.timedelta(seconds=60),
-                         wait_for_workers=False)
-    procs = [
-        subprocess.Popen([sys.executable, "-u", __file__, str(WORLD), str(host.port), str(r)])
-        for r in range(WORLD)
-    ]
-    deadline = time.time() + 600  # a hang fails; a loaded CI machine (2 cores, load 40) is slow, not hung
-    codes = []
-    for p in procs:
-        try:
-            codes.append(p.wait(timeout=max(deadline - time.time(), 1)))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            print("FAIL: ranks did not finish in 600 s", flush=True)
-            sys.exit(1)
     # The last rank kills itself with SIGKILL at the end (the failure case).
-    want = [0] * (WORLD - 1) + [-signal.SIGKILL]
-    if codes != want:
-        print("FAIL: rank exit codes %s, expected %s" % (codes, want), flush=True)
-        sys.exit(1)
-    print("PASS: %d ranks" % WORLD, flush=True)
-    sys.exit(0)
+    rank_launcher.run(__file__, WORLD, 600, want=[0] * (WORLD - 1) + [-signal.SIGKILL])
 
 PORT = int(sys.argv[2])
 RANK = int(sys.argv[3])

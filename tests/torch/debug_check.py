@@ -24,35 +24,16 @@ RANK` (one rank). Each rank, on the default group ("tdist") and on subgroups:
 import datetime
 import os
 import re
-import subprocess
 import sys
 import time
 
 WORLD = int(sys.argv[1])
 
 if len(sys.argv) == 2:
-    import torch.distributed as dist
+    import rank_launcher
 
-    host = dist.TCPStore("127.0.0.1", 0, WORLD + 1, True, timeout=datetime.timedelta(seconds=60),
-                         wait_for_workers=False)
-    env = dict(os.environ, TORCH_DISTRIBUTED_DEBUG="DETAIL")
-    procs = [subprocess.Popen([sys.executable, "-u", __file__, str(WORLD), str(host.port), str(r)], env=env)
-             for r in range(WORLD)]
-    deadline = time.time() + 600  # as backend_check.py: a hang fails, load only slows it
-    codes = []
-    for p in procs:
-        try:
-            codes.append(p.wait(timeout=max(deadline - time.time(), 1)))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            print("FAIL: ranks did not finish in 600 s", flush=True)
-            sys.exit(1)
-    if codes != [0] * WORLD:
-        print("FAIL: rank exit codes %s" % codes, flush=True)
-        sys.exit(1)
-    print("PASS: %d ranks" % WORLD, flush=True)
-    sys.exit(0)
+    # As backend_check.py: a hang fails, load only slows it.
+    rank_launcher.run(__file__, WORLD, 600, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
 
 PORT = int(sys.argv[2])
 RANK = int(sys.argv[3])
