@@ -11,5 +11,9 @@ export OMPI_MCA_btl="self,vader,tcp" OMPI_MCA_pml="ob1"
 # MPI's libraries) makes these tests three times slower. To look for leaks of our own in MPI
 # processes: ASAN_OPTIONS=fast_unwind_on_malloc=0 with LSAN_OPTIONS=suppressions=lsan.supp.
 export OMPI_MCA_mca_base_component_disable_dlclose=1
+# No PCI discovery in hwloc (MPI_Init in every rank, PMIx_server_init in the agent): these tests
+# use no device, and under ASan it parses pci.ids through a growing realloc that its allocator
+# makes quadratic, seconds of CPU per process (as tests/agent/pmix_test.sh found).
+export HWLOC_COMPONENTS=-pci
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 MPIRUN=(mpirun --oversubscribe)
