@@ -12,7 +12,8 @@
 #include "tdist/tdist.h"
 #include "wire_enc.h"
 
-#define IO_TIMEOUT_MS 5000
+#define IO_TIMEOUT_MS \
+  30000 /* a hang, not a slow server: TSan on a loaded 2-core machine took over 5 s */
 
 typedef struct {
   int fd;
