@@ -106,7 +106,8 @@ uint8_t *tdist__srv_out_reserve(tdist_store_server_t *s, conn_t *c, size_t n) {
       uint8_t *p = realloc(c->out, cap);
       if (!p) {
         c->out_failed = 1;
-        tdist__srv_mark_flush(s, c); /* flush_conn closes it; unmarked, the client would wait forever */
+        tdist__srv_mark_flush(
+            s, c); /* flush_conn closes it; unmarked, the client would wait forever */
         return NULL;
       }
       c->out = p;
@@ -241,4 +242,3 @@ void tdist__srv_close_all_pending(tdist_store_server_t *s) {
     tdist__srv_conn_free(s, c);
   }
 }
-

@@ -13,7 +13,6 @@
 #include "runtime/store/proto.h"
 #include "tdist/store.h"
 
-
 #define SERVER_MAGIC 0x7d57a5e1u
 #define IN_CHUNK (64 * 1024)
 #define IN_KEEP_MAX (256 * 1024) /* an idle connection keeps at most this much input buffer */
@@ -134,7 +133,8 @@ void tdist__srv_flush_all(tdist_store_server_t *s);
 void tdist__srv_close_all_pending(tdist_store_server_t *s);
 
 /* server_wait.c */
-/* Registers (the next share of) a WAIT's keys: 0 done, 1 more keys left for a later turn, -ENOMEM. */
+/* Registers (the next share of) a WAIT's keys: 0 done, 1 more keys left for a later turn, -ENOMEM.
+ */
 int tdist__srv_do_wait(tdist_store_server_t *s, conn_t *c, const tdist__request_t *req);
 /* Detaches a pending WAIT from its connection into the graveyard (no reply is sent for it). */
 void tdist__srv_wait_bury(tdist_store_server_t *s, wait_t *w);

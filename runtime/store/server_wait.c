@@ -70,8 +70,8 @@ static void wait_destroy(tdist_store_server_t *s, wait_t *w, int linked) {
 static void wait_free(tdist_store_server_t *s, wait_t *w) { wait_destroy(s, w, 1); }
 
 /* Detaches a pending WAIT from its connection (closed, or it canceled its waits) into the
- * graveyard, where tdist__srv_reap_graves() unlinks it a share per turn; no reply is ever sent for it. Its
- * bytes stay counted in the server total until then. */
+ * graveyard, where tdist__srv_reap_graves() unlinks it a share per turn; no reply is ever sent for
+ * it. Its bytes stay counted in the server total until then. */
 void tdist__srv_wait_bury(tdist_store_server_t *s, wait_t *w) {
   conn_t *c = w->c;
   if (w->prev)
@@ -207,4 +207,3 @@ int tdist__srv_do_wait(tdist_store_server_t *s, conn_t *c, const tdist__request_
   }
   return 1;
 }
-
