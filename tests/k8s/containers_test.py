@@ -1,0 +1,272 @@
+#!/usr/bin/python3
+"""containers_test.py SCENARIO K8S_DIR: the rendered overlay (kubectl kustomize K8S_DIR/overlays/X)
+run as real podman containers of the built image (tests/k8s/cluster.py: the kubelet and the Job
+controller), one scenario per Bazel test (tests/k8s/BUILD, tag "containers"; root and podman).
+
+The image is $TDIST_TEST_IMAGE (default tdist:0.1.0); the test never builds it: without it in the
+store the test fails and says how to build it. Each scenario changes only what a user's overlay
+would (the ConfigMap's training command, made short; a memory limit) and says so; every other value
+comes from the rendered YAML.
+
+Scenarios:
+  cpu-gloo     the job trains to the end ("train: OK"), every pod exits 0, and the startup,
+               readiness and liveness probes (their paths, ports, periods) passed on every pod.
+  delete-1     pod 1 deleted mid-training (SIGTERM, the grace period): exit 143, the Job controller
+  delete-0     makes a new pod for the index (new name, new IP), and the job completes on attempt 1
+               with every last pod exiting 0. The same with pod 0 (the store's pod).
+  spares       cpu-gloo-spares: the spare waits as a standby; a member's pod is deleted, the
+               standby takes its group rank, the replacement waits as the new standby; all exit 0.
+  mpi          cpu-mpi: the agents serve PMIx to Open MPI ranks; the job trains, every pod exits 0.
+  oom          limits.memory 192Mi and workers whose data (~400 MB) does not fit: the kernel's OOM
+               killer kills a worker (SIGKILL), the agent says so; the pod's exit code is the agent's.
+  prometheus   Debian's prometheus scrapes every pod's metrics port with the PodMonitor's path and
+               interval (pod IPs as targets, as its kubernetes_sd would find them): up == 1 and
+               per-rank series (tdist_rank_last_seq) for every rank.
+  torch113     the DDP example on tdist-torch113:0.1.0 / tdist-torch26:0.1.0 (TDIST_TORCH_IMAGE
+  torch26      overrides), backend "tdist" then gloo: identical parameters on every rank.
+"""
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+
+import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster as kc  # noqa: E402
+
+FAILS = []
+
+
+def check(ok, what):
+    print("%s: %s" % ("PASS" if ok else "FAIL", what))
+    if not ok:
+        FAILS.append(what)
+    return ok
+
+
+def render(k8s, overlay, edit=None):
+    """kubectl kustomize of the overlay; edit(docs) may change the objects (a user's overlay)."""
+    p = subprocess.run(["kubectl", "kustomize", os.path.join(k8s, "overlays", overlay)],
+                       capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise SystemExit("FAIL: kubectl kustomize %s: %s" % (overlay, p.stderr))
+    docs = [d for d in yaml.safe_load_all(p.stdout) if d]
+    if edit:
+        edit(docs)
+    fd, path = tempfile.mkstemp(prefix="rendered.", suffix=".yaml")
+    with os.fdopen(fd, "w") as f:
+        yaml.safe_dump_all(docs, f)
+    return path
+
+
+def kind(docs, k):
+    return [d for d in docs if d.get("kind") == k]
+
+
+def set_command(docs, old_re, new):
+    """The ConfigMap's agent.yaml `command:` line, as a user's overlay would set it."""
+    cm = kind(docs, "ConfigMap")[0]
+    text = cm["data"]["agent.yaml"]
+    text2 = re.sub(r"(?m)^command: .*$", "command: " + new, text)
+    if text2 == text or not re.search(old_re, text):
+        raise SystemExit("FAIL: the ConfigMap's agent.yaml has no command matching %r" % old_re)
+    cm["data"]["agent.yaml"] = text2
+
+
+def short_c_job(steps, step_ms):
+    def edit(docs):
+        set_command(docs, r"/opt/tdist/bin/train", '[/opt/tdist/bin/train, --steps, "%d", --print-every, "200", '
+                    '--step-ms, "%d"]' % (steps, step_ms))
+    return edit
+
+
+def finish_job(c, deadline=180):
+    ok = c.run_until_done(deadline)
+    check(ok, "the job ended within %d s" % deadline)
+    check(c.job_failed is None, "the Job did not fail (%s)" % c.job_failed)
+    for i in range(c.spec.completions):
+        p = c.pods[i]
+        check(p.exit_code == 0, "pod %s (index %d) exited %s" % (p.name, i, p.exit_code))
+    return ok
+
+
+def trained(c, pattern=r"^train: OK"):
+    logs = "\n".join(p.log_text() for p in c.history)
+    m = re.search("(?m)" + pattern + ".*$", logs)
+    check(m is not None, "the job trained: %s" % (m.group(0) if m else "no line matching %r" % pattern))
+
+
+def scenario_cpu_gloo(k8s, image):
+    # 2 x 3000 steps of 5 ms: ~15 s, so that the liveness probe (every 10 s after the startup
+    # probe passed) runs at least once on each pod.
+    c = kc.Cluster(render(k8s, "cpu-gloo", short_c_job(3000, 5)), image)
+    c.start()
+    finish_job(c)
+    trained(c)
+    for p in c.history:
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            n = p.probes_passed(kind)
+            fails = [d for k, ok, d in p.probe_log if k == kind and not ok]
+            check(n > 0, "pod %s: %s passed %d times (failures before: %s)" % (p.name, kind, n, fails[:3]))
+        check(p.killed_by is None, "pod %s not killed by a probe (%s)" % (p.name, p.killed_by))
+    return c
+
+
+def scenario_delete(k8s, image, index):
+    c = kc.Cluster(render(k8s, "cpu-gloo", short_c_job(3000, 5)), image)
+    c.start()
+    check(kc.wait_for(lambda: re.search(r"(?m)step", c.pods[0].log_text()), 120), "training started")
+    old = c.delete_pod(index)
+    check(old.exit_code == 143, "deleted pod %s exited %s (143: SIGTERM)" % (old.name, old.exit_code))
+    c.reconcile()
+    new = c.pods[index]
+    check(new is not old and new.ip != old.ip and new.name != old.name,
+          "index %d has a new pod %s at %s (was %s at %s)" % (index, new.name, new.ip, old.name, old.ip))
+    finish_job(c)
+    trained(c, r"^train: OK.*\(attempt 1\)")
+    return c
+
+
+def scenario_spares(k8s, image):
+    c = kc.Cluster(render(k8s, "cpu-gloo-spares", short_c_job(3000, 5)), image)
+    spare = c.spec.completions - 1
+    port = c.spec.probes()["readinessProbe"]["port"]
+    c.start()
+
+    def state(i):
+        return kc.get_json("http://%s:%d/status" % (c.pods[i].ip, port)) or {}
+    check(kc.wait_for(lambda: state(spare).get("state") == "standby" and state(spare).get("workers") == [], 120),
+          "pod %d waits as a standby: %s" % (spare, str(state(spare))[:200]))
+    check(kc.wait_for(lambda: re.search(r"(?m)step", c.pods[0].log_text()), 120), "training started")
+    old = c.delete_pod(1)
+    check(old.exit_code == 143, "deleted pod %s exited %s (143)" % (old.name, old.exit_code))
+    check(kc.wait_for(lambda: re.search(r"round 1 complete.*group rank 1,", c.pods[spare].log_text()), 120),
+          "the standby %s took group rank 1" % c.pods[spare].name)
+    c.reconcile()
+    new = c.pods[1]
+    check(kc.wait_for(lambda: "standby (no workers)" in new.log_text(), 120),
+          "the replacement %s (%s) waits as the new standby" % (new.name, new.ip))
+    finish_job(c)
+    trained(c, r"^train: OK.*\(attempt 1\)")
+    return c
+
+
+def scenario_mpi(k8s, image):
+    def edit(docs):
+        set_command(docs, r"/opt/tdist/bin/train", '[/opt/tdist/bin/train, --steps, "300", --print-every, "100"]')
+    c = kc.Cluster(render(k8s, "cpu-mpi", edit), image)
+    c.start()
+    finish_job(c)
+    trained(c)
+    return c
+
+
+def scenario_oom(k8s, image):
+    def edit(docs):
+        # A user's job whose data does not fit its limit: limits.memory 192Mi, and each worker
+        # generates 200000 samples x 512 features of float (~400 MB) before its first step.
+        job = kind(docs, "Job")[0]
+        res = job["spec"]["template"]["spec"]["containers"][0]["resources"]
+        res["limits"]["memory"] = "192Mi"
+        res["requests"]["memory"] = "192Mi"
+        set_command(docs, r"/opt/tdist/bin/train", '[/opt/tdist/bin/train, --steps, "100", --samples, "200000", '
+                    '--features, "512"]')
+    c = kc.Cluster(render(k8s, "cpu-gloo", edit), image)
+    c.start()
+    for i in range(c.spec.completions):
+        p = c.pods[i]
+        rc = p.wait(240)
+        text = p.log_text()
+        check(rc is not None, "pod %s ended (exit %s)" % (p.name, rc))
+        lines = [ln for ln in text.splitlines() if re.search(r"signal|SIGKILL|killed|memory", ln)]
+        print("oom: pod %s exit %s; the agent's lines on it:\n  %s" % (p.name, rc, "\n  ".join(lines[:6])))
+        check(re.search(r"SIGKILL|signal 9", text) is not None, "pod %s: the agent names the worker's SIGKILL" % p.name)
+    return c
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now, below the ephemeral range (as tests/testlib/ports.sh)."""
+    lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    for _ in range(1000):
+        p = random.randrange(10000, max(10001, lo))
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", p))
+            return p
+        except OSError:
+            continue
+    raise SystemExit("FAIL: no free port below the ephemeral range")
+
+
+def scenario_prometheus(k8s, image):
+    # 3000 steps of 10 ms (~30 s): two scrapes at the PodMonitor's 15 s interval fit in the run.
+    rendered = render(k8s, "cpu-gloo", short_c_job(3000, 10))
+    with open(rendered) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    ep = kind(docs, "PodMonitor")[0]["spec"]["podMetricsEndpoints"][0]
+    c = kc.Cluster(rendered, image)
+    port = c.spec.port(ep["port"])
+    c.start()
+    conf = {"global": {"scrape_interval": ep["interval"], "scrape_timeout": ep.get("scrapeTimeout", "10s")},
+            "scrape_configs": [{"job_name": "podmonitor/%s" % c.namespace, "metrics_path": ep.get("path", "/metrics"),
+                                "static_configs": [{"targets": ["%s:%d" % (p.ip, port) for p in c.pods.values()]}]}]}
+    conf_path = os.path.join(c.tmp, "prometheus.yml")
+    with open(conf_path, "w") as f:
+        yaml.safe_dump(conf, f)
+    web = free_port()
+    prom = subprocess.Popen(["/usr/bin/prometheus", "--config.file=" + conf_path, "--storage.tsdb.path=" + c.tmp + "/tsdb",
+                             "--web.listen-address=127.0.0.1:%d" % web, "--log.level=warn"],
+                            stdout=open(c.tmp + "/prometheus.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        api = "http://127.0.0.1:%d/api/v1/query?query=" % web
+
+        def query(q):
+            r = kc.get_json(api + urllib.parse.quote(q))
+            return r["data"]["result"] if r and r.get("status") == "success" else []
+        world = c.spec.completions * 2
+        up = kc.wait_for(lambda: len([r for r in query("up") if r["value"][1] == "1"]) == c.spec.completions, 60, 0.5)
+        check(up, "Prometheus: up == 1 for all %d pods: %s" % (c.spec.completions, query("up")))
+        ranks = lambda: sorted({r["metric"].get("rank") for r in query("tdist_rank_last_seq")})  # noqa: E731
+        check(kc.wait_for(lambda: len(ranks()) == world, 30, 0.5), "per-rank series tdist_rank_last_seq for ranks %s" % ranks())
+    finally:
+        prom.terminate()
+        prom.wait(30)
+    finish_job(c)
+    return c
+
+
+SCENARIOS = {
+    "cpu-gloo": scenario_cpu_gloo,
+    "delete-1": lambda k, i: scenario_delete(k, i, 1),
+    "delete-0": lambda k, i: scenario_delete(k, i, 0),
+    "spares": scenario_spares,
+    "mpi": scenario_mpi,
+    "oom": scenario_oom,
+    "prometheus": scenario_prometheus,
+}
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] not in SCENARIOS:
+        raise SystemExit("usage: containers_test.py {%s} K8S_DIR" % ",".join(SCENARIOS))
+    if os.geteuid() != 0:
+        raise SystemExit("FAIL: containers_test needs root (podman's bridge networks)")
+    image = os.environ.get("TDIST_TEST_IMAGE", "tdist:0.1.0")
+    t0 = time.monotonic()
+    try:
+        SCENARIOS[sys.argv[1]](sys.argv[2], image)
+    finally:
+        if FAILS and kc.LAST is not None:
+            kc.LAST.dump()
+    print("containers_test %s: %d failed, %.1f s" % (sys.argv[1], len(FAILS), time.monotonic() - t0))
+    sys.exit(1 if FAILS else 0)
+
+
+if __name__ == "__main__":
+    main()
