@@ -118,16 +118,28 @@ def scenario_cpu_gloo(k8s, image):
     return c
 
 
+def resolve(pod, name):
+    """The address `name` has in pod's resolver (getent in the container), "" if none."""
+    p = subprocess.run(["podman", "exec", pod.cname, "getent", "hosts", name], capture_output=True, text=True,
+                       timeout=30)
+    return p.stdout.split()[0] if p.returncode == 0 and p.stdout.split() else ""
+
+
 def scenario_delete(k8s, image, index):
     c = kc.Cluster(render(k8s, "cpu-gloo", short_c_job(3000, 5)), image)
     c.start()
-    check(kc.wait_for(lambda: re.search(r"(?m)step", c.pods[0].log_text()), 120), "training started")
+    check(kc.wait_for(lambda: re.search(r"(?m)^step", c.pods[0].log_text()), 120), "training started")
     old = c.delete_pod(index)
     check(old.exit_code == 143, "deleted pod %s exited %s (143: SIGTERM)" % (old.name, old.exit_code))
+    other = c.pods[1 - index]
+    fqdn = "%s-%d.%s" % (c.spec.jobname, index, c.spec.svc)  # through the pods' resolv.conf search
+    check(resolve(other, fqdn) == "", "%s does not resolve from %s while index %d has no pod" % (fqdn, other.name, index))
     c.reconcile()
     new = c.pods[index]
     check(new is not old and new.ip != old.ip and new.name != old.name,
           "index %d has a new pod %s at %s (was %s at %s)" % (index, new.name, new.ip, old.name, old.ip))
+    check(kc.wait_for(lambda: resolve(other, fqdn) == new.ip, 60, 0.5),
+          "%s resolves to the new pod's IP %s from %s" % (fqdn, new.ip, other.name))
     finish_job(c)
     trained(c, r"^train: OK.*\(attempt 1\)")
     return c
@@ -135,21 +147,26 @@ def scenario_delete(k8s, image, index):
 
 def scenario_spares(k8s, image):
     c = kc.Cluster(render(k8s, "cpu-gloo-spares", short_c_job(3000, 5)), image)
-    spare = c.spec.completions - 1
     port = c.spec.probes()["readinessProbe"]["port"]
     c.start()
 
-    def state(i):
+    def status(i):
         return kc.get_json("http://%s:%d/status" % (c.pods[i].ip, port)) or {}
-    check(kc.wait_for(lambda: state(spare).get("state") == "standby" and state(spare).get("workers") == [], 120),
-          "pod %d waits as a standby: %s" % (spare, str(state(spare))[:200]))
-    check(kc.wait_for(lambda: re.search(r"(?m)step", c.pods[0].log_text()), 120), "training started")
-    old = c.delete_pod(1)
+
+    # The pods start together, as a kubelet starts them: the members are the first nnodes to join
+    # (pod 0, the store host, always); the last one waits as a standby, whatever its index.
+    def standbys():
+        return [i for i in c.pods if status(i).get("state") == "standby" and status(i).get("workers") == []]
+    check(kc.wait_for(lambda: len(standbys()) == 1, 120, 0.5), "one pod waits as a standby: %s" % standbys())
+    spare = (standbys() or [c.spec.completions - 1])[0]
+    member = [i for i in c.pods if i not in (0, spare)][0]
+    check(kc.wait_for(lambda: re.search(r"(?m)^step", c.pods[0].log_text()), 120), "training started")
+    old = c.delete_pod(member)
     check(old.exit_code == 143, "deleted pod %s exited %s (143)" % (old.name, old.exit_code))
     check(kc.wait_for(lambda: re.search(r"round 1 complete.*group rank 1,", c.pods[spare].log_text()), 120),
           "the standby %s took group rank 1" % c.pods[spare].name)
     c.reconcile()
-    new = c.pods[1]
+    new = c.pods[member]
     check(kc.wait_for(lambda: "standby (no workers)" in new.log_text(), 120),
           "the replacement %s (%s) waits as the new standby" % (new.name, new.ip))
     finish_job(c)
@@ -159,7 +176,7 @@ def scenario_spares(k8s, image):
 
 def scenario_mpi(k8s, image):
     def edit(docs):
-        set_command(docs, r"/opt/tdist/bin/train", '[/opt/tdist/bin/train, --steps, "300", --print-every, "100"]')
+        set_command(docs, r"/opt/tdist/bin/train", '[/opt/tdist/bin/train, --steps, "100", --print-every, "50"]')
     c = kc.Cluster(render(k8s, "cpu-mpi", edit), image)
     c.start()
     finish_job(c)
