@@ -183,6 +183,7 @@ class Cluster:
         self.failed_indexes = set()
         self.job_failed = None
         self.closed = False
+        self.lock = threading.RLock()
         global LAST
         LAST = self
         if subprocess.run(["podman", "image", "exists", image]).returncode != 0:
@@ -222,9 +223,20 @@ class Cluster:
 
     # ---- the Job controller ----
 
-    def start(self, indexes=None):
+    def start(self, indexes=None, controller=True):
+        """Create the pods (all indexes, or those given) and, with controller, run the Job
+        controller in a thread: a failed pod is replaced at once (podReplacementPolicy Failed:
+        once it has terminated), as the cluster would."""
         for i in indexes if indexes is not None else range(self.spec.completions):
             self._create(i)
+        if controller:
+            threading.Thread(target=self._controller, daemon=True).start()
+
+    def _controller(self):
+        while not self.closed and not self.done():
+            with self.lock:
+                self.reconcile()
+            time.sleep(0.2)
 
     def _create(self, index):
         attempt = sum(1 for p in self.history if p.index == index)
@@ -285,7 +297,6 @@ class Cluster:
     def run_until_done(self, deadline_s):
         end = time.monotonic() + deadline_s
         while not self.done():
-            self.reconcile()
             if time.monotonic() > end:
                 return False
             time.sleep(0.2)
@@ -296,6 +307,12 @@ class Cluster:
         pod = self.pods[index]
         pod.delete()
         return pod
+
+    def replaced(self, old, seconds=60):
+        """The pod the Job controller made for old's index after old ended, or None."""
+        if not wait_for(lambda: self.pods.get(old.index) is not old, seconds):
+            return None
+        return self.pods[old.index]
 
     def dump(self):
         for p in self.history:

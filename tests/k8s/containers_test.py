@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""containers_test.py SCENARIO K8S_DIR: the rendered overlay (kubectl kustomize K8S_DIR/overlays/X)
+"""containers_test.py SCENARIO K8S_DIR [DDP_TRAIN_PY]: the rendered overlay (kubectl kustomize K8S_DIR/overlays/X)
 run as real podman containers of the built image (tests/k8s/cluster.py: the kubelet and the Job
 controller), one scenario per Bazel test (tests/k8s/BUILD, tag "containers"; root and podman).
 
@@ -18,7 +18,8 @@ Scenarios:
                standby takes its group rank, the replacement waits as the new standby; all exit 0.
   mpi          cpu-mpi: the agents serve PMIx to Open MPI ranks; the job trains, every pod exits 0.
   oom          limits.memory 192Mi and workers whose data (~400 MB) does not fit: the kernel's OOM
-               killer kills a worker (SIGKILL), the agent says so; the pod's exit code is the agent's.
+               killer kills a worker (the kernel log's oom-kill line names the pod's cgroup), its agent names the
+               SIGKILL and exits 137 (128 + 9, the worker's end), the other pod's agent exits 70.
   prometheus   Debian's prometheus scrapes every pod's metrics port with the PodMonitor's path and
                interval (pod IPs as targets, as its kubernetes_sd would find them): up == 1 and
                per-rank series (tdist_rank_last_seq) for every rank.
@@ -133,11 +134,15 @@ def scenario_delete(k8s, image, index):
     check(old.exit_code == 143, "deleted pod %s exited %s (143: SIGTERM)" % (old.name, old.exit_code))
     other = c.pods[1 - index]
     fqdn = "%s-%d.%s" % (c.spec.jobname, index, c.spec.svc)  # through the pods' resolv.conf search
-    check(resolve(other, fqdn) == "", "%s does not resolve from %s while index %d has no pod" % (fqdn, other.name, index))
-    c.reconcile()
-    new = c.pods[index]
-    check(new is not old and new.ip != old.ip and new.name != old.name,
-          "index %d has a new pod %s at %s (was %s at %s)" % (index, new.name, new.ip, old.name, old.ip))
+    # The deleted pod's name is gone with it (its replacement may already answer at a new IP).
+    got = resolve(other, fqdn)
+    check(got != old.ip, "%s no longer resolves to the deleted pod's %s from %s (got %r)" % (
+        fqdn, old.ip, other.name, got))
+    new = c.replaced(old)
+    check(new is not None and new.ip != old.ip and new.name != old.name,
+          "index %d has a new pod %s (was %s at %s)" % (index, new and (new.name, new.ip), old.name, old.ip))
+    if new is None:
+        return c
     check(kc.wait_for(lambda: resolve(other, fqdn) == new.ip, 60, 0.5),
           "%s resolves to the new pod's IP %s from %s" % (fqdn, new.ip, other.name))
     finish_job(c)
@@ -146,7 +151,7 @@ def scenario_delete(k8s, image, index):
 
 
 def scenario_spares(k8s, image):
-    c = kc.Cluster(render(k8s, "cpu-gloo-spares", short_c_job(3000, 5)), image)
+    c = kc.Cluster(render(k8s, "cpu-gloo-spares", short_c_job(2000, 5)), image)
     port = c.spec.probes()["readinessProbe"]["port"]
     c.start()
 
@@ -165,10 +170,9 @@ def scenario_spares(k8s, image):
     check(old.exit_code == 143, "deleted pod %s exited %s (143)" % (old.name, old.exit_code))
     check(kc.wait_for(lambda: re.search(r"round 1 complete.*group rank 1,", c.pods[spare].log_text()), 120),
           "the standby %s took group rank 1" % c.pods[spare].name)
-    c.reconcile()
-    new = c.pods[member]
-    check(kc.wait_for(lambda: "standby (no workers)" in new.log_text(), 120),
-          "the replacement %s (%s) waits as the new standby" % (new.name, new.ip))
+    new = c.replaced(old)
+    check(new is not None and kc.wait_for(lambda: "standby (no workers)" in new.log_text(), 120),
+          "the replacement %s waits as the new standby" % (new and (new.name, new.ip),))
     finish_job(c)
     trained(c, r"^train: OK.*\(attempt 1\)")
     return c
@@ -184,26 +188,49 @@ def scenario_mpi(k8s, image):
     return c
 
 
+def oom_kills(pod):
+    """The kernel's OOM kills in pod's memory cgroup: the names of the tasks its log (dmesg) says
+    were killed with the container's cgroup as oom_memcg."""
+    cid = kc.podman("inspect", "-f", "{{.Id}}", pod.cname).strip()
+    p = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=30)
+    if p.returncode != 0:
+        raise SystemExit("FAIL: dmesg (the kernel's OOM kill lines): %s" % p.stderr.strip())
+    return re.findall(r"oom-kill:.*oom_memcg=[^,]*%s,.*task=([^,]+)," % cid, p.stdout)
+
+
 def scenario_oom(k8s, image):
     def edit(docs):
         # A user's job whose data does not fit its limit: limits.memory 192Mi, and each worker
-        # generates 200000 samples x 512 features of float (~400 MB) before its first step.
+        # generates 200000 samples x 512 features of float (~400 MB) before its first step;
+        # max_restarts 0, so that the agents give up at the first loss.
         job = kind(docs, "Job")[0]
         res = job["spec"]["template"]["spec"]["containers"][0]["resources"]
         res["limits"]["memory"] = "192Mi"
         res["requests"]["memory"] = "192Mi"
+        cm = kind(docs, "ConfigMap")[0]
+        cm["data"]["agent.yaml"] = re.sub(r"(?m)^max_restarts: *\d+", "max_restarts: 0", cm["data"]["agent.yaml"])
         set_command(docs, r"/opt/tdist/bin/train", '[/opt/tdist/bin/train, --steps, "100", --samples, "200000", '
                     '--features, "512"]')
     c = kc.Cluster(render(k8s, "cpu-gloo", edit), image)
-    c.start()
-    for i in range(c.spec.completions):
-        p = c.pods[i]
-        rc = p.wait(240)
+    c.start(controller=False)  # the pods' own ends, not the Job controller's retries
+    codes = {}
+    for i, p in c.pods.items():
+        codes[i] = p.wait(120)
         text = p.log_text()
-        check(rc is not None, "pod %s ended (exit %s)" % (p.name, rc))
-        lines = [ln for ln in text.splitlines() if re.search(r"signal|SIGKILL|killed|memory", ln)]
-        print("oom: pod %s exit %s; the agent's lines on it:\n  %s" % (p.name, rc, "\n  ".join(lines[:6])))
-        check(re.search(r"SIGKILL|signal 9", text) is not None, "pod %s: the agent names the worker's SIGKILL" % p.name)
+        lines = [ln for ln in text.splitlines() if re.search(r"signal|giving up|failed", ln)]
+        print("oom: pod %s exit %s; the agent's lines:\n  %s" % (p.name, codes[i], "\n  ".join(lines[:4])))
+    kills = {i: oom_kills(p) for i, p in c.pods.items()}
+    check(any(kills.values()), "the kernel's OOM killer killed in a pod's memory cgroup: %s" % kills)
+    # Every pod's workers are over the limit: each pod whose worker the kernel killed first
+    # says so and exits 137; a pod whose peers failed first exits 70 (the job failed elsewhere).
+    for i, p in c.pods.items():
+        own = re.search(r"worker failed \(root cause\): rank \d+ .*killed by signal 9", p.log_text())
+        if own:
+            check(bool(kills[i]), "pod %s: the worker its agent names as killed by SIGKILL was OOM-killed (%s)" % (
+                p.name, kills[i]))
+            check(codes[i] == 137, "pod %s exited %s (137: its worker's SIGKILL, 128 + 9)" % (p.name, codes[i]))
+        else:
+            check(codes[i] == 70, "pod %s exited %s (70: the job failed on another node)" % (p.name, codes[i]))
     return c
 
 
@@ -258,6 +285,43 @@ def scenario_prometheus(k8s, image):
     return c
 
 
+def torch_job(script, backend, steps):
+    """A user's overlay for a PyTorch job: the script in a ConfigMap mounted at /opt/job, tdist's
+    Python package on PYTHONPATH (the README's image recipe puts it in /opt/tdist/python)."""
+    def edit(docs):
+        with open(script) as f:
+            text = f.read()
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ddp-job"},
+                     "data": {"ddp_train.py": text}})
+        pod = kind(docs, "Job")[0]["spec"]["template"]["spec"]
+        pod["volumes"].append({"name": "job", "configMap": {"name": "ddp-job", "defaultMode": 0o755}})
+        ctr = pod["containers"][0]
+        ctr["volumeMounts"].append({"name": "job", "mountPath": "/opt/job", "readOnly": True})
+        ctr["env"].append({"name": "PYTHONPATH", "value": "/opt/tdist/python"})
+        set_command(docs, r"/opt/tdist/bin/train",
+                    '[/opt/job/ddp_train.py, --backend, %s, --steps, "%d"]' % (backend, steps))
+    return edit
+
+
+def scenario_torch(k8s, _image, tag):
+    image = os.environ.get("TDIST_TORCH_IMAGE", "tdist-%s:0.1.0" % tag)
+    script = sys.argv[3] if len(sys.argv) > 3 else ""
+    if not os.path.isfile(script):
+        raise SystemExit("FAIL: %s needs the DDP example's path as its third argument" % tag)
+    version = {"torch113": "1.13", "torch26": "2.6"}[tag]
+    for backend in ("tdist", "gloo"):
+        c = kc.Cluster(render(k8s, "cpu-gloo", torch_job(script, backend, 40)), image)
+        c.start()
+        finish_job(c)
+        trained(c, r"^done: world 4 .*params identical: True")
+        logs = "\n".join(p.log_text() for p in c.history)
+        m = re.search(r"(?m)^ddp_train: PyTorch (\S+),.*$", logs)
+        check(m is not None and m.group(1).startswith(version),
+              "the workers ran PyTorch %s, backend %s: %s" % (version, backend, m and m.group(0)))
+        c.close()
+    return c
+
+
 SCENARIOS = {
     "cpu-gloo": scenario_cpu_gloo,
     "delete-1": lambda k, i: scenario_delete(k, i, 1),
@@ -266,12 +330,14 @@ SCENARIOS = {
     "mpi": scenario_mpi,
     "oom": scenario_oom,
     "prometheus": scenario_prometheus,
+    "torch113": lambda k, i: scenario_torch(k, i, "torch113"),
+    "torch26": lambda k, i: scenario_torch(k, i, "torch26"),
 }
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in SCENARIOS:
-        raise SystemExit("usage: containers_test.py {%s} K8S_DIR" % ",".join(SCENARIOS))
+    if len(sys.argv) not in (3, 4) or sys.argv[1] not in SCENARIOS:
+        raise SystemExit("usage: containers_test.py {%s} K8S_DIR [DDP_TRAIN_PY]" % ",".join(SCENARIOS))
     if os.geteuid() != 0:
         raise SystemExit("FAIL: containers_test needs root (podman's bridge networks)")
     image = os.environ.get("TDIST_TEST_IMAGE", "tdist:0.1.0")

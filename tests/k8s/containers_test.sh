@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # containers_test.sh: one scenario of containers_test.py, the rendered Kubernetes overlays run as real
 # podman containers of the built image (tdist:0.1.0, or $TDIST_TEST_IMAGE; never built here).
-#   args: SCENARIO CONTAINERS_TEST_PY K8S_BASE_KUSTOMIZATION
+#   args: SCENARIO CONTAINERS_TEST_PY K8S_BASE_KUSTOMIZATION [DDP_TRAIN_PY]
 set -euo pipefail
 
 main() {
@@ -12,7 +12,8 @@ main() {
     echo "FAIL: podman not found: install podman netavark aardvark-dns iptables runc (README)"
     exit 1
   }
-  exec /usr/bin/python3 "$py" "$scenario" "$k8s"
+  shift 3
+  exec /usr/bin/python3 "$py" "$scenario" "$k8s" "$@"
 }
 
 main "$@"
