@@ -26,9 +26,11 @@ Scenarios:
   torch113     the DDP example on tdist-torch113:0.1.0 / tdist-torch26:0.1.0 (TDIST_TORCH_IMAGE
   torch26      overrides), backend "tdist" then gloo: identical parameters on every rank.
 """
+import atexit
 import os
 import random
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -42,6 +44,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster as kc  # noqa: E402
 
 FAILS = []
+WORKDIR = tempfile.mkdtemp(prefix="tdist-containers-test.", dir=os.environ.get("TEST_TMPDIR"))
+atexit.register(shutil.rmtree, WORKDIR, True)
 
 
 def check(ok, what):
@@ -60,7 +64,7 @@ def render(k8s, overlay, edit=None):
     docs = [d for d in yaml.safe_load_all(p.stdout) if d]
     if edit:
         edit(docs)
-    fd, path = tempfile.mkstemp(prefix="rendered.", suffix=".yaml")
+    fd, path = tempfile.mkstemp(prefix="rendered.", suffix=".yaml", dir=WORKDIR)
     with os.fdopen(fd, "w") as f:
         yaml.safe_dump_all(docs, f)
     return path
