@@ -107,18 +107,78 @@ def trained(c, pattern=r"^train: OK"):
     check(m is not None, "the job trained: %s" % (m.group(0) if m else "no line matching %r" % pattern))
 
 
+def pod_facts(c, pod):
+    """What the kubelet set up, seen from inside the running pod (its PID 1, the agent), against
+    the rendered YAML: user and groups, capabilities, no_new_privs, seccomp, read-only root, the
+    volumes' mounts, the memory limit, the downward API's env, the entrypoint and args."""
+    def sh(cmd):
+        p = subprocess.run(["podman", "exec", pod.cname, "/bin/sh", "-c", cmd], capture_output=True,
+                           text=True, timeout=30)
+        return p.stdout
+    spec, ctr = c.spec, c.spec.container
+    st = dict(ln.split(":", 1) for ln in sh("cat /proc/1/status").splitlines() if ":" in ln)
+    st = {k: v.split() for k, v in st.items()}
+    uid, gid = spec.sc("runAsUser"), spec.sc("runAsGroup")
+    fsg = (spec.pod.get("securityContext") or {}).get("fsGroup")
+    check(st.get("Uid", [""])[0] == str(uid) and st.get("Gid", [""])[0] == str(gid) and
+          (fsg is None or str(fsg) in st.get("Groups", [])),
+          "%s: PID 1 runs as %s:%s with group %s (Uid %s Gid %s Groups %s)" % (
+              pod.name, uid, gid, fsg, st.get("Uid"), st.get("Gid"), st.get("Groups")))
+    csc = ctr.get("securityContext") or {}
+    if "ALL" in ((csc.get("capabilities") or {}).get("drop") or []) and not (csc.get("capabilities") or {}).get("add"):
+        check(st.get("CapEff") == ["0000000000000000"] and st.get("CapBnd") == ["0000000000000000"],
+              "%s: no capabilities (CapEff %s CapBnd %s)" % (pod.name, st.get("CapEff"), st.get("CapBnd")))
+    if csc.get("allowPrivilegeEscalation") is False:
+        check(st.get("NoNewPrivs") == ["1"], "%s: no_new_privs (%s)" % (pod.name, st.get("NoNewPrivs")))
+    check(st.get("Seccomp") == ["2"], "%s: a seccomp filter (RuntimeDefault): Seccomp %s" % (pod.name, st.get("Seccomp")))
+    mounts = {f[1]: f for f in (ln.split() for ln in sh("cat /proc/mounts").splitlines()) if len(f) > 3}
+    ro = "ro" in mounts.get("/", ["", "", "", ""])[3].split(",")
+    check(ro == bool(csc.get("readOnlyRootFilesystem")), "%s: root read-only %s" % (pod.name, ro))
+    vols = {v["name"]: v for v in spec.pod.get("volumes") or []}
+    for vm in ctr.get("volumeMounts") or []:
+        m = mounts.get(vm["mountPath"])
+        ed = vols[vm["name"]].get("emptyDir") or {}
+        ok = m is not None
+        if ok and ed.get("medium") == "Memory":
+            size = "size=%dk" % (podman_pod_quantity(ed["sizeLimit"]) // 1024) if "sizeLimit" in ed else ""
+            ok = m[2] == "tmpfs" and (not size or size in m[3].split(","))
+        if ok and (vm.get("readOnly") or "configMap" in vols[vm["name"]]):
+            ok = "ro" in m[3].split(",")
+        check(ok, "%s: volume %s at %s: %s" % (pod.name, vm["name"], vm["mountPath"], m and " ".join(m[2:4])))
+    lim = ((ctr.get("resources") or {}).get("limits") or {}).get("memory")
+    if lim:
+        got = sh("cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max").strip()
+        check(got == str(podman_pod_quantity(lim)), "%s: memory limit %s = %s bytes" % (pod.name, lim, got))
+    env = dict(e.split("=", 1) for e in sh("tr '\\0' '\\n' </proc/1/environ").splitlines() if "=" in e)
+    want = {"POD_NAME": pod.name, "POD_IP": pod.ip, "POD_NAMESPACE": c.namespace,
+            "JOB_COMPLETION_INDEX": str(pod.index), "HOSTNAME": "%s-%d" % (spec.jobname, pod.index)}
+    bad = {k: env.get(k) for k, v in want.items() if env.get(k) != v}
+    check(not bad, "%s: env %s (wrong: %s)" % (pod.name, " ".join("%s=%s" % kv for kv in want.items()), bad))
+    argv = sh("tr '\\0' ' ' </proc/1/cmdline").split()
+    check(argv[1:] == [str(a) for a in ctr.get("args") or []], "%s: PID 1 is the entrypoint with the args: %s" % (
+        pod.name, " ".join(argv)))
+
+
+def podman_pod_quantity(q):
+    import podman_pod
+    return int(podman_pod.quantity(q))
+
+
 def scenario_cpu_gloo(k8s, image):
     # 2 x 3000 steps of 5 ms: ~15 s, so that the liveness probe (every 10 s after the startup
     # probe passed) runs at least once on each pod.
     c = kc.Cluster(render(k8s, "cpu-gloo", short_c_job(3000, 5)), image)
     c.start()
+    for p in c.pods.values():
+        check(kc.wait_for(lambda: p.started, 60), "pod %s started (startup probe)" % p.name)
+        pod_facts(c, p)
     finish_job(c)
     trained(c)
     for p in c.history:
         for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
             n = p.probes_passed(kind)
             fails = [d for k, ok, d in p.probe_log if k == kind and not ok]
-            check(n > 0, "pod %s: %s passed %d times (failures before: %s)" % (p.name, kind, n, fails[:3]))
+            check(n > 0, "pod %s: %s passed %d times (failures, the last ones as the container ends: %s)" % (p.name, kind, n, fails[:3]))
         check(p.killed_by is None, "pod %s not killed by a probe (%s)" % (p.name, p.killed_by))
     return c
 
