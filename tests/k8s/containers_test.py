@@ -18,8 +18,8 @@ Scenarios:
                standby takes its group rank, the replacement waits as the new standby; all exit 0.
   mpi          cpu-mpi: the agents serve PMIx to Open MPI ranks; the job trains, every pod exits 0.
   oom          limits.memory 192Mi and workers whose data (~400 MB) does not fit: the kernel's OOM
-               killer kills a worker (the kernel log's oom-kill line names the pod's cgroup), its agent names the
-               SIGKILL and exits 137 (128 + 9, the worker's end), the other pod's agent exits 70.
+               killer kills a worker (the kernel log's oom-kill line names the pod's cgroup), its agent says
+               so with the limit, and exits 137 (128 + 9, the worker's end), the other pod's agent exits 70.
   prometheus   Debian's prometheus scrapes every pod's metrics port with the PodMonitor's path and
                interval (pod IPs as targets, as its kubernetes_sd would find them): up == 1 and
                per-rank series (tdist_rank_last_seq) for every rank.
@@ -288,10 +288,14 @@ def scenario_oom(k8s, image):
     # Every pod's workers are over the limit: each pod whose worker the kernel killed first
     # says so and exits 137; a pod whose peers failed first exits 70 (the job failed elsewhere).
     for i, p in c.pods.items():
-        own = re.search(r"worker failed \(root cause\): rank \d+ .*killed by signal 9", p.log_text())
+        own = re.search(r"worker failed \(root cause\): rank \d+ .*killed by signal 9.*$", p.log_text(), re.M)
         if own:
             check(bool(kills[i]), "pod %s: the worker its agent names as killed by SIGKILL was OOM-killed (%s)" % (
                 p.name, kills[i]))
+            want = "by the kernel's OOM killer: over the memory limit of %d MiB" % (
+                podman_pod_quantity(c.spec.container["resources"]["limits"]["memory"]) >> 20)
+            check(want in own.group(0), "pod %s: the agent says the worker was killed %s: %s" % (
+                p.name, want, own.group(0)[:300]))
             check(codes[i] == 137, "pod %s exited %s (137: its worker's SIGKILL, 128 + 9)" % (p.name, codes[i]))
         else:
             check(codes[i] == 70, "pod %s exited %s (70: the job failed on another node)" % (p.name, codes[i]))
