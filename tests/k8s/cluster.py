@@ -193,9 +193,15 @@ class Cluster:
         atexit.register(self.close)
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(s, self._on_signal)
-        self.subnet = "10.%d.%d" % (random.randint(100, 250), random.randint(0, 255))
         self._ip = 1
-        podman("network", "create", "--label", LABEL, "--subnet", self.subnet + ".0/24", self.network)
+        for attempt in range(10):  # a random /24; another network (another test's) may hold it
+            self.subnet = "10.%d.%d" % (random.randint(100, 250), random.randint(0, 255))
+            try:
+                podman("network", "create", "--label", LABEL, "--subnet", self.subnet + ".0/24", self.network)
+                break
+            except RuntimeError:
+                if attempt == 9:
+                    raise
         log("network %s: %s.0/24, image %s, namespace %s" % (self.network, self.subnet, image, namespace))
 
     def _on_signal(self, signum, _frame):
