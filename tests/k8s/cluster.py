@@ -243,6 +243,10 @@ class Cluster:
             with self.lock:
                 self.reconcile()
             time.sleep(0.2)
+        if self.job_failed and not self.closed:  # a failed Job's active pods are deleted
+            for p in list(self.pods.values()):
+                if p.running():
+                    p.stop(self.spec.grace, "the Job failed")
 
     def _create(self, index):
         attempt = sum(1 for p in self.history if p.index == index)

@@ -20,6 +20,8 @@ Scenarios:
   oom          limits.memory 192Mi and workers whose data (~400 MB) does not fit: the kernel's OOM
                killer kills a worker (the kernel log's oom-kill line names the pod's cgroup), its agent says
                so with the limit, and exits 137 (128 + 9, the worker's end), the other pod's agent exits 70.
+  policy       a bad ConfigMap: every pod exits 64 and the podFailurePolicy fails the Job, no retry;
+               a liveness probe on a missing path stops each container (143), a new pod follows.
   prometheus   Debian's prometheus scrapes every pod's metrics port with the PodMonitor's path and
                interval (pod IPs as targets, as its kubernetes_sd would find them): up == 1 and
                per-rank series (tdist_rank_last_seq) for every rank.
@@ -302,6 +304,41 @@ def scenario_oom(k8s, image):
     return c
 
 
+def scenario_policy(k8s, image):
+    """The kubelet's and the Job controller's rules on real exits: a bad ConfigMap (the agent exits
+    64) fails the Job at once by the podFailurePolicy, with no pod retried; a liveness probe that
+    fails failureThreshold times in a row stops the container (SIGTERM: 143), and the Job
+    controller counts it against backoffLimitPerIndex and makes a new pod for the index."""
+    def bad(docs):
+        cm = kind(docs, "ConfigMap")[0]
+        cm["data"]["agent.yaml"] = re.sub(r"(?m)^nnodes: *\d+", "nnodes: two", cm["data"]["agent.yaml"])
+    c = kc.Cluster(render(k8s, "cpu-gloo", bad), image)
+    c.start()
+    kc.wait_for(c.done, 120)
+    check(c.job_failed is not None and "FailJob" in c.job_failed, "bad config: the Job failed: %s" % c.job_failed)
+    codes = [p.wait(120) for p in c.history]
+    check(all(rc in (64, 143) for rc in codes) and 64 in codes,
+          "bad config: the pods exited 64 (or 143: deleted with the failed Job): %s" % codes)
+    check(len(c.history) == c.spec.completions, "bad config: no pod retried (%d pods)" % len(c.history))
+    c.close()
+
+    def dead_liveness(docs):
+        short_c_job(3000, 5)(docs)
+        ctr = kind(docs, "Job")[0]["spec"]["template"]["spec"]["containers"][0]
+        ctr["livenessProbe"].update({"httpGet": {"path": "/no-such-path", "port": "metrics"},
+                                     "periodSeconds": 1, "failureThreshold": 2})
+    c = kc.Cluster(render(k8s, "cpu-gloo", dead_liveness), image)
+    c.start()
+    olds = dict(c.pods)
+    for i, old in olds.items():
+        new = c.replaced(old, 120)
+        check(old.killed_by == "livenessProbe" and old.exit_code == 143,
+              "pod %s: stopped by its liveness probe (%s), exit %s (143)" % (old.name, old.killed_by, old.exit_code))
+        check(new is not None and c.failures.get(i) == 1, "index %d: a new pod %s, 1 failure counted (%s)" % (
+            i, new and new.name, c.failures.get(i)))
+    return c
+
+
 def free_port():
     """A TCP port free on 127.0.0.1 now, below the ephemeral range (as tests/testlib/ports.sh)."""
     lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
@@ -398,6 +435,7 @@ SCENARIOS = {
     "mpi": scenario_mpi,
     "oom": scenario_oom,
     "prometheus": scenario_prometheus,
+    "policy": scenario_policy,
     "torch113": lambda k, i: scenario_torch(k, i, "torch113"),
     "torch26": lambda k, i: scenario_torch(k, i, "torch26"),
 }
