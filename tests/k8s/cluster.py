@@ -100,8 +100,11 @@ class Pod:
 
     def log_text(self):
         self.logf.flush()
-        with open(self.logpath, errors="replace") as f:
-            return f.read()
+        try:
+            with open(self.logpath, errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:  # the cluster was closed
+            return ""
 
     def stop(self, grace, why):
         """The kubelet's kill: the image's STOPSIGNAL, SIGKILL after grace seconds."""

@@ -423,6 +423,8 @@ def scenario_torch(k8s, _image, tag):
         m = re.search(r"(?m)^ddp_train: PyTorch (\S+),.*$", logs)
         check(m is not None and m.group(1).startswith(version),
               "the workers ran PyTorch %s, backend %s: %s" % (version, backend, m and m.group(0)))
+        if FAILS:
+            return c  # main() dumps its pods' logs
         c.close()
     return c
 
