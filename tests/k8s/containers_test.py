@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""containers_test.py SCENARIO K8S_DIR [DDP_TRAIN_PY]: the rendered overlay (kubectl kustomize K8S_DIR/overlays/X)
+"""containers_test.py SCENARIO K8S_DIR [DDP_TRAIN_PY [NO_LIBUV_PY]]: the rendered overlay (kubectl kustomize K8S_DIR/overlays/X)
 run as real podman containers of the built image (tests/k8s/cluster.py: the kubelet and the Job
 controller), one scenario per Bazel test (tests/k8s/BUILD, tag "containers"; root and podman).
 
@@ -390,7 +390,7 @@ def scenario_prometheus(k8s, image):
     return c
 
 
-def torch_job(script, backend, steps):
+def torch_job(script, backend, steps, hook=None):
     """A user's overlay for a PyTorch job: the script in a ConfigMap mounted at /opt/job, tdist's
     Python package on PYTHONPATH (the README's image recipe puts it in /opt/tdist/python)."""
     def edit(docs):
@@ -402,7 +402,15 @@ def torch_job(script, backend, steps):
         pod["volumes"].append({"name": "job", "configMap": {"name": "ddp-job", "defaultMode": 0o755}})
         ctr = pod["containers"][0]
         ctr["volumeMounts"].append({"name": "job", "mountPath": "/opt/job", "readOnly": True})
-        ctr["env"].append({"name": "PYTHONPATH", "value": "/opt/tdist/python"})
+        pypath = "/opt/tdist/python"
+        if hook:
+            with open(hook) as f:
+                docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "python-hooks"},
+                             "data": {"sitecustomize.py": f.read()}})
+            pod["volumes"].append({"name": "pyhooks", "configMap": {"name": "python-hooks"}})
+            ctr["volumeMounts"].append({"name": "pyhooks", "mountPath": "/opt/pyhooks", "readOnly": True})
+            pypath += ":/opt/pyhooks"
+        ctr["env"].append({"name": "PYTHONPATH", "value": pypath})
         set_command(docs, r"/opt/tdist/bin/train",
                     '[/opt/job/ddp_train.py, --backend, %s, --steps, "%d"]' % (backend, steps))
     return edit
@@ -415,7 +423,13 @@ def scenario_torch(k8s, _image, tag):
         raise SystemExit("FAIL: %s needs the DDP example's path as its third argument" % tag)
     version = {"torch113": "1.13", "torch26": "2.6"}[tag]
     for backend in ("tdist", "gloo"):
-        c = kc.Cluster(render(k8s, "cpu-gloo", torch_job(script, backend, 40)), image)
+        # Debian 13's PyTorch 2.6 is built without libuv, which its TCPStore asks for by default
+        # (a TORCHELASTIC_USE_AGENT_STORE client too: USE_LIBUV=0 is not read there): the hook the
+        # host's 2.6 root uses (tests/testlib/torch26/no_libuv.py) as the pods' sitecustomize.
+        hook = sys.argv[4] if tag == "torch26" and len(sys.argv) > 4 else None
+        if tag == "torch26" and not hook:
+            raise SystemExit("FAIL: torch26 needs tests/testlib/torch26/no_libuv.py as its fourth argument")
+        c = kc.Cluster(render(k8s, "cpu-gloo", torch_job(script, backend, 40, hook)), image)
         c.start()
         finish_job(c)
         trained(c, r"^done: world 4 .*params identical: True")
@@ -444,8 +458,8 @@ SCENARIOS = {
 
 
 def main():
-    if len(sys.argv) not in (3, 4) or sys.argv[1] not in SCENARIOS:
-        raise SystemExit("usage: containers_test.py {%s} K8S_DIR [DDP_TRAIN_PY]" % ",".join(SCENARIOS))
+    if len(sys.argv) not in (3, 4, 5) or sys.argv[1] not in SCENARIOS:
+        raise SystemExit("usage: containers_test.py {%s} K8S_DIR [DDP_TRAIN_PY [NO_LIBUV_PY]]" % ",".join(SCENARIOS))
     if os.geteuid() != 0:
         raise SystemExit("FAIL: containers_test needs root (podman's bridge networks)")
     image = os.environ.get("TDIST_TEST_IMAGE", "tdist:0.1.0")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # containers_test.sh: one scenario of containers_test.py, the rendered Kubernetes overlays run as real
 # podman containers of the built image (tdist:0.1.0, or $TDIST_TEST_IMAGE; never built here).
-#   args: SCENARIO CONTAINERS_TEST_PY K8S_BASE_KUSTOMIZATION [DDP_TRAIN_PY]
+#   args: SCENARIO CONTAINERS_TEST_PY K8S_BASE_KUSTOMIZATION [DDP_TRAIN_PY [NO_LIBUV_PY]]
 set -euo pipefail
 
 main() {
