@@ -173,6 +173,9 @@ class Pod:
 
 class Cluster:
     def __init__(self, rendered, image, namespace="default", tmp=None):
+        if subprocess.run(["podman", "image", "exists", image]).returncode != 0:
+            raise SystemExit("FAIL: image %s is not in podman's image store: build it first "
+                             "(bash docker/build.sh), or name another with TDIST_TEST_IMAGE" % image)
         self.spec = podman_pod.PodSpec(rendered)
         self.image = image
         self.namespace = namespace
@@ -189,9 +192,6 @@ class Cluster:
         self.lock = threading.RLock()
         global LAST
         LAST = self
-        if subprocess.run(["podman", "image", "exists", image]).returncode != 0:
-            raise SystemExit("FAIL: image %s is not in podman's image store: build it first "
-                             "(bash docker/build.sh), or name another with TDIST_TEST_IMAGE" % image)
         reap_orphans()
         atexit.register(self.close)
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
