@@ -175,7 +175,8 @@ class Cluster:
     def __init__(self, rendered, image, namespace="default", tmp=None):
         if subprocess.run(["podman", "image", "exists", image]).returncode != 0:
             raise SystemExit("FAIL: image %s is not in podman's image store: build it first "
-                             "(bash docker/build.sh), or name another with TDIST_TEST_IMAGE" % image)
+                             "(bash docker/build.sh, --torch for the PyTorch images), or name another with "
+                             "TDIST_TEST_IMAGE / TDIST_TORCH_IMAGE" % image)
         self.spec = podman_pod.PodSpec(rendered)
         self.image = image
         self.namespace = namespace
