@@ -3,6 +3,8 @@
 #include "operator-agent/supervisor/rootcause.h"
 
 #include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,6 +14,7 @@
 #include "operator-agent/common/log.h"
 #include "operator-agent/supervisor/children.h"
 #include "operator-agent/supervisor/errorfile.h"
+#include "operator-agent/supervisor/oom.h"
 
 static int64_t now_ns(clockid_t c) {
   struct timespec ts;
@@ -81,8 +84,16 @@ int agent_root_cause_stopped(const agent_workers_t *ws, int *first, char *out, s
 
 void agent_root_cause_describe(const agent_workers_t *ws, int node_rank, char *out, size_t cap) {
   const agent_worker_t *w = &ws->w[ws->first_failed];
-  char how[64];
-  if (w->exit_code < 0)
+  char how[256];
+  int64_t ooms = agent_oom_since_mark(), limit = agent_oom_limit();
+  if (w->exit_code == -SIGKILL && ooms > 0 && limit > 0)
+    snprintf(how, sizeof how,
+             "was killed by signal 9 (Killed) by the kernel's OOM killer: over the memory limit "
+             "of %" PRId64 " MiB (resources.limits.memory; raise it or use less)",
+             limit >> 20);
+  else if (w->exit_code == -SIGKILL && ooms > 0)
+    snprintf(how, sizeof how, "was killed by signal 9 (Killed) by the kernel's OOM killer");
+  else if (w->exit_code < 0)
     snprintf(how, sizeof how, "was killed by signal %d (%s)", -w->exit_code,
              strsignal(-w->exit_code));
   else

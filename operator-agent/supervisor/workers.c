@@ -20,6 +20,7 @@
 
 #include "operator-agent/common/log.h"
 #include "operator-agent/supervisor/children.h"
+#include "operator-agent/supervisor/oom.h"
 #include "runtime/common/param.h"
 
 extern char **environ;
@@ -234,6 +235,7 @@ void agent_workers_note_limits(void) { g_nofile_noted = getrlimit(RLIMIT_NOFILE,
 int agent_workers_start(agent_workers_t *ws, const agent_worker_spec_t *sp, char *err, size_t cap) {
   const agent_cfg_t *cfg = sp->cfg;
   agent_workers_free(ws);
+  agent_oom_mark(); /* a SIGKILLed worker is the OOM killer's if the count grows from here */
   ws->w = calloc((size_t)cfg->nproc_per_node, sizeof *ws->w);
   if (!ws->w) {
     snprintf(err, cap, "out of memory for %d workers", cfg->nproc_per_node);
