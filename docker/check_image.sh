@@ -209,12 +209,14 @@ check_stop() {
   local c="$cname-stop" ip probes="" p code rc i
   "$engine" run -d --name "$c" --label "$tag" --read-only --user 65532:65532 --cap-drop ALL --tmpfs /tmp "$@" \
     "$image" --config /etc/tdist/agent.yaml --standalone --nnodes 1 -- /opt/tdist/bin/train --steps 100000000 --print-every 0 >/dev/null
+  # (The logs go to a file: `logs | grep -q` would fail under pipefail when grep stops reading.)
   for i in $(seq 120); do
-    "$engine" logs "$c" 2>&1 | grep -q 'started 2 worker' && break
+    "$engine" logs "$c" >"$work/stop.log" 2>&1 || true
+    grep -q 'started 2 worker' "$work/stop.log" && break
     [ "$("$engine" inspect --format '{{.State.Running}}' "$c")" = true ] || break
     sleep 0.5
   done
-  if ! "$engine" logs "$c" 2>&1 | grep -q 'started 2 worker'; then
+  if ! grep -q 'started 2 worker' "$work/stop.log"; then
     fail "long job did not start its workers in 60 s:"; "$engine" logs "$c" 2>&1 | tail -10 | sed 's/^/    | /'; return
   fi
   ip="$("$engine" inspect --format '{{.NetworkSettings.IPAddress}}' "$c")"
@@ -258,7 +260,9 @@ check_gpu_static() {
   for p in $(apt_packages cpu); do [[ "$gp" == *" $p "* || "$gp" == *" ${p}t64 "* ]] || missing+="$p "; done
   [ -z "$missing" ] && pass "gpu stage installs the Ubuntu 24.04 names of the cpu stage's packages:${gp% }" ||
     fail "gpu stage lacks (the Ubuntu name of) $missing"
-  stage_lines gpu | grep '^RUN' | grep -q 'libcudart.so.13' && stage_lines gpu | grep '^RUN' | grep -q 'libnccl.so.2' &&
+  local runs
+  runs="$(stage_lines gpu | grep '^RUN')"
+  [[ "$runs" == *libcudart.so.13* && "$runs" == *libnccl.so.2* ]] &&
     pass "gpu stage: a RUN checks that libcudart.so.13 and libnccl.so.2 are in the loader cache" ||
     fail "gpu stage: no RUN checks libcudart.so.13 and libnccl.so.2"
 }
