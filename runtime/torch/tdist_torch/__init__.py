@@ -61,7 +61,7 @@ from tdist_torch._lib import (  # noqa: F401 - _L and library_path are the packa
     _ALL_REDUCE, _ASYNC, _BLOCKING, _CODE_BY_HASH, _DTYPES, _ERR_TIMEOUT, _L, _OK, _RO, _UINT8,
     _PgOptions,
     _StoreBridge, _bytes_view, _contig, _error_class, _reduce_dtype, _reduce_op, _sizes, _vp,
-    library_path,
+    library_path, tcpstore_libuv_fallback,
 )
 
 __all__ = ["ProcessGroupTdist", "BACKEND", "library_path", "implementation", "python_group"]
@@ -981,3 +981,4 @@ def _register():
 
 
 _register()
+tcpstore_libuv_fallback()

@@ -347,3 +347,28 @@ class _StoreBridge:
             return _L.tdist_store_reply_value(reply, v, len(v))
         except BaseException as e:  # noqa: B902
             return self._fail(reply, e)
+
+
+def tcpstore_libuv_fallback():
+    """Where this PyTorch is built without libuv (Debian's 2.x) a TCPStore made without use_libuv
+    falls back to the other implementation instead of failing.
+
+    TCPStore(...) asks for libuv by default, and PyTorch's own rendezvous passes nothing (env://
+    with the agent's store: every rank is a client), so a job under tdist-agent or torchrun failed
+    in init_process_group with "use_libuv was requested but PyTorch was build without libuv
+    support". The client is the same code either way; an explicit use_libuv=True still fails."""
+    cls = getattr(torch._C._distributed_c10d, "TCPStore", None)
+    if cls is None or getattr(cls, "_tdist_libuv_fallback", False):
+        return
+    init = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        try:
+            init(self, *args, **kwargs)
+        except RuntimeError as e:
+            if "use_libuv" in kwargs or "without libuv support" not in str(e):
+                raise
+            init(self, *args, use_libuv=False, **kwargs)
+
+    cls.__init__ = __init__
+    cls._tdist_libuv_fallback = True

@@ -30,6 +30,20 @@ def ext_name(torch_version, cache_tag=None):
     return "_tdist_c-torch%s-%s.so" % (torch_version.split("+")[0], cache_tag or sys.implementation.cache_tag)
 
 
+def has_header(cxx, header, dirs):
+    """Whether the compiler finds HEADER in its own search path or DIRS (None: the compiler cannot
+    run; main's call of it says so)."""
+    cmd = [cxx, "-std=c++17", "-E", "-x", "c++", "-", "-o", os.devnull]
+    for d in dirs:
+        cmd += ["-isystem", d]
+    try:
+        r = subprocess.run(cmd, input="#include <%s>\n" % header, text=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+    return r.returncode == 0
+
+
 def main(argv=None):
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -65,6 +79,13 @@ def main(argv=None):
             "build_ext: PyTorch %s at %s has no C++ headers (%s/torch/csrc/distributed/c10d): install "
             "them (Debian: apt-get install libtorch-dev; pip wheels include them)" % (torch.__version__, tdir, tinc)
         )
+    pyinc = sysconfig.get_paths()["include"]
+    if has_header(a.cxx, "pybind11/pybind11.h", [tinc, pyinc]) is False:
+        sys.exit(
+            "build_ext: no pybind11 headers (pybind11/pybind11.h) for %s, which PyTorch's C++ headers "
+            "include: install them (Debian: apt-get install pybind11-dev, for python3-torch 1.13 and "
+            "2.x alike; pip wheels of torch include them)" % a.cxx
+        )
     out = a.out or os.path.join(here, ext_name(torch.__version__))
     cmd = [
         a.cxx, "-O2", "-g0", "-std=c++17", "-fPIC", "-shared", "-fvisibility=hidden", "-w",
@@ -78,7 +99,7 @@ def main(argv=None):
         if val is not None:
             cmd.append('-DPYBIND11_%s="%s"' % (name, val))
     cmd += ["-I", inc, "-isystem", tinc, "-isystem", os.path.join(tinc, "torch", "csrc", "api", "include"),
-            "-isystem", sysconfig.get_paths()["include"], a.source, "-o", None,
+            "-isystem", pyinc, a.source, "-o", None,
             "-L", tlib, "-Wl,-rpath," + tlib, "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".build_ext.", suffix=".so", dir=os.path.dirname(os.path.abspath(out)))
