@@ -69,6 +69,7 @@ int agent_pmix__usable_cpus(void) {
 
 #define SHM_ROOT "/dev/shm"
 #define SHM_PREFIX "tdist-mpi."
+#define SHM_MARKER ".tdist-agent-lock" /* in a directory whose agent holds a flock on it */
 
 /* Removes what the directory fd holds (fd stays open); the number of entries left. */
 static int empty_dir(int fd) {
@@ -88,43 +89,28 @@ static int empty_dir(int fd) {
 }
 
 /* A new directory of this agent's own in /dev/shm, locked (its fd in *lock_fd): NULL with errno
- * set on failure. Another agent's sweep (agent_pmix__shm_sweep) may take a directory made a
- * moment ago for a dead agent's: it removes it holding the lock, so a directory that has no link
- * left once we hold the lock was swept, and we make another. */
+ * set on failure. The marker goes in once the lock is held: a sweep (agent_pmix__shm_sweep)
+ * takes only directories that have it, so never one being made, nor one of an agent that locks
+ * none (an older agent's). */
 static char *own_dir(int *lock_fd) {
-  for (int tries = 0; tries < 8; tries++) {
-    char tmpl[] = SHM_ROOT "/" SHM_PREFIX "XXXXXX";
-    if (!mkdtemp(tmpl)) return NULL;
-    int fd = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-      int e = errno;
-      rmdir(tmpl);
-      errno = e;
-      return NULL;
-    }
-    struct stat st;
-    if (flock(fd, LOCK_EX)) {
-      int e = errno;
-      rmdir(tmpl);
-      close(fd);
-      errno = e;
-      return NULL;
-    }
-    if (!fstat(fd, &st) && st.st_nlink > 0) {
-      char *dir = strdup(tmpl);
-      if (dir) {
-        *lock_fd = fd;
-        return dir;
-      }
-      rmdir(tmpl);
-      close(fd);
-      errno = ENOMEM;
-      return NULL;
-    }
-    close(fd);
+  char tmpl[] = SHM_ROOT "/" SHM_PREFIX "XXXXXX";
+  if (!mkdtemp(tmpl)) return NULL;
+  int fd = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC), mfd = -1, e = ENOMEM;
+  char *dir = NULL;
+  if (fd < 0 || flock(fd, LOCK_EX) ||
+      (mfd = openat(fd, SHM_MARKER, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0 ||
+      !(dir = strdup(tmpl))) {
+    e = errno ? errno : ENOMEM;
+    if (mfd >= 0) unlinkat(fd, SHM_MARKER, 0);
+    rmdir(tmpl);
+    if (fd >= 0) close(fd);
+    if (mfd >= 0) close(mfd);
+    errno = e;
+    return NULL;
   }
-  errno = EAGAIN;
-  return NULL;
+  close(mfd);
+  *lock_fd = fd;
+  return dir;
 }
 
 int agent_pmix__shm_sweep(void) {
@@ -137,9 +123,10 @@ int agent_pmix__shm_sweep(void) {
     int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) continue;
     struct stat st;
-    /* Ours to remove: made by an agent of this user (the only kind that names them so) whose
-     * lock is gone, i.e. whose agent no longer runs. A live agent holds its lock. */
-    if (!fstat(fd, &st) && st.st_uid == geteuid() && !flock(fd, LOCK_EX | LOCK_NB)) {
+    /* Ours to remove: made by an agent of this user that locks its directory (the marker) and
+     * whose lock is gone, i.e. whose agent no longer runs. A live agent holds its lock. */
+    if (!fstat(fd, &st) && st.st_uid == geteuid() && !faccessat(fd, SHM_MARKER, F_OK, 0) &&
+        !flock(fd, LOCK_EX | LOCK_NB)) {
       int left = empty_dir(fd);
       if (!unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR)) {
         n++;

@@ -132,8 +132,9 @@ int agent_pmix__usable_cpus(void);
 /* Removes the job's shared-memory directory and what its ranks left there (at the job's end:
  * its ranks are gone). */
 void agent_pmix__shm_dir_remove(agent_pmix_t *p);
-/* Removes the shared-memory directories in /dev/shm that agents of this user made and left
- * when they died (no lock held on them); how many. At the server's start. */
+/* Removes the shared-memory directories in /dev/shm that agents of this user made (their lock
+ * marker in them) and left when they died (no lock held on them); how many. At the server's
+ * start. */
 int agent_pmix__shm_sweep(void);
 
 /* The store thread (the op queue) and the thread that serves the other nodes' direct modex. */

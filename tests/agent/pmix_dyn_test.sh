@@ -32,7 +32,8 @@
 #      other 70 naming it too; no rank crashes (they mapped each other's segments: exit 139).
 #   h. an agent killed by SIGKILL (its guard survives it, as PID 1 in a pod nothing does) leaves
 #      its ranks' shared-memory directory /dev/shm/tdist-mpi.*; the next agent's start on this
-#      host removes it (logged), and never the directory of an agent still running.
+#      host removes it (logged), and never the directory of an agent still running (locked) or
+#      of an older agent (no lock marker).
 #   args: AGENT MPI_DYN MPI_CHECK PORTS_SH MPI_ENV_SH STORE_CLI
 set -uo pipefail
 AGENT="$(realpath "$1")"; DYN="$(realpath "$2")"; CHECK="$(realpath "$3")"
@@ -249,7 +250,12 @@ scenario_h() {
   wait $pid; rc=$?
   [ "$rc" = 137 ] || { fail "h: the SIGKILLed agent's guard exited $rc (want 137)"; dump h1; }
   [ -d "/dev/shm/$a_dir" ] || echo "h: note: $a_dir went with the SIGKILLed agent"
+  # an older agent's directory (no lock, no marker) may be in use: never swept
+  local old_dir
+  old_dir=$(mktemp -d /dev/shm/tdist-mpi.XXXXXX)
   standalone h3 1 "$CHECK" --seed "$SEED" --steps 2 || fail "h: the next agent's job failed"
+  [ -d "$old_dir" ] || fail "h: the next agent's start removed $old_dir, which no agent of its kind made"
+  rm -rf "$old_dir"
   if [ ! -e "/dev/shm/$a_dir" ] && grep -qF "removed /dev/shm/$a_dir" "$T/h3.log"; then
     pass "h: the next agent's start removed $a_dir, left by an agent killed with SIGKILL (logged)"
   else

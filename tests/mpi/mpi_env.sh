@@ -12,4 +12,16 @@ export OMPI_MCA_btl="self,vader,tcp" OMPI_MCA_pml="ob1"
 # processes: ASAN_OPTIONS=fast_unwind_on_malloc=0 with LSAN_OPTIONS=suppressions=lsan.supp.
 export OMPI_MCA_mca_base_component_disable_dlclose=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-MPIRUN=(mpirun --oversubscribe)
+# mpirun's ranks keep their shared-memory segments (vader_segment.*) in a directory of the
+# test's own, removed when the test's shell exits, however it ends: Open MPI unlinks a segment
+# only when its rank ends cleanly, so each rank a test kills (or a timeout ends) left one in
+# /dev/shm for good. Given on mpirun's command line, it reaches mpirun's ranks only: the agents
+# these tests start give their ranks directories of their own (a setting in the environment
+# would be every agent's, and two agents on one host then refuse it).
+MPI_SHM_DIR="$(mktemp -d /dev/shm/tdist-mpitest.XXXXXX 2>/dev/null ||
+  mktemp -d "${TEST_TMPDIR:-/tmp}/tdist-mpitest.XXXXXX")"
+mpi_env_cleanup() { rm -rf "$MPI_SHM_DIR"; }
+trap mpi_env_cleanup EXIT
+trap 'exit 143' TERM # bash runs the EXIT trap on exit, not when a signal kills it
+trap 'exit 130' INT
+MPIRUN=(mpirun --oversubscribe --mca btl_vader_backing_directory "$MPI_SHM_DIR")
