@@ -21,6 +21,7 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 MPI_SHM_DIR="$(mktemp -d /dev/shm/tdist-mpitest.XXXXXX 2>/dev/null ||
   mktemp -d "${TEST_TMPDIR:-/tmp}/tdist-mpitest.XXXXXX")"
 mpi_env_cleanup() { rm -rf "$MPI_SHM_DIR"; }
+# (a test that sets its own EXIT trap later calls mpi_env_cleanup from it: pods_init does)
 trap mpi_env_cleanup EXIT
 trap 'exit 143' TERM # bash runs the EXIT trap on exit, not when a signal kills it
 trap 'exit 130' INT
