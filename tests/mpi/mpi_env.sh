@@ -13,11 +13,12 @@ export OMPI_MCA_btl="self,vader,tcp" OMPI_MCA_pml="ob1"
 export OMPI_MCA_mca_base_component_disable_dlclose=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 # mpirun's ranks keep their shared-memory segments (vader_segment.*) in a directory of the
-# test's own, removed when the test's shell exits, however it ends: Open MPI unlinks a segment
-# only when its rank ends cleanly, so each rank a test kills (or a timeout ends) left one in
-# /dev/shm for good. Given on mpirun's command line, it reaches mpirun's ranks only: the agents
-# these tests start give their ranks directories of their own (a setting in the environment
-# would be every agent's, and two agents on one host then refuse it).
+# test's own, removed when the test's shell exits, however it ends: mpirun removes its job's
+# segments at the job's end, also after a rank is killed, but not when mpirun itself is killed
+# (timeout -k, a bound that ran out), which left them in /dev/shm for good (seen: 2 segments of a
+# 2-rank job after kill -9 of mpirun). Given on mpirun's command line, it reaches its ranks
+# only: the agents these tests start give their ranks directories of their own (a setting in
+# the environment would be every agent's, and two agents on one host then refuse it).
 MPI_SHM_DIR="$(mktemp -d /dev/shm/tdist-mpitest.XXXXXX 2>/dev/null ||
   mktemp -d "${TEST_TMPDIR:-/tmp}/tdist-mpitest.XXXXXX")"
 mpi_env_cleanup() { rm -rf "$MPI_SHM_DIR"; }
