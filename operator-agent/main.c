@@ -209,6 +209,7 @@ static void stop_workers(agent_t *a, int sig, int already_sent) {
         "cannot list the agent's children (/proc is not mounted for its pid namespace): "
         "processes the workers left outside their process groups may outlive them");
   agent_workers_publish(&a->ws, &a->st);
+  agent_pmix_job_end(a->pmix); /* its ranks are gone: their shared memory goes too */
 }
 
 static void drop_store(agent_t *a) {
@@ -832,9 +833,10 @@ static round_outcome_t run_round(agent_t *a, int *local_failed) {
                               .run_dir = a->run_dir};
   if (a->pmix) {
     if (pmix_job(a, err, sizeof err)) {
+      *local_failed = 1;
+      if (agent_pmix_refused(a->pmix, err, sizeof err)) return pmix_abort(a, -1, 1, err);
       AGENT_ERROR("cannot start the MPI job's PMIx namespace: %s", err);
       set_error(a, err);
-      *local_failed = 1;
       if (agent_rdzv_end(&a->rd, AGENT_RESTART_WORKER_FAILED, err) < 0) return ROUND_STORE_LOST;
       return ROUND_RESTART;
     }

@@ -287,6 +287,8 @@ int agent_pmix_start(agent_pmix_t **out, const char *tmpdir, char *err, size_t c
   }
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
+  p->shm_lock_fd = -1;
+  agent_pmix__shm_sweep();
   static pmix_server_module_t m;
   memset(&m, 0, sizeof m);
   m.client_connected = m_client_noop;

@@ -6,11 +6,15 @@
  * Also each job's shared-memory directory: Open MPI's vader transport names its segments
  * vader_segment.<gethostname>.<uid>.<job>.<local rank> in /dev/shm, which the ranks of two agents
  * on one host (one job, local ranks from 0 on each) would share and corrupt; each agent's ranks
- * get a directory of its own, removed with the job (so no segment of a killed rank is left). */
+ * get a directory of its own, removed with the job (so no segment of a killed rank is left).
+ * The agent holds a flock on that directory while its job lives, so that a directory whose
+ * agent died (SIGKILL: nothing of it ran) has no lock left and the next agent on the host
+ * removes it; and on a directory the user named for the ranks when other nodes of the job share
+ * this host, so that two agents given the same one refuse instead of crashing their ranks. */
 #define _GNU_SOURCE
 #include <dirent.h>
-#include <fcntl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <pthread.h>
@@ -19,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "operator-agent/common/log.h"
@@ -61,59 +67,156 @@ int agent_pmix__usable_cpus(void) {
   return n;
 }
 
-int agent_pmix__job_cmd(agent_pmix_t *p, const agent_pmix_job_t *j) {
+#define SHM_ROOT "/dev/shm"
+#define SHM_PREFIX "tdist-mpi."
+#define SHM_MARKER ".tdist-agent-lock" /* in a directory whose agent holds a flock on it */
+
+/* Removes what the directory fd holds (fd stays open); the number of entries left. */
+static int empty_dir(int fd) {
+  int dup_fd = dup(fd);
+  DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+  if (!d) {
+    if (dup_fd >= 0) close(dup_fd);
+    return 1;
+  }
+  int left = 0;
+  struct dirent *de;
+  while ((de = readdir(d)))
+    if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+      left += unlinkat(fd, de->d_name, 0) != 0;
+  closedir(d);
+  return left;
+}
+
+/* A new directory of this agent's own in /dev/shm, locked (its fd in *lock_fd): NULL with errno
+ * set on failure. The marker goes in once the lock is held: a sweep (agent_pmix__shm_sweep)
+ * takes only directories that have it, so never one being made, nor one of an agent that locks
+ * none (an older agent's). */
+static char *own_dir(int *lock_fd) {
+  char tmpl[] = SHM_ROOT "/" SHM_PREFIX "XXXXXX";
+  if (!mkdtemp(tmpl)) return NULL;
+  int fd = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC), mfd = -1, e = ENOMEM;
+  char *dir = NULL;
+  if (fd < 0 || flock(fd, LOCK_EX) ||
+      (mfd = openat(fd, SHM_MARKER, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0 ||
+      !(dir = strdup(tmpl))) {
+    e = errno ? errno : ENOMEM;
+    if (mfd >= 0) unlinkat(fd, SHM_MARKER, 0);
+    rmdir(tmpl);
+    if (fd >= 0) close(fd);
+    if (mfd >= 0) close(mfd);
+    errno = e;
+    return NULL;
+  }
+  close(mfd);
+  *lock_fd = fd;
+  return dir;
+}
+
+int agent_pmix__shm_sweep(void) {
+  DIR *d = opendir(SHM_ROOT);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (strncmp(de->d_name, SHM_PREFIX, strlen(SHM_PREFIX))) continue;
+    int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st;
+    /* Ours to remove: made by an agent of this user that locks its directory (the marker) and
+     * whose lock is gone, i.e. whose agent no longer runs. A live agent holds its lock. */
+    if (!fstat(fd, &st) && st.st_uid == geteuid() && !faccessat(fd, SHM_MARKER, F_OK, 0) &&
+        !flock(fd, LOCK_EX | LOCK_NB)) {
+      int left = empty_dir(fd);
+      if (!unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR)) {
+        n++;
+        AGENT_INFO(
+            "PMIx: removed %s/%s, the MPI ranks' shared-memory directory of an agent that is "
+            "gone (killed before it could remove it)",
+            SHM_ROOT, de->d_name);
+      } else {
+        AGENT_WARN("PMIx: cannot remove %s/%s, left by an agent that is gone (%s; %d entr%s left)",
+                   SHM_ROOT, de->d_name, strerror(errno), left, left == 1 ? "y" : "ies");
+      }
+    }
+    close(fd);
+  }
+  closedir(d);
+  return n;
+}
+
+/* The user named the ranks' shared-memory directory and other nodes of this job run on this
+ * host: their agents, if given the same directory, would put segments of the same names there
+ * (vader names them by host name, job and local rank). The first agent locks it; another that
+ * finds it locked refuses (0, or -2 with err set). */
+static int user_dir_lock(agent_pmix_t *p, const char *dir, char *err, size_t cap) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return 0; /* Open MPI reports a directory it cannot use */
+  if (!flock(fd, LOCK_EX | LOCK_NB)) {
+    p->shm_lock_fd = fd;
+    return 0;
+  }
+  int e = errno;
+  close(fd);
+  if (e != EWOULDBLOCK) return 0;
+  snprintf(err, cap,
+           "OMPI_MCA_btl_vader_backing_directory=%s: another tdist-agent on this host gives "
+           "this directory to its MPI ranks now, and the ranks of both would map each other's "
+           "shared memory and crash. Unset the variable (each agent then gives its ranks a "
+           "directory of its own) or give each agent its own directory",
+           dir);
+  return -2;
+}
+
+int agent_pmix__job_cmd(agent_pmix_t *p, const agent_pmix_job_t *j, int host_shared, char *err,
+                        size_t cap) {
   free(p->cmd_name);
   free(p->cmd_args);
   free(p->wdir);
   p->cmd_name = p->cmd_args = p->wdir = NULL;
   if (j->ncmd > 0 && j->cmd && j->cmd[0]) {
     const char *slash = strrchr(j->cmd[0], '/');
-    if (!(p->cmd_name = strdup(slash ? slash + 1 : j->cmd[0]))) return -1;
+    if (!(p->cmd_name = strdup(slash ? slash + 1 : j->cmd[0]))) goto nomem;
     size_t len = 1;
     for (size_t i = 1; i < j->ncmd; i++) len += strlen(j->cmd[i]) + 1;
     if (j->ncmd > 1) {
-      if (!(p->cmd_args = malloc(len))) return -1;
+      if (!(p->cmd_args = malloc(len))) goto nomem;
       char *q = p->cmd_args;
       for (size_t i = 1; i < j->ncmd; i++) q += sprintf(q, "%s%s", i > 1 ? " " : "", j->cmd[i]);
     }
   }
   p->wdir = getcwd(NULL, 0); /* the workers start where the agent runs */
-  if (!getenv("OMPI_MCA_btl_vader_backing_directory") && !access("/dev/shm", W_OK)) {
-    char tmpl[] = "/dev/shm/tdist-mpi.XXXXXX";
-    if (mkdtemp(tmpl))
-      p->shm_dir = strdup(tmpl);
-    else
-      AGENT_WARN(
-          "PMIx: cannot create a shared-memory directory in /dev/shm (%s): the MPI ranks "
-          "use Open MPI's default (two agents' ranks on one host then collide)",
-          strerror(errno));
-  }
+  const char *user = getenv("OMPI_MCA_btl_vader_backing_directory");
+  if (user) return host_shared ? user_dir_lock(p, user, err, cap) : 0;
+  if (access(SHM_ROOT, W_OK)) return 0;
+  if (!(p->shm_dir = own_dir(&p->shm_lock_fd)))
+    AGENT_WARN("PMIx: cannot create a shared-memory directory in " SHM_ROOT
+               " (%s): the MPI ranks use Open MPI's default (two agents' ranks on one host then "
+               "collide)",
+               strerror(errno));
   return 0;
+nomem:
+  snprintf(err, cap, "out of memory registering the PMIx job");
+  return -1;
 }
 
 void agent_pmix__shm_dir_remove(agent_pmix_t *p) {
   pthread_mutex_lock(&p->mu);
   char *dir = p->shm_dir;
+  int fd = p->shm_lock_fd;
   p->shm_dir = NULL;
+  p->shm_lock_fd = -1;
   pthread_mutex_unlock(&p->mu);
-  if (!dir) return;
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-  int left = 0;
-  if (d) {
-    struct dirent *de;
-    while ((de = readdir(d)))
-      if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-        left += unlinkat(fd, de->d_name, 0) != 0;
-    closedir(d);
-  } else if (fd >= 0) {
-    close(fd);
+  /* the directory is removed holding its lock, which goes last (a sweep never sees it free) */
+  if (dir) {
+    int left = fd >= 0 ? empty_dir(fd) : 0;
+    if (rmdir(dir) && errno != ENOENT)
+      AGENT_WARN(
+          "PMIx: could not remove the MPI ranks' shared-memory directory %s (%s; %d "
+          "entr%s left)",
+          dir, strerror(errno), left, left == 1 ? "y" : "ies");
   }
-  if (rmdir(dir) && errno != ENOENT)
-    AGENT_WARN(
-        "PMIx: could not remove the MPI ranks' shared-memory directory %s (%s; %d "
-        "entr%s left)",
-        dir, strerror(errno), left, left == 1 ? "y" : "ies");
+  if (fd >= 0) close(fd);
   free(dir);
 }
 

@@ -73,8 +73,9 @@ struct agent_pmix {
   int aborted, abort_rank, abort_status;
   char abort_msg[512];
   char *cmd_name, *cmd_args, *wdir; /* the job's command, as mpirun gives it (pmix_env.c) */
-  char *shm_dir; /* the job's ranks' shared-memory directory (pmix_env.c), or NULL */
-  int refused;   /* a refused MPI_Comm_spawn: the job ends (agent_pmix_refused) */
+  char *shm_dir;   /* the job's ranks' shared-memory directory (pmix_env.c), or NULL */
+  int shm_lock_fd; /* the flock held on it, or on the user's (pmix_env.c); -1: none */
+  int refused;     /* a refused MPI_Comm_spawn: the job ends (agent_pmix_refused) */
   char refuse_msg[768];
   /* the store thread's and the direct-modex thread's connections, and the job they are for */
   tdist_store_t *dclient, *dstore; /* the direct-modex service's */
@@ -119,15 +120,22 @@ int agent_pmix__job_live(agent_pmix_t *p, uint64_t gen);
 /* A fence or modex of job gen timed out: its later ones fail at once. Takes mu. */
 void agent_pmix__mark_timed_out(agent_pmix_t *p, uint64_t gen);
 
-/* pmix_env.c: the job's command and directory kept for agent_pmix__mpirun_env (-1: out of
- * memory); the variables mpirun gives rank `rank`, appended to e (n entries, NULL-terminated);
- * the CPUs this process may use (affinity, cgroup limit). */
-int agent_pmix__job_cmd(agent_pmix_t *p, const agent_pmix_job_t *j);
+/* pmix_env.c: the job's command and directories kept for agent_pmix__mpirun_env (err set: -1
+ * out of memory, -2 the user's shared-memory directory is another agent's on this host, which
+ * host_shared, other nodes of the job on this host, asks to check); the variables mpirun
+ * gives rank `rank`, appended to e (n entries, NULL-terminated); the CPUs this process may use
+ * (affinity, cgroup limit). Under mu. */
+int agent_pmix__job_cmd(agent_pmix_t *p, const agent_pmix_job_t *j, int host_shared, char *err,
+                        size_t cap);
 int agent_pmix__mpirun_env(agent_pmix_t *p, int rank, char ***e, size_t *n);
 int agent_pmix__usable_cpus(void);
 /* Removes the job's shared-memory directory and what its ranks left there (at the job's end:
  * its ranks are gone). */
 void agent_pmix__shm_dir_remove(agent_pmix_t *p);
+/* Removes the shared-memory directories in /dev/shm that agents of this user made (their lock
+ * marker in them) and left when they died (no lock held on them); how many. At the server's
+ * start. */
+int agent_pmix__shm_sweep(void);
 
 /* The store thread (the op queue) and the thread that serves the other nodes' direct modex. */
 void *agent_pmix__store_thread(void *arg);

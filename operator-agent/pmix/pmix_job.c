@@ -55,8 +55,11 @@ static char **host_ids(const agent_pmix_job_t *j) {
     if (shared && n == j->node_id)
       AGENT_INFO(
           "PMIx: other nodes of the job run on this host (%s) too: this node's MPI ranks "
-          "see it as %s, and their shared memory is this agent's own",
-          j->hosts[n], ids[n]);
+          "see it as %s%s",
+          j->hosts[n], ids[n],
+          getenv("OMPI_MCA_btl_vader_backing_directory")
+              ? ""
+              : ", and their shared memory is this agent's own");
   }
   return ids;
 }
@@ -157,12 +160,19 @@ int agent_pmix_job_start(agent_pmix_t *p, const agent_pmix_job_t *j, char *err, 
   p->aborted = 0;
   p->abort_msg[0] = 0;
   p->refused = 0;
-  int cmd_rc = agent_pmix__job_cmd(p, j);
   p->refuse_msg[0] = 0;
+  int host_shared = 0;
+  for (int n = 0; n < j->nnodes; n++) host_shared |= n != me && !strcmp(j->hosts[n], j->hosts[me]);
+  int cmd_rc = agent_pmix__job_cmd(p, j, host_shared, err, cap);
+  /* not retried: the next round would meet the same directory (agent_pmix_refused) */
+  if (cmd_rc == -2) {
+    p->refused = 1;
+    snprintf(p->refuse_msg, sizeof p->refuse_msg, "%s", err);
+  }
   for (int i = 0; i < p->nseqs; i++) free(p->seqs[i].sig);
   p->nseqs = 0;
   pthread_mutex_unlock(&p->mu);
-  if (cmd_rc) goto nomem;
+  if (cmd_rc) goto out;
   sync_t *s = agent_pmix__sync_new();
   if (!s) goto nomem;
   pmix_status_t st = agent_pmix__sync_wait(

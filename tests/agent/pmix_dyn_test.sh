@@ -26,6 +26,14 @@
 #      /dev/shm and crashed, exit 139; Split_type hung). Then rank 1 calls MPI_Abort while all
 #      ranks run (1 agent x 2 ranks, and 2 x 2): after the agents end, /dev/shm holds no new
 #      vader segment (the killed ranks' once stayed) or agent directory.
+#   g. OMPI_MCA_btl_vader_backing_directory set by the user to one directory for two agents on
+#      one host (each agent keeps a user's setting): the job ends before its ranks meet, the
+#      agent that found the directory taken exits 1 naming the variable and what to do, the
+#      other 70 naming it too; no rank crashes (they mapped each other's segments: exit 139).
+#   h. an agent killed by SIGKILL (its guard survives it, as PID 1 in a pod nothing does) leaves
+#      its ranks' shared-memory directory /dev/shm/tdist-mpi.*; the next agent's start on this
+#      host removes it (logged), and never the directory of an agent still running (locked) or
+#      of an older agent (no lock marker).
 #   args: AGENT MPI_DYN MPI_CHECK PORTS_SH MPI_ENV_SH STORE_CLI
 set -uo pipefail
 AGENT="$(realpath "$1")"; DYN="$(realpath "$2")"; CHECK="$(realpath "$3")"
@@ -45,6 +53,12 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # job took 3 min there: every MPI rank runs instrumented).
 LIMIT=400
 RDZV_TIMEOUT=120
+# Every rank of these jobs runs on this host: Open MPI's TCP transport on loopback only. On all
+# interfaces it took in a bridge that other tests' containers make and remove (podman0,
+# 10.88.0.1): when it went mid-job, connects failed ("bind on local address (10.88.0.1:0)
+# failed: Cannot assign requested address") and the job aborted (f: 4 of its 10 two-agent jobs
+# in two ASan runs on a machine shared with container tests).
+export OMPI_MCA_btl_tcp_if_include=lo
 
 # standalone LOG NPROC CMD...: one agent of NPROC ranks; its exit code.
 standalone() {
@@ -201,12 +215,69 @@ scenario_f() {
     fail "f: left in /dev/shm: $(echo $new)"
 }
 
-only="${PMIX_DYN_ONLY:-abcdef}"
+scenario_g() {
+  local d="$T/g.shm" what="OMPI_MCA_btl_vader_backing_directory=$T/g.shm: another tdist-agent"
+  mkdir -p "$d"
+  OMPI_MCA_btl_vader_backing_directory="$d" two g "$CHECK" --seed "$SEED" --steps 200
+  # which agent finds the directory taken is a race: one exits 1, the other 70
+  if [ "$((RC0 + RC1))" = 71 ] && [ "$((RC0 * RC1))" = 70 ] && grep -qF "$what" "$T/g.0.log" &&
+    grep -qF "$what" "$T/g.1.log" && grep -q "Unset the variable" "$T"/g.*.log; then
+    pass "g: one shared-memory directory set for two agents on one host: refused (exits $RC0, $RC1), naming the variable and what to do"
+  else
+    fail "g: agents exited $RC0 and $RC1 (want 1 and 70, a refusal naming $what)"; dump g.0; dump g.1
+  fi
+  grep -qE "signal 11|exited with code 139" "$T"/g.*.log && fail "g: a rank crashed"
+  grep -q "restarting the workers" "$T"/g.*.log && fail "g: an agent restarted after the refusal"
+  rm -rf "$d"
+}
+
+# the agent (the guard's child) of the agent command that pid runs under timeout(1)
+agent_of() { pgrep -P "$(pgrep -P "$1" | head -1)" | head -1; }
+
+scenario_h() {
+  local before a_dir pid i apid rc
+  before=$(shm_names)
+  timeout -k 5 "$LIMIT" "$AGENT" --standalone --http-port 0 --backend mpi --nproc-per-node 2 \
+    --rdzv-timeout "$RDZV_TIMEOUT" -- "$CHECK" --seed "$SEED" --steps 100000 --step-ms 10 \
+    >"$T/h1.log" 2>&1 &
+  pid=$!
+  for ((i = 0; i < 600; i++)); do
+    a_dir=$(comm -13 <(echo "$before") <(shm_names) | grep '^tdist-mpi\.' | head -1)
+    [ -n "$a_dir" ] && grep -q "started 2 worker" "$T/h1.log" && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$a_dir" ] || { fail "h: the running agent made no /dev/shm/tdist-mpi.* directory"; dump h1; kill $pid; wait $pid; return; }
+  standalone h2 1 "$CHECK" --seed "$SEED" --steps 2 || fail "h: a second agent's job failed"
+  [ -d "/dev/shm/$a_dir" ] && pass "h: another agent's start leaves the directory of a running agent ($a_dir)" ||
+    fail "h: another agent's start removed $a_dir, the directory of a running agent"
+  apid=$(agent_of $pid)
+  [ -n "$apid" ] && kill -9 "$apid"
+  wait $pid; rc=$?
+  [ "$rc" = 137 ] || { fail "h: the SIGKILLed agent's guard exited $rc (want 137)"; dump h1; }
+  [ -d "/dev/shm/$a_dir" ] || echo "h: note: $a_dir went with the SIGKILLed agent"
+  # an older agent's directory (no lock, no marker) may be in use: never swept
+  local old_dir
+  old_dir=$(mktemp -d /dev/shm/tdist-mpi.XXXXXX)
+  standalone h3 1 "$CHECK" --seed "$SEED" --steps 2 || fail "h: the next agent's job failed"
+  [ -d "$old_dir" ] || fail "h: the next agent's start removed $old_dir, which no agent of its kind made"
+  rm -rf "$old_dir"
+  if [ ! -e "/dev/shm/$a_dir" ] && grep -qF "removed /dev/shm/$a_dir" "$T/h3.log"; then
+    pass "h: the next agent's start removed $a_dir, left by an agent killed with SIGKILL (logged)"
+  else
+    fail "h: /dev/shm/$a_dir $( [ -e "/dev/shm/$a_dir" ] && echo "is still there" || echo "went, unlogged") after the next agent's start"
+    dump h3
+  fi
+}
+
+only="${PMIX_DYN_ONLY:-abcdefgh}"
 [[ $only == *a* ]] && scenario_a
 [[ $only == *b* ]] && scenario_b
 [[ $only == *c* ]] && scenario_c
 [[ $only == *d* ]] && scenario_d
 [[ $only == *e* ]] && scenario_e
 [[ $only == *f* ]] && scenario_f
+[[ $only == *g* ]] && scenario_g
+[[ $only == *h* ]] && scenario_h
 if [ $fails -gt 0 ]; then echo "pmix_dyn_test: $fails failure(s)"; exit 1; fi
 echo "pmix_dyn_test: ok"

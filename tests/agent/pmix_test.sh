@@ -31,6 +31,7 @@ echo "pmix_test: seed $SEED (TDIST_TEST_SEED=$SEED replays)"
 # shellcheck source=pods/pods.sh
 source "$PODS_SH"
 pods_init job svc ns cluster.local || exit 1
+pods_at_exit mpi_env_cleanup # pods_init replaced mpi_env.sh's trap
 fails=0
 pass() { echo "PASS: $*"; }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }

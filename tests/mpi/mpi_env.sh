@@ -16,4 +16,18 @@ export OMPI_MCA_mca_base_component_disable_dlclose=1
 # makes quadratic, seconds of CPU per process (as tests/agent/pmix_test.sh found).
 export HWLOC_COMPONENTS=-pci
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-MPIRUN=(mpirun --oversubscribe)
+# mpirun's ranks keep their shared-memory segments (vader_segment.*) in a directory of the
+# test's own, removed when the test's shell exits, however it ends: mpirun removes its job's
+# segments at the job's end, also after a rank is killed, but not when mpirun itself is killed
+# (timeout -k, a bound that ran out), which left them in /dev/shm for good (seen: 2 segments of a
+# 2-rank job after kill -9 of mpirun). Given on mpirun's command line, it reaches its ranks
+# only: the agents these tests start give their ranks directories of their own (a setting in
+# the environment would be every agent's, and two agents on one host then refuse it).
+MPI_SHM_DIR="$(mktemp -d /dev/shm/tdist-mpitest.XXXXXX 2>/dev/null ||
+  mktemp -d "${TEST_TMPDIR:-/tmp}/tdist-mpitest.XXXXXX")"
+mpi_env_cleanup() { rm -rf "$MPI_SHM_DIR"; }
+# (a test that sets its own EXIT trap later calls mpi_env_cleanup from it: pods_init does)
+trap mpi_env_cleanup EXIT
+trap 'exit 143' TERM # bash runs the EXIT trap on exit, not when a signal kills it
+trap 'exit 130' INT
+MPIRUN=(mpirun --oversubscribe --mca btl_vader_backing_directory "$MPI_SHM_DIR")

@@ -21,6 +21,7 @@ tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*"; [ -f "$tmp/out" ] && sed 's/^/  | /' "$tmp/out"; pods_dump; exit 1; }
 
 pods_init mpi svc ns cluster.local || exit 1
+pods_at_exit mpi_env_cleanup # pods_init replaced mpi_env.sh's trap
 for i in 0 1 2; do pods_start "mpi-$i" >/dev/null || fail "pods_start mpi-$i"; done
 hostfile=$tmp/hostfile
 : > "$hostfile"

@@ -56,18 +56,13 @@ if [ -n "${TDIST_MPI4PY_FILES:-}" ]; then
 else
   FILES=$(cd "$TESTS" && ls test_*.py | sed 's/\.py$//' | grep -vx test_spawn | tr '\n' ' ')
 fi
-# mpirun's shared-memory segments in a directory of our own, removed at the end, so that a rank
-# killed by the timeout leaves nothing in /dev/shm. Only mpirun's: each agent gives its job's ranks
-# a directory of its own and removes it (a directory set here would be kept by both agents, and
-# two agents' ranks would map each other's segments again).
-SHM=/dev/shm/mpi4py-suite.$$
-mkdir -p "$SHM"
+# mpirun's shared-memory segments go to mpi_env.sh's directory (MPIRUN), removed at the end,
+# so that a rank killed by the timeout leaves nothing in /dev/shm. Only mpirun's: each agent
+# gives its job's ranks a directory of its own and removes it.
 # Not set here: mpirun --oversubscribe and the agent (when ranks outnumber CPUs) both give ranks
 # OMPI_MCA_mpi_oversubscribe=1 themselves.
 # The agent runs workers with its own environment: Open MPI's settings above reach them.
 export TDIST_LOG_LEVEL="${TDIST_LOG_LEVEL:-info}"
-cleanup() { rm -rf "$SHM"; }
-trap cleanup EXIT
 
 # run_file MODE NAME: one test file as one job; its launcher's status in MODE/NAME.rc.
 run_file() {
@@ -76,8 +71,7 @@ run_file() {
   rm -f "$d/$name".*
   case $mode in
     mpirun)
-      OMPI_MCA_btl_vader_backing_directory="$SHM" \
-        timeout -k 10 "$FT" "${MPIRUN[@]}" -n $NP "${cmd[@]}" >"$d/$name.log" 2>&1 || rc=$? ;;
+      timeout -k 10 "$FT" "${MPIRUN[@]}" -n $NP "${cmd[@]}" >"$d/$name.log" 2>&1 || rc=$? ;;
     agent1x4)
       timeout -k 10 "$FT" "$AGENT" --standalone --backend mpi --nproc-per-node $NP \
         --rdzv-timeout "$RT" --stop-grace-period 2 --http-port 0 -- "${cmd[@]}" >"$d/$name.log" 2>&1 || rc=$? ;;
