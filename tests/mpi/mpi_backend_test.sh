@@ -8,6 +8,9 @@ bin=$1
 plugin=$PWD/$2
 export TDIST_MPI_PLUGIN=$plugin
 . "$(dirname "$0")/mpi_env.sh"
+# Every rank runs in this host's network namespace: Open MPI's TCP on loopback only (the container
+# tests create and remove podman bridges meanwhile; a rank that picked one up failed to bind).
+export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*"; [ -f "$tmp/out" ] && sed 's/^/  | /' "$tmp/out"; exit 1; }
 has() { grep -qF -- "$1" "$tmp/out" || fail "expected '$1' in the output"; }

@@ -7,6 +7,9 @@ set -euo pipefail
 sweep=$1
 export TDIST_MPI_PLUGIN=$PWD/$2
 . "$(dirname "$0")/mpi_env.sh"
+# Every rank runs in this host's network namespace: Open MPI's TCP on loopback only (the container
+# tests create and remove podman bridges meanwhile; a rank that picked one up failed to bind).
+export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 for world in 1 2 3 4 5; do
   head -c 4096 /dev/zero > "$tmp/arrivals"
