@@ -83,6 +83,27 @@ build() {
   if [ -n "$old" ] && [ "$old" != "$new" ]; then "$engine" rmi "$old" >/dev/null 2>&1 || true; fi
 }
 
+# prune_build_stage: removes the build stage's images (label io.tdist.stage=build: a checkout and
+# its Bazel output root, about 1.5 GB each) of earlier builds, which every change of the sources
+# would otherwise leave behind untagged; keeps the current build's (its layer cache: an unchanged
+# tree rebuilds in seconds) and the apt-get layer below them. Removal goes child first, so it
+# takes a few passes; an image another one still uses stays.
+prune_build_stage() {
+  local cur keep id removed pass
+  cur="$("$engine" build -q --target build -f "$root/docker/Dockerfile" "${bargs[@]}" "$root" 2>/dev/null | tail -1)"
+  [ -n "$cur" ] || return 0
+  keep=" $("$engine" image inspect --format '{{.Id}}' "$cur" 2>/dev/null) $("$engine" history -q --no-trunc "$cur" 2>/dev/null | tr '\n' ' ') "
+  for pass in 1 2 3 4 5 6; do
+    removed=0
+    for id in $("$engine" images -a -q --no-trunc --filter label=io.tdist.stage=build); do
+      [[ "$keep" == *" ${id#sha256:} "* || "$keep" == *" $id "* ]] && continue
+      if "$engine" rmi "$id" >/dev/null 2>&1; then removed=$((removed + 1)); fi
+    done
+    [ "$removed" -gt 0 ] || break
+    echo "build.sh: removed $removed image(s) of earlier builds' build stage (pass $pass)"
+  done
+}
+
 main() {
   parse_args "$@"
   pick_engine
@@ -104,6 +125,7 @@ main() {
   local a bargs=(--build-arg "IMAGE_VERSION=$version" --build-arg "VCS_REF=$rev")
   for a in ${args[@]+"${args[@]}"}; do bargs+=(--build-arg "$a"); done
   build "$name:$version" "$root/docker/Dockerfile" "$root" --target "$target" "${bargs[@]}"
+  prune_build_stage
   [ "$torch" = 1 ] || return 0
 
   bash "$root/docker/base_images.sh" --engine "$engine" --torch
