@@ -359,4 +359,3 @@ agent_rdzv_result_t agent_rdzv_exited_count(agent_rdzv_t *r, int64_t *exited) {
   snprintf(key, sizeof key, "%" PRId64 "/exited", r->round);
   return rdzv_add_in(r, key, 0, 0, AGENT_RDZV_MAX_COUNT, exited);
 }
-

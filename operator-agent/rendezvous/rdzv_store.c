@@ -20,7 +20,7 @@ agent_rdzv_result_t rdzv_fail(agent_rdzv_t *r, const char *what, tdist_status_t 
 }
 
 agent_rdzv_result_t rdzv_bad_value(agent_rdzv_t *r, const char *key, const void *v, size_t n,
-                                     const char *want) {
+                                   const char *want) {
   char shown[80];
   size_t l = n < sizeof shown - 1 ? n : sizeof shown - 1;
   for (size_t i = 0; i < l; i++) {
@@ -48,7 +48,7 @@ static agent_rdzv_result_t add(agent_rdzv_t *r, const char *key, int64_t delta, 
 
 /* ADD, then the result checked against lo..hi. */
 agent_rdzv_result_t rdzv_add_in(agent_rdzv_t *r, const char *key, int64_t delta, int64_t lo,
-                                  int64_t hi, int64_t *out) {
+                                int64_t hi, int64_t *out) {
   agent_rdzv_result_t res = add(r, key, delta, out);
   if (res < 0 || (*out >= lo && *out <= hi)) return res;
   char v[32], want[80];
@@ -68,7 +68,7 @@ agent_rdzv_result_t rdzv_read_round(agent_rdzv_t *r, int64_t *cur) {
 
 /* compare_set with string values; the resulting value goes to out (NUL-terminated). */
 agent_rdzv_result_t rdzv_cas(agent_rdzv_t *r, const char *key, const char *expected,
-                               const char *desired, char *out, size_t cap) {
+                             const char *desired, char *out, size_t cap) {
   void *v = NULL;
   size_t n = 0;
   tdist_status_t st = tdist_store_compare_set(r->store, key, expected, strlen(expected), desired,
@@ -83,7 +83,7 @@ agent_rdzv_result_t rdzv_cas(agent_rdzv_t *r, const char *key, const char *expec
 
 /* Value of key if it exists (*found = 1), without waiting. */
 agent_rdzv_result_t rdzv_get_opt(agent_rdzv_t *r, const char *key, char *out, size_t cap,
-                                   int *found) {
+                                 int *found) {
   const char *keys[1] = {key};
   int ready = 0;
   tdist_status_t st = tdist_store_check(r->store, keys, 1, &ready);

@@ -12,13 +12,15 @@
  * Only a rank whose own failure is a peer leaving (TDIST_ERR_REMOTE) adopts the record: a
  * timeout names the rank it waited for, and rank 0 of a monitored_barrier names the absent
  * ranks, which is already the cause.
- * Store calls here take at most FAIL_STORE_MS each: the store may be what failed. */
+ * Store calls here take at most FAIL_STORE_MS each (their own timeout: the handle's, which the
+ * user's threads share, stays as it is): the store may be what failed. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/pg/group.h"
+#include "runtime/store/store_internal.h"
 
 #define FAIL_KEY "tdist_failure"
 #define FAIL_STORE_MS 2000
@@ -30,8 +32,6 @@ tdist_status_t tdist__pg_share_failure(tdist_pg_t *pg, tdist_status_t st) {
   pthread_mutex_unlock(&pg->err_mu);
   tdist_status_t ret = st;
   if (pg->store && pg->size > 1) {
-    int64_t old = tdist_store_timeout(pg->store);
-    tdist_store_set_timeout(pg->store, FAIL_STORE_MS);
     /* "RANK STATUS TEXT" */
     char rec[TDIST__ERRMSG_MAX + 32];
     int n = snprintf(rec, sizeof rec, "%d %d %s", pg->rank, (int)st, mine);
@@ -39,8 +39,8 @@ tdist_status_t tdist__pg_share_failure(tdist_pg_t *pg, tdist_status_t st) {
     void *held = NULL;
     size_t held_len = 0;
     int first = -1, first_st = 0, off = 0;
-    if (tdist_store_compare_set(pg->store, FAIL_KEY, "", 0, rec, len, &held, &held_len) ==
-            TDIST_OK &&
+    if (tdist__store_compare_set_ms(pg->store, FAIL_KEY, "", 0, rec, len, &held, &held_len,
+                                    FAIL_STORE_MS) == TDIST_OK &&
         held && st == TDIST_ERR_REMOTE && (held_len != len || memcmp(held, rec, len) != 0)) {
       /* Another rank was first and this one saw a peer leave: perhaps a peer that gave up
        * after that first failure. Its cause goes first, unless it is ours too. */
@@ -60,7 +60,6 @@ tdist_status_t tdist__pg_share_failure(tdist_pg_t *pg, tdist_status_t st) {
       }
     }
     free(held);
-    tdist_store_set_timeout(pg->store, old);
   }
   if (pg->be->hangup) pg->be->hangup(pg);
   return ret;

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,7 @@ typedef struct {
   int oom;
   unsigned rng;
   char where[300];
+  pthread_mutex_t mu; /* one request at a time (locked_* below) */
 } tcp_store_t;
 
 static tcp_store_t *T(tdist_store_t *s) { return (tcp_store_t *)s; }
@@ -621,16 +623,95 @@ static tdist_status_t tcp_queue_len(tdist_store_t *s, const char *key, int64_t *
 static void tcp_destroy(tdist_store_t *s) {
   tcp_store_t *t = T(s);
   drop(t);
+  pthread_mutex_destroy(&t->mu);
   free(t->buf);
   free(t->host);
   free(t);
 }
 
+/* One request at a time per handle, as PyTorch's TCPStore client does (its activeOpLock_): a
+ * handle may be shared by the user's threads and a process group's worker (which records a
+ * failure in the group's store), and a request and its reply must not interleave with another's.
+ * Waiting for the handle counts against the request's own timeout. The handle's error text is
+ * written under the lock. */
+static tdist_status_t lock_handle(tcp_store_t *t, int64_t to) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += (time_t)(to / 1000);
+  ts.tv_nsec += (long)(to % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  int rc = pthread_mutex_timedlock(&t->mu, &ts);
+  if (rc == 0) return TDIST_OK;
+  return tdist__fail(rc == ETIMEDOUT ? TDIST_ERR_TIMEOUT : TDIST_ERR_SYSTEM,
+                     "store %s: the handle was busy with another thread's request for the whole "
+                     "%lld ms timeout (one request at a time per handle; give each thread its own)",
+                     t->where, (long long)to);
+}
+
+#define LOCKED(op, params, args)             \
+  static tdist_status_t locked_##op params { \
+    tcp_store_t *t = T(s);                   \
+    tdist_status_t st = lock_handle(t, to);  \
+    if (st) return st;                       \
+    st = tcp_##op args;                      \
+    pthread_mutex_unlock(&t->mu);            \
+    return st;                               \
+  }
+LOCKED(set, (tdist_store_t * s, const char *key, const void *v, size_t n, int64_t to),
+       (s, key, v, n, to))
+LOCKED(get, (tdist_store_t * s, const char *key, void **v, size_t *n, int64_t to),
+       (s, key, v, n, to))
+LOCKED(add, (tdist_store_t * s, const char *key, int64_t delta, int64_t *res, int64_t to),
+       (s, key, delta, res, to))
+LOCKED(compare_set,
+       (tdist_store_t * s, const char *key, const void *e, size_t en, const void *d, size_t dn,
+        void **out, size_t *outn, int64_t to),
+       (s, key, e, en, d, dn, out, outn, to))
+LOCKED(check, (tdist_store_t * s, const char *const *keys, size_t n, int *ready, int64_t to),
+       (s, keys, n, ready, to))
+LOCKED(wait, (tdist_store_t * s, const char *const *keys, size_t n, int64_t to), (s, keys, n, to))
+LOCKED(delete, (tdist_store_t * s, const char *key, int *deleted, int64_t to),
+       (s, key, deleted, to))
+LOCKED(num_keys, (tdist_store_t * s, int64_t *n, int64_t to), (s, n, to))
+LOCKED(append, (tdist_store_t * s, const char *key, const void *v, size_t n, int64_t to),
+       (s, key, v, n, to))
+LOCKED(multi_get,
+       (tdist_store_t * s, const char *const *keys, size_t n, void **vals, size_t *lens,
+        int64_t to),
+       (s, keys, n, vals, lens, to))
+LOCKED(multi_set,
+       (tdist_store_t * s, const char *const *keys, const void *const *vals, const size_t *lens,
+        size_t n, int64_t to),
+       (s, keys, vals, lens, n, to))
+LOCKED(queue_push, (tdist_store_t * s, const char *key, const void *v, size_t n, int64_t to),
+       (s, key, v, n, to))
+LOCKED(queue_pop,
+       (tdist_store_t * s, const char *key, int64_t wait_ms, void **v, size_t *n, int64_t to),
+       (s, key, wait_ms, v, n, to))
+LOCKED(queue_len, (tdist_store_t * s, const char *key, int64_t *n, int64_t to), (s, key, n, to))
+
 static const tdist__store_vtable_t k_tcp_vt = {
-    "tcp",           tcp_destroy,         tcp_set,       tcp_get,        tcp_add,
-    tcp_compare_set, tcp_check,           tcp_wait,      tcp_delete,     tcp_num_keys,
-    tcp_append,      tcp_multi_get,       tcp_multi_set, tcp_queue_push, tcp_queue_pop,
-    tcp_queue_len,   0 /* thread_safe */, NULL /* inner */
+    "tcp",
+    tcp_destroy,
+    locked_set,
+    locked_get,
+    locked_add,
+    locked_compare_set,
+    locked_check,
+    locked_wait,
+    locked_delete,
+    locked_num_keys,
+    locked_append,
+    locked_multi_get,
+    locked_multi_set,
+    locked_queue_push,
+    locked_queue_pop,
+    locked_queue_len,
+    0 /* thread_safe: the error text is the handle's */,
+    NULL /* inner */
 };
 
 TDIST_EXTERN tdist_status_t tdist_tcp_store_connect(const tdist_tcp_store_options_t *opts,
@@ -673,6 +754,7 @@ TDIST_EXTERN tdist_status_t tdist_tcp_store_connect(const tdist_tcp_store_option
   t->host = host;
   t->port = opts->port;
   t->fd = -1;
+  pthread_mutex_init(&t->mu, NULL);
   t->want = opts->dialect;
   t->connect_timeout_ms = opts->connect_timeout_ms;
   t->rng = (unsigned)getpid() ^ (unsigned)tdist__now_ns();

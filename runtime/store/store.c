@@ -136,19 +136,29 @@ TDIST_EXTERN tdist_status_t tdist_store_add(tdist_store_t *s, const char *key, i
   return s->vt->add(s, key, delta, result ? result : &tmp, handle_timeout(s));
 }
 
-TDIST_EXTERN tdist_status_t tdist_store_compare_set(tdist_store_t *s, const char *key,
-                                                    const void *expected, size_t expected_len,
-                                                    const void *desired, size_t desired_len,
-                                                    void **out, size_t *out_len) {
+tdist_status_t tdist__store_compare_set_ms(tdist_store_t *s, const char *key, const void *expected,
+                                           size_t expected_len, const void *desired,
+                                           size_t desired_len, void **out, size_t *out_len,
+                                           int64_t timeout_ms) {
   CHECK_HANDLE(s, "tdist_store_compare_set");
   CHECK_ARG(s, key && out && out_len, "tdist_store_compare_set",
             "key, out and out_len must not be NULL");
   CHECK_ARG(s, (expected || !expected_len) && (desired || !desired_len), "tdist_store_compare_set",
             "expected or desired is NULL with a non-zero length");
+  CHECK_ARG(s, timeout_ms > 0, "tdist_store_compare_set", "timeout must be > 0");
   *out = NULL;
   *out_len = 0;
   return s->vt->compare_set(s, key, expected, expected_len, desired, desired_len, out, out_len,
-                            handle_timeout(s));
+                            timeout_ms);
+}
+
+TDIST_EXTERN tdist_status_t tdist_store_compare_set(tdist_store_t *s, const char *key,
+                                                    const void *expected, size_t expected_len,
+                                                    const void *desired, size_t desired_len,
+                                                    void **out, size_t *out_len) {
+  CHECK_HANDLE(s, "tdist_store_compare_set");
+  return tdist__store_compare_set_ms(s, key, expected, expected_len, desired, desired_len, out,
+                                     out_len, handle_timeout(s));
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_check(tdist_store_t *s, const char *const *keys, size_t n,

@@ -7,6 +7,7 @@
 #define TDIST_STORE_STORE_INTERNAL_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 
 #include "runtime/common/status_internal.h"
 #include "tdist/store.h"
@@ -47,7 +48,8 @@ typedef struct tdist__store_vtable {
 struct tdist_store_s {
   uint32_t magic;
   const tdist__store_vtable_t *vt;
-  int64_t timeout_ms;
+  /* Atomic: a process group's worker thread reads it while the user's thread may set it. */
+  _Atomic int64_t timeout_ms;
   char err[TDIST__ERRMSG_MAX];
 };
 
@@ -65,5 +67,13 @@ void tdist__store_keys_str(const char *const *keys, size_t n, char *buf, size_t 
 #include "runtime/store/local_ip.h" /* tdist__store_local_ip */
 
 void tdist__store_init(tdist_store_t *s, const tdist__store_vtable_t *vt, int64_t timeout_ms);
+
+/* tdist_store_compare_set with its own timeout (> 0), leaving the handle's as it is: for callers
+ * inside libtdist that share a user's handle with other threads (the process group's failure
+ * record), where changing the handle's timeout would change the user's calls too. */
+tdist_status_t tdist__store_compare_set_ms(tdist_store_t *s, const char *key, const void *expected,
+                                           size_t expected_len, const void *desired,
+                                           size_t desired_len, void **out, size_t *out_len,
+                                           int64_t timeout_ms);
 
 #endif
