@@ -74,7 +74,7 @@ build() {
   shift 3
   old="$("$engine" image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)"
   echo "build.sh: $engine build -t $tag -f ${file#"$root"/} $* ${ctx#"$root"/}"
-  "$engine" build -t "$tag" -f "$file" "$@" "$ctx" 2>&1 | sed -u 's/^/  | /'
+  "$engine" build -t "$tag" -f "$file" "$@" "$ctx" 2>&1 | tee -a "$buildlog" | sed -u 's/^/  | /'
   [ "${PIPESTATUS[0]}" = 0 ] || die "building $tag failed (the engine's output is above)"
   echo "build.sh: $tag built in $((SECONDS - t0)) s"
   # The image the tag named before, if this build replaced it (a machine that rebuilds on every
@@ -83,20 +83,24 @@ build() {
   if [ -n "$old" ] && [ "$old" != "$new" ]; then "$engine" rmi "$old" >/dev/null 2>&1 || true; fi
 }
 
-# prune_build_stage: removes the build stage's images (label io.tdist.stage=build: a checkout and
-# its Bazel output root, about 1.5 GB each) of earlier builds, which every change of the sources
-# would otherwise leave behind untagged; keeps the current build's (its layer cache: an unchanged
-# tree rebuilds in seconds) and the apt-get layer below them. Removal goes child first, so it
-# takes a few passes; an image another one still uses stays.
+# prune_build_stage: removes the build stage's images of earlier builds (their working directory
+# is the stage's /build/src: a checkout and its Bazel output root, about 1.5 GB each), which
+# every change of the sources would otherwise leave behind untagged. The images this build made
+# or took from the cache (the "--> ID" and "--> Using cache ID" lines of its output) stay, so an
+# unchanged tree rebuilds in seconds, and so does the apt-get layer (no working directory yet).
+# Only untagged images; removal goes child first, so it takes a few passes; an image another one
+# still uses stays.
 prune_build_stage() {
-  local cur keep id removed pass
-  cur="$("$engine" build -q --target build -f "$root/docker/Dockerfile" "${bargs[@]}" "$root" 2>/dev/null | tail -1)"
-  [ -n "$cur" ] || return 0
-  keep=" $("$engine" image inspect --format '{{.Id}}' "$cur" 2>/dev/null) $("$engine" history -q --no-trunc "$cur" 2>/dev/null | tr '\n' ' ') "
+  local keep id k used removed pass
+  keep="$(sed -nE 's/^--> (Using cache )?([0-9a-f]{11,64})$/\2/p' "$buildlog" | sort -u)"
+  [ -n "$keep" ] || return 0
   for pass in 1 2 3 4 5 6; do
     removed=0
-    for id in $("$engine" images -a -q --no-trunc --filter label=io.tdist.stage=build); do
-      [[ "$keep" == *" ${id#sha256:} "* || "$keep" == *" $id "* ]] && continue
+    for id in $("$engine" images -a -q --no-trunc --filter dangling=true); do
+      id="${id#sha256:}" used=0
+      [ "$("$engine" image inspect --format '{{.Config.WorkingDir}}' "$id" 2>/dev/null)" = /build/src ] || continue
+      for k in $keep; do [[ "$id" != "$k"* ]] || used=1; done
+      [ "$used" = 0 ] || continue
       if "$engine" rmi "$id" >/dev/null 2>&1; then removed=$((removed + 1)); fi
     done
     [ "$removed" -gt 0 ] || break
@@ -104,8 +108,13 @@ prune_build_stage() {
   done
 }
 
+buildlog=""
+cleanup() { if [ -n "$buildlog" ]; then rm -f "$buildlog"; fi; }
+trap cleanup EXIT
+
 main() {
   parse_args "$@"
+  buildlog="$(mktemp /tmp/tdist-build.XXXXXX)"
   pick_engine
   local version rev name cuda_devel cuda_runtime
   version="$(sed -n 's/^#define TDIST_VERSION_STRING "\(.*\)"/\1/p' "$root/include/tdist/version.h")"
