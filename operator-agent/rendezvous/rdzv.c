@@ -127,13 +127,7 @@ static agent_rdzv_result_t read_idx(agent_rdzv_t *r, int64_t round, const int64_
     }
   }
 out:
-  for (size_t i = 0; keys && vals && i < n; i++) {
-    free(keys[i]);
-    tdist_free(vals[i]);
-  }
-  free(keys);
-  free(vals);
-  free(lens);
+  rdzv_free_multi(keys, vals, lens, n);
   return res;
 }
 

@@ -35,6 +35,8 @@ agent_rdzv_result_t rdzv_get_opt(agent_rdzv_t *r, const char *key, char *out, si
 /* The value of key, allocated (NUL-terminated; the caller frees), or *out = NULL if absent. */
 agent_rdzv_result_t rdzv_get_alloc(agent_rdzv_t *r, const char *key, char **out);
 void rdzv_copy_trunc(char *dst, size_t cap, const char *src);
+/* Frees a multi_get's key names, values (either array may be NULL) and lengths, n of each. */
+void rdzv_free_multi(char **keys, void **vals, size_t *lens, size_t n);
 
 /* rdzv_record.c */
 /* Splits off the next space-separated token of *s into tok (cap bytes); -1 if none or too long. */

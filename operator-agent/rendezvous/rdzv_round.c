@@ -143,13 +143,7 @@ static agent_rdzv_result_t heartbeat(agent_rdzv_t *r, int64_t now_ns) {
       break;
     }
   }
-  for (size_t i = 0; i < n; i++) {
-    free(keys[i]);
-    tdist_free(vals[i]);
-  }
-  free(keys);
-  free(vals);
-  free(lens);
+  rdzv_free_multi(keys, vals, lens, n);
   return res;
 }
 
@@ -255,13 +249,7 @@ static agent_rdzv_result_t standby_liveness(agent_rdzv_t *r, int64_t now_ns) {
   } else if (st != TDIST_ERR_NO_MEMORY) {
     res = rdzv_fail(r, "multi_get of standby heartbeats", st);
   }
-  for (size_t i = 0; keys && i < n; i++) {
-    free(keys[i]);
-    if (vals) tdist_free(vals[i]);
-  }
-  free(keys);
-  free(vals);
-  free(lens);
+  rdzv_free_multi(keys, vals, lens, n);
   return res;
 }
 

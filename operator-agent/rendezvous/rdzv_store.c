@@ -66,6 +66,14 @@ agent_rdzv_result_t rdzv_read_round(agent_rdzv_t *r, int64_t *cur) {
   return rdzv_add_in(r, "round", 0, 0, AGENT_RDZV_MAX_ROUND, cur);
 }
 
+/* Copies a store value into out (NUL-terminated, cut to cap) and frees it. */
+static void take_value(char *out, size_t cap, void *v, size_t n) {
+  if (n >= cap) n = cap - 1;
+  memcpy(out, v, n);
+  out[n] = 0;
+  tdist_free(v);
+}
+
 /* compare_set with string values; the resulting value goes to out (NUL-terminated). */
 agent_rdzv_result_t rdzv_cas(agent_rdzv_t *r, const char *key, const char *expected,
                              const char *desired, char *out, size_t cap) {
@@ -74,10 +82,7 @@ agent_rdzv_result_t rdzv_cas(agent_rdzv_t *r, const char *key, const char *expec
   tdist_status_t st = tdist_store_compare_set(r->store, key, expected, strlen(expected), desired,
                                               strlen(desired), &v, &n);
   if (st != TDIST_OK) return rdzv_fail(r, key, st);
-  if (n >= cap) n = cap - 1;
-  memcpy(out, v, n);
-  out[n] = 0;
-  tdist_free(v);
+  take_value(out, cap, v, n);
   return AGENT_RDZV_PENDING;
 }
 
@@ -95,10 +100,7 @@ agent_rdzv_result_t rdzv_get_opt(agent_rdzv_t *r, const char *key, char *out, si
   size_t n = 0;
   st = tdist_store_get(r->store, key, &v, &n);
   if (st != TDIST_OK) return rdzv_fail(r, key, st);
-  if (n >= cap) n = cap - 1;
-  memcpy(out, v, n);
-  out[n] = 0;
-  tdist_free(v);
+  take_value(out, cap, v, n);
   return AGENT_RDZV_PENDING;
 }
 
@@ -132,4 +134,14 @@ void rdzv_copy_trunc(char *dst, size_t cap, const char *src) {
   if (n >= cap) n = cap - 1;
   memcpy(dst, src, n);
   dst[n] = 0;
+}
+
+void rdzv_free_multi(char **keys, void **vals, size_t *lens, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (keys) free(keys[i]);
+    if (vals) tdist_free(vals[i]);
+  }
+  free(keys);
+  free(vals);
+  free(lens);
 }
