@@ -225,15 +225,7 @@ def podman_run(spec, index, namespace, network, ip, image, name, poddir, labels=
         "spec.serviceAccountName": spec.pod.get("serviceAccountName", "default"),
     }
 
-    def field(path):
-        m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
-        if m:
-            return (lbl if m.group(1) == "labels" else ann).get(m.group(2), "")
-        if path not in fields:
-            die("downward API fieldPath %r is not supported (add it to podman_pod.py)" % path)
-        return fields[path]
-
-    env = _env(spec, field)
+    env = _env(spec, podspec.downward_api(fields, lbl, ann, "podman_pod.py"))
     env["JOB_COMPLETION_INDEX"] = str(index)
     if os.path.exists(poddir):
         shutil.rmtree(poddir)

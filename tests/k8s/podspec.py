@@ -159,6 +159,20 @@ def expand(s, env):
     return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", rep, s)
 
 
+def downward_api(fields, labels, annotations, where):
+    """The resolver of the downward API's fieldPath values for one pod: FIELDS (a dict of plain
+    paths), metadata.labels['k'] and metadata.annotations['k'] from LABELS and ANNOTATIONS; a
+    path it does not know ends the program naming WHERE to add it."""
+    def field(path):
+        m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
+        if m:
+            return (labels if m.group(1) == "labels" else annotations).get(m.group(2), "")
+        if path not in fields:
+            die("downward API fieldPath %r is not supported (add it to %s)" % (path, where))
+        return fields[path]
+    return field
+
+
 def cmd_pod(args):
     by_kind, job = load(args.rendered)
     tmpl = job["spec"]["template"]
@@ -190,13 +204,7 @@ def cmd_pod(args):
         "spec.nodeName": "node-%d" % idx, "spec.serviceAccountName": pod.get("serviceAccountName", "default"),
     }
 
-    def field(path):
-        m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
-        if m:
-            return (labels if m.group(1) == "labels" else annotations).get(m.group(2), "")
-        if path not in fields:
-            die("downward API fieldPath %r is not simulated (add it to podspec.py)" % path)
-        return fields[path]
+    field = downward_api(fields, labels, annotations, "podspec.py")
 
     configmaps = {cm["metadata"]["name"]: cm for cm in by_kind.get("ConfigMap", [])}
 
