@@ -32,6 +32,7 @@
 #include "runtime/gloo/tcp_internal.h"
 #include "runtime/pg/pg_internal.h"
 #include "runtime/store/local_ip.h"
+#include "runtime/store/store_internal.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Setup                                                                                     */
@@ -224,9 +225,8 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
     snprintf(keys[i], 32, "gloo/%d", i);
   }
   int64_t left = deadline - tdist__now_ms();
-  tdist_store_set_timeout(pg->store, left > 0 ? left : 1);
-  st = tdist_store_multi_get(pg->store, (const char *const *)keys, (size_t)t->size, vals, lens);
-  tdist_store_set_timeout(pg->store, pg->timeout_ms);
+  st = tdist__store_multi_get_ms(pg->store, (const char *const *)keys, (size_t)t->size, vals, lens,
+                                 left > 0 ? left : 1);
   if (st) {
     st = tdist__pg_fail(pg, st,
                         "waiting for all %d ranks to publish their addresses: %s "

@@ -36,6 +36,7 @@
 #include "runtime/common/log.h"
 #include "runtime/common/param.h"
 #include "runtime/nccl/nccl_internal.h"
+#include "runtime/store/store_internal.h"
 
 #define WATCHDOG_MS 100
 #define SLEEP_NS 50000               /* between event queries once spinning gave up */
@@ -418,13 +419,11 @@ static tdist_status_t exchange_id(tdist_pg_t *pg, ncclUniqueId *id, int64_t dl) 
     return TDIST_OK;
   }
   int64_t left = dl - tdist__now_ms();
-  tdist_store_set_timeout(pg->store, left > 0 ? left : 1);
   void *v = NULL;
   size_t len = 0;
-  st = tdist_store_get(pg->store, key, &v, &len);
+  st = tdist__store_get_ms(pg->store, key, &v, &len, left > 0 ? left : 1);
   char why[TDIST__ERRMSG_MAX];
   snprintf(why, sizeof why, "%s", st ? tdist_store_last_error(pg->store) : "");
-  tdist_store_set_timeout(pg->store, pg->timeout_ms);
   if (st)
     return tdist__pg_fail(pg, st,
                           "rank %d: no NCCL unique id from rank 0 (store key '%s/%s'): "

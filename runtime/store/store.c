@@ -119,13 +119,20 @@ TDIST_EXTERN tdist_status_t tdist_store_set(tdist_store_t *s, const char *key, c
   return s->vt->set(s, key, value, len, handle_timeout(s));
 }
 
+tdist_status_t tdist__store_get_ms(tdist_store_t *s, const char *key, void **value, size_t *len,
+                                   int64_t timeout_ms) {
+  CHECK_HANDLE(s, "tdist_store_get");
+  CHECK_ARG(s, key && value && len, "tdist_store_get", "key, value and len must not be NULL");
+  CHECK_ARG(s, timeout_ms > 0, "tdist_store_get", "timeout must be > 0");
+  *value = NULL;
+  *len = 0;
+  return s->vt->get(s, key, value, len, timeout_ms);
+}
+
 TDIST_EXTERN tdist_status_t tdist_store_get(tdist_store_t *s, const char *key, void **value,
                                             size_t *len) {
   CHECK_HANDLE(s, "tdist_store_get");
-  CHECK_ARG(s, key && value && len, "tdist_store_get", "key, value and len must not be NULL");
-  *value = NULL;
-  *len = 0;
-  return s->vt->get(s, key, value, len, handle_timeout(s));
+  return tdist__store_get_ms(s, key, value, len, handle_timeout(s));
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_add(tdist_store_t *s, const char *key, int64_t delta,
@@ -199,17 +206,24 @@ TDIST_EXTERN tdist_status_t tdist_store_append(tdist_store_t *s, const char *key
   return s->vt->append(s, key, data, len, handle_timeout(s));
 }
 
-TDIST_EXTERN tdist_status_t tdist_store_multi_get(tdist_store_t *s, const char *const *keys,
-                                                  size_t n, void **values, size_t *lens) {
+tdist_status_t tdist__store_multi_get_ms(tdist_store_t *s, const char *const *keys, size_t n,
+                                         void **values, size_t *lens, int64_t timeout_ms) {
   CHECK_HANDLE(s, "tdist_store_multi_get");
   CHECK_ARG(s, keys_ok(keys, n) && (!n || (values && lens)), "tdist_store_multi_get",
             "keys (or one of them), values or lens is NULL");
+  CHECK_ARG(s, timeout_ms > 0, "tdist_store_multi_get", "timeout must be > 0");
   for (size_t i = 0; i < n; i++) {
     values[i] = NULL;
     lens[i] = 0;
   }
   if (n == 0) return TDIST_OK;
-  return s->vt->multi_get(s, keys, n, values, lens, handle_timeout(s));
+  return s->vt->multi_get(s, keys, n, values, lens, timeout_ms);
+}
+
+TDIST_EXTERN tdist_status_t tdist_store_multi_get(tdist_store_t *s, const char *const *keys,
+                                                  size_t n, void **values, size_t *lens) {
+  CHECK_HANDLE(s, "tdist_store_multi_get");
+  return tdist__store_multi_get_ms(s, keys, n, values, lens, handle_timeout(s));
 }
 
 TDIST_EXTERN tdist_status_t tdist_store_multi_set(tdist_store_t *s, const char *const *keys,

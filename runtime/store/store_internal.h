@@ -68,12 +68,17 @@ void tdist__store_keys_str(const char *const *keys, size_t n, char *buf, size_t 
 
 void tdist__store_init(tdist_store_t *s, const tdist__store_vtable_t *vt, int64_t timeout_ms);
 
-/* tdist_store_compare_set with its own timeout (> 0), leaving the handle's as it is: for callers
- * inside libtdist that share a user's handle with other threads (the process group's failure
- * record), where changing the handle's timeout would change the user's calls too. */
+/* tdist_store_compare_set, _get and _multi_get with a timeout of their own (> 0), leaving the
+ * handle's as it is: for callers inside libtdist that borrow a user's handle, possibly shared with
+ * other threads (the process group's failure record, a backend's address or id exchange), where
+ * changing the handle's timeout would change the user's calls too. */
 tdist_status_t tdist__store_compare_set_ms(tdist_store_t *s, const char *key, const void *expected,
                                            size_t expected_len, const void *desired,
                                            size_t desired_len, void **out, size_t *out_len,
                                            int64_t timeout_ms);
+tdist_status_t tdist__store_get_ms(tdist_store_t *s, const char *key, void **value, size_t *len,
+                                   int64_t timeout_ms);
+tdist_status_t tdist__store_multi_get_ms(tdist_store_t *s, const char *const *keys, size_t n,
+                                         void **values, size_t *lens, int64_t timeout_ms);
 
 #endif
