@@ -16,7 +16,7 @@
 
 #include "tdist/status.h"
 
-typedef struct tdist__what tdist__what_t; /* pg_internal.h */
+typedef struct tdist__what tdist__what_t; /* runtime/pg/backend.h */
 
 typedef struct tdist_pg_s tdist_pg_t;
 

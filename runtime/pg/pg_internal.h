@@ -12,98 +12,12 @@
 #include <stdint.h>
 
 #include "runtime/common/status_internal.h"
+#include "runtime/pg/backend.h"
 #include "tdist/pg.h"
 #include "tdist/stats.h"
 #include "tdist/store.h"
 
 #define TDIST__PG_MAGIC 0x9a0c011eu
-
-/* The collective kinds, one per type of the statistics file: generated from its list
- * (TDIST_STATS_OP_LIST, include/tdist/stats.h), which also gives their names. */
-#define TDIST__COLL_KIND_(kind, name) TDIST__COLL_##kind,
-typedef enum { TDIST_STATS_OP_LIST(TDIST__COLL_KIND_) TDIST__COLL_KIND_COUNT_ } tdist__coll_kind_t;
-#undef TDIST__COLL_KIND_
-
-/* One collective call, as every backend receives it. Arrays (counts/displs) are owned by the
- * descriptor when `owned_arrays` (async calls copy them). */
-typedef struct tdist__coll {
-  tdist__coll_kind_t kind;
-  void *out;
-  const void *in;
-  size_t count;
-  tdist_dtype_t dtype;
-  tdist_reduce_op_t op;
-  int root;                      /* broadcast/reduce/gather/scatter */
-  int peer;                      /* send/recv */
-  int tag;                       /* send/recv */
-  int64_t timeout_ms;            /* monitored barrier */
-  size_t *counts, *displs;       /* all_gather_v; all_to_all_v output side */
-  size_t *in_counts, *in_displs; /* all_to_all_v input side */
-  int owned_arrays;
-  int async;    /* 1: runs on the group's worker (an _async call); 0: on the caller's thread */
-  uint64_t seq; /* sequence number in the group */
-  int64_t deadline_ms; /* run_p2p: when this send/recv fails (CLOCK_MONOTONIC ms) */
-} tdist__coll_t;
-
-const char *tdist__coll_name(tdist__coll_kind_t kind);
-/* "all_reduce #12": the collective's name and sequence number, written to out; returns out. */
-#define TDIST__WHAT_MAX 48 /* the longest name (17) + " #" + 20 digits + NUL */
-const char *tdist__coll_what(char out[TDIST__WHAT_MAX], tdist__coll_kind_t kind, uint64_t seq);
-/* A collective's name for error messages, formatted (tdist__coll_what) only when a message needs
- * it: formatting it before every call was a tenth of a small shared-memory broadcast. */
-typedef struct tdist__what {
-  const char *fixed; /* a name to use as is, or NULL: kind and seq */
-  tdist__coll_kind_t kind;
-  uint64_t seq;
-  char s[TDIST__WHAT_MAX]; /* "" until formatted */
-} tdist__what_t;
-const char *tdist__what(tdist__what_t *w);
-
-#define TDIST__P2P_BATCH_MAX 64 /* sends and receives one run_p2p call has in flight at most */
-
-/* The async worker's sends and receives (work.c), as run_p2p gets them. */
-typedef struct tdist__p2p_feed tdist__p2p_feed_t;
-struct tdist__p2p_feed {
-  /* Moves up to cap sends/receives posted and not yet taken, in posting order, into c, each
-   * with its deadline_ms set; returns how many (0: none now). Never blocks; cheap when there is
-   * nothing (an atomic load), so a backend may call it on every idle pass. */
-  int (*take)(tdist__p2p_feed_t *f, tdist__coll_t **c, int cap);
-  /* c, which take gave, completed successfully. */
-  void (*done)(tdist__p2p_feed_t *f, tdist__coll_t *c);
-};
-
-typedef struct tdist__backend {
-  const char *name;
-  /* Connects the backend among the group's ranks (store under pg->store). */
-  tdist_status_t (*connect)(tdist_pg_t *pg, int64_t deadline_ms);
-  void (*destroy)(tdist_pg_t *pg);
-  /* Runs one collective; must honour the deadline and pg->abort_fd. Returns TDIST_OK or an
-   * error after writing the detail with tdist__pg_fail. */
-  tdist_status_t (*run)(tdist_pg_t *pg, const tdist__coll_t *c, int64_t deadline_ms);
-  /* Optional. Runs the async sends and receives feed->take gives, together, and takes those
-   * posted while they wait, so that none waits for one posted after it (PyTorch's
-   * batch_isend_irecv with irecv first); per peer and direction they move in posting order.
-   * Each completes on its own (feed->done) or fails at its deadline_ms. Returns TDIST_OK once
-   * every one taken is done and take gives none; an error (after tdist__pg_fail) fails every
-   * one not reported done. Same abort contract as run. Without it the worker runs sends and
-   * receives one by one. */
-  tdist_status_t (*run_p2p)(tdist_pg_t *pg, tdist__p2p_feed_t *feed);
-  /* Optional (with run_p2p). A send/recv was posted while run_p2p runs: make it take soon. Any
-   * thread. */
-  void (*wake_p2p)(tdist_pg_t *pg);
-  /* Optional. Refuses, before it is queued, a call this backend cannot run (after coll.c's own
-   * argument checks); the error goes through tdist__pg_fail and does not fail the group. */
-  tdist_status_t (*check)(tdist_pg_t *pg, const tdist__coll_t *c);
-  /* Optional. tdist_new_group calls it on the parent ranks that are not in the new group, after
-   * draining the parent's async work, so a backend can derive the subgroup's communicator from
-   * the parent's collectively (ncclCommSplit). Members see pg->parent during connect instead. */
-  tdist_status_t (*skip_group)(tdist_pg_t *parent, int64_t deadline_ms);
-  /* Optional. The CUDA device the group's buffers must be on; absent: -1 (host memory). */
-  int (*device)(const tdist_pg_t *pg);
-  /* Optional. After a failure: shut down the connections so peers blocked on this rank fail
-   * now, not at their deadline (failure.c). */
-  void (*hangup)(tdist_pg_t *pg);
-} tdist__backend_t;
 
 extern const tdist__backend_t tdist__gloo_backend;
 extern const tdist__backend_t tdist__nccl_backend;
