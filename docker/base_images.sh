@@ -14,8 +14,9 @@
 #                          /usr/local/cuda/include, on debian:bookworm. docker/build.sh passes it as
 #                          --build-arg CUDA_DEVEL_IMAGE. Only headers: nothing of it reaches the
 #                          final images, as with NVIDIA's image.
-# With --torch, also the two PyTorch images a user's training image would start FROM (the README's
-# recipe, docker/torch/Dockerfile), made from Debian's archive only, nothing of ours in them:
+# With --torch, also the two PyTorch images a user's training image would start FROM (the
+# recipe of docs/pytorch.md, docker/torch/Dockerfile), made from Debian's archive only, nothing of
+# ours in them:
 #   localhost/debian-pytorch:1.13   debian:bookworm + python3-torch 1.13, python3-numpy and what
 #                                   building tdist_torch's C++ group needs (libtorch-dev,
 #                                   pybind11-dev, g++), installed by apt-get in a container
@@ -52,7 +53,7 @@ pick_engine() {
   if command -v podman >/dev/null; then engine=podman
   elif command -v docker >/dev/null && docker info >/dev/null 2>&1; then engine=docker
   else
-    echo "base_images.sh: no container engine: install podman (see README, 'The image')" >&2
+    echo "base_images.sh: no container engine: install podman (see docs/operators.md, 'Container images')" >&2
     exit 1
   fi
 }

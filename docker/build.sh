@@ -7,7 +7,7 @@
 #   bash docker/build.sh --target gpu    tdist-gpu:0.1.0   the gpu target, where its base image
 #                                                          (CUDA_RUNTIME_IMAGE) is in the engine
 #   bash docker/build.sh --torch         tdist:0.1.0, then tdist-torch113:0.1.0 and
-#                                        tdist-torch26:0.1.0: the README's PyTorch recipe
+#                                        tdist-torch26:0.1.0: docs/pytorch.md's recipe
 #                                        (docker/torch/Dockerfile) on Debian's PyTorch 1.13 and 2.6
 #                                        (bases from docker/base_images.sh --torch)
 #
@@ -53,7 +53,7 @@ pick_engine() {
   fi
   if command -v podman >/dev/null; then engine=podman
   elif command -v docker >/dev/null && docker info >/dev/null 2>&1; then engine=docker
-  else die "no container engine: install podman (README, 'Container images'), or start docker's daemon"; fi
+  else die "no container engine: install podman (docs/operators.md, 'Container images'), or start docker's daemon"; fi
 }
 
 have_image() { "$engine" image inspect "$1" >/dev/null 2>&1; }

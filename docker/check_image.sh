@@ -267,7 +267,7 @@ check_gpu_static() {
     fail "gpu stage: no RUN checks libcudart.so.13 and libnccl.so.2"
 }
 
-# check_torch IMAGE WANT: the README's recipe on a PyTorch image: the C++ group, a DDP job.
+# check_torch IMAGE WANT: docs/pytorch.md's recipe on a PyTorch image: the C++ group, a DDP job.
 check_torch() {
   local img="$1" want="$2" out
   if ! "$engine" image inspect "$img" >/dev/null 2>&1; then fail "$img: not built (bash docker/build.sh --torch)"; return; fi

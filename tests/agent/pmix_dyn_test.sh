@@ -15,7 +15,7 @@
 #      machine's CPUs) and MPI_INFO_ENV (command, argv, wdir, maxprocs, ...) are what the same
 #      program prints under mpirun, rank by rank; OMPI_UNIVERSE_SIZE excepted (mpirun's counts
 #      its slots, the agent's is the job: it cannot spawn).
-#   e. published names are exactly the user's, under the README's key: while rank 0 holds its
+#   e. published names are exactly the user's, under docs/mpi.md's key: while rank 0 holds its
 #      published name, the agents' store has tdist/<run>/pmix/publish/<name> (one slash) and no
 #      pmix.euid (libpmix's, which a publisher of another UID then met as a duplicate key);
 #      every rank looks the name up.

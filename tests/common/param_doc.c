@@ -1,7 +1,8 @@
-/* Prints the README's section on environment variables, generated from the parameter table
- * (runtime/common/param.h) and the agent's option table; with --names, every TDIST_* name the
- * project reads, one per line (for //tests/common:param_tree_test).
- *   bazel run //tests/common:param_doc > /tmp/section.md   (then paste it over the README's) */
+/* Prints docs/environment.md's section on environment variables, generated from the parameter
+ * table (runtime/common/param.h) and the agent's option table; with --names, every TDIST_* name
+ * the project reads, one per line (for //tests/common:param_tree_test).
+ *   bazel run //tests/common:param_doc > /tmp/section.md
+ * (then paste it over docs/environment.md's) */
 #include <stdio.h>
 #include <string.h>
 

@@ -106,7 +106,7 @@ static void check_table(void) {
     }
     CHECK(d->help && strlen(d->help) > 10);
     CHECK(d->scope != 0);
-    if (!d->dflt) CHECK(d->dflt_doc && *d->dflt_doc); /* the README says what unset means */
+    if (!d->dflt) CHECK(d->dflt_doc && *d->dflt_doc); /* environment.md says what unset means */
     if (d->dflt) parse_ok(e->name, d->dflt);          /* every default is valid */
   }
 }

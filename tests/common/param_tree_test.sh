@@ -1,16 +1,16 @@
 #!/bin/bash
-# Every TDIST_* variable of the tree is in the parameter table, and README.md's list is the one
-# //tests/common:param_doc generates from it.
-#   $1 param_doc  $2 param_tree_check.py  $3 README.md
-# The source tree is scanned where it really is (README.md's runfile resolved), so that a package
-# added later is scanned without a BUILD change; the test is tagged external (never cached).
+# Every TDIST_* variable of the tree is in the parameter table, and docs/environment.md's list is
+# the one //tests/common:param_doc generates from it.
+#   $1 param_doc  $2 param_tree_check.py  $3 docs/environment.md
+# The source tree is scanned where it really is (environment.md's runfile resolved), so that a
+# package added later is scanned without a BUILD change; the test is tagged external (never cached).
 # First the checker must catch variables planted in a scratch copy, then pass on the tree.
 set -u
-doc=$1 check=$2 readme=$3
+doc=$1 check=$2 envdoc=$3
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 fail() { echo "FAIL: $*"; exit 1; }
-root=$(dirname "$(readlink -f "$readme")")
-[ -f "$root/runtime/common/param.c" ] || fail "no checkout at $root (from $readme)"
+root=$(dirname "$(dirname "$(readlink -f "$envdoc")")")
+[ -f "$root/runtime/common/param.c" ] || fail "no checkout at $root (from $envdoc)"
 "$doc" --names >"$tmp/names" || fail "param_doc --names"
 [ "$(wc -l <"$tmp/names")" -gt 20 ] || fail "param_doc --names listed too few names"
 
@@ -46,11 +46,11 @@ grep -q 'TDIST_SHM_YIELD is in the table but nothing reads it' "$tmp/out" || fai
 # The tree itself.
 python3 "$check" "$root" "$tmp/names" || fail "the tree reads TDIST_* variables the table lacks"
 
-# README.md's section is the generated one.
+# docs/environment.md's section is the generated one.
 "$doc" >"$tmp/section.md" || fail "param_doc"
-sed -n '/^<!-- BEGIN TDIST_\* variables/,/^<!-- END TDIST_\* variables -->/p' "$readme" \
-  >"$tmp/readme_section.md"
-[ -s "$tmp/readme_section.md" ] || fail "README.md has no generated TDIST_* section"
-diff -u "$tmp/section.md" "$tmp/readme_section.md" ||
-  fail "README.md's TDIST_* list is stale: bazel run //tests/common:param_doc and paste it in"
-echo "ok: tree and README match the table ($(wc -l <"$tmp/names") names)"
+sed -n '/^<!-- BEGIN TDIST_\* variables/,/^<!-- END TDIST_\* variables -->/p' "$envdoc" \
+  >"$tmp/doc_section.md"
+[ -s "$tmp/doc_section.md" ] || fail "docs/environment.md has no generated TDIST_* section"
+diff -u "$tmp/section.md" "$tmp/doc_section.md" ||
+  fail "docs/environment.md's TDIST_* list is stale: bazel run //tests/common:param_doc and paste it in"
+echo "ok: tree and docs/environment.md match the table ($(wc -l <"$tmp/names") names)"

@@ -392,7 +392,7 @@ def scenario_prometheus(k8s, image):
 
 def torch_job(script, backend, steps, hook=None):
     """A user's overlay for a PyTorch job: the script in a ConfigMap mounted at /opt/job, tdist's
-    Python package on PYTHONPATH (the README's image recipe puts it in /opt/tdist/python)."""
+    Python package on PYTHONPATH (docs/pytorch.md's image recipe puts it in /opt/tdist/python)."""
     def edit(docs):
         with open(script) as f:
             text = f.read()

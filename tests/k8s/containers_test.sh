@@ -9,7 +9,7 @@ main() {
   py="$(realpath "$2")"
   k8s="$(dirname "$(dirname "$(realpath "$3")")")"
   command -v podman >/dev/null || {
-    echo "FAIL: podman not found: install podman netavark aardvark-dns iptables runc (README)"
+    echo "FAIL: podman not found: install podman netavark aardvark-dns iptables runc (docs/testing.md)"
     exit 1
   }
   shift 3

@@ -5,7 +5,7 @@ The expected-failures file (expected_failures.txt beside this file) has one test
     NAME  TORCH  WORLD  REASON
 
 TORCH is "*", "1.13", "2.6" or a comma list of them; WORLD is "*" or a comma list of world
-sizes; REASON is the rest of the line and starts with its kind: REFUSED (a refusal the README
+sizes; REASON is the rest of the line and starts with its kind: REFUSED (a refusal docs/pytorch.md
 documents), NAME (the test asserts gloo's name), WORDING (the test matches gloo's exact words),
 or DEFECT (a defect of ours being fixed; the line goes once the fix is merged). A line that
 starts with '#' is a comment. A test may have several lines (one per PyTorch or world size);
