@@ -508,7 +508,8 @@ static void usage(FILE *f) {
           "one more connection sets it when the previous round's K wakeups are in.\n"
           "Columns: ratio = median tdist/torch ops/s of back-to-back pairs; srv = server CPU\n"
           "us per op / share of a core; client = client CPU us per op; cpu ratio = torch\n"
-          "(srv+client) / tdist's; other = cores other processes used (noise). See docs/benchmarks.md.\n");
+          "(srv+client) / tdist's; other = cores other processes used (noise). See "
+          "docs/benchmarks.md.\n");
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out) {
