@@ -119,11 +119,13 @@ EOF
   # the training command after "--", so they are cut there (Trainer replaces args whole).
   trainjob_variant "$T/tj.yaml" 't["args"] = t["args"][:t["args"].index("--")]'
   trainjob_variant "$T/tj-auto.yaml" 't["args"] = t["args"][:t["args"].index("--")]; del t["numProcPerNode"]'
+  trainjob_variant "$T/tj-gpu.yaml" 't["args"] = t["args"][:t["args"].index("--")]; del t["numProcPerNode"]; t["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": 3}}'
   "$PY" "$SHAPE" trainer "$T/trainer.yaml" "$T/tj.yaml" "$T/s-trainer.yaml"
   "$PY" "$SHAPE" trainer "$T/trainer.yaml" "$T/tj-auto.yaml" "$T/s-trainer-auto.yaml"
+  "$PY" "$SHAPE" trainer "$T/trainer.yaml" "$T/tj-gpu.yaml" "$T/s-trainer-gpu.yaml"
   "$PY" "$SHAPE" jobset "$T/jobset.yaml" "$T/s-jobset.yaml"
   "$PY" "$SHAPE" volcano "$T/volcano.yaml" "$T/s-volcano.yaml"
-  for n in trainer trainer-auto jobset volcano; do check_pods "$n" "$T/s-$n.yaml"; done
+  for n in trainer trainer-auto trainer-gpu jobset volcano; do check_pods "$n" "$T/s-$n.yaml"; done
   for i in 0 1; do
     expect trainer "$i" node_rank "$i"
     expect trainer "$i" nnodes 2
@@ -132,6 +134,9 @@ EOF
     expect trainer "$i" master_port 29500
     # numProcPerNode unset, no GPU: Trainer passes the CPU count of the container's requests (2).
     expect trainer-auto "$i" nproc_per_node 2
+    # numProcPerNode unset, 3 GPUs per node: Trainer passes "auto", the agent counts the pod's
+    # GPUs (/dev/nvidia0..2, as the device plugin exposes them), as torchrun's auto does.
+    expect trainer-gpu "$i" nproc_per_node 3
     expect volcano "$i" node_rank "$i"
     expect volcano "$i" nnodes 2
     expect volcano "$i" master_addr tdist-train-master-0.tdist-train

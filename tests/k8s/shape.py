@@ -115,6 +115,12 @@ def trainer_jobset(docs, trainjob, f):
     for k in ("image", "command", "args"):
         if k in tr:
             c[k] = tr[k]
+    if tr.get("resourcesPerNode"):
+        # Merged over the container's, key by key (pkg/runtime/core/trainingruntime.go:199-225).
+        res = c.setdefault("resources", {})
+        for part in ("limits", "requests"):
+            if (tr["resourcesPerNode"].get(part)):
+                res.setdefault(part, {}).update(tr["resourcesPerNode"][part])
     c.setdefault("env", [])
     for e in tr.get("env") or []:
         if e["name"] in tf["reserved_env"]:
