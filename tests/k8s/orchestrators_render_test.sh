@@ -40,6 +40,7 @@ check_pods() {
   for ((i = 0; i < completions; i++)); do
     script="$("$PY" "$PODSPEC" pod "$shaped" --index "$i" --namespace default --pod-ip "10.244.$i.10" \
       --root "$ROOT/$name" --image-prefix /opt/tdist --bin "tdist-agent=$AGENT" --bin "train=$TRAIN")"
+    # shellcheck disable=SC2016 # $1 and $@ are the inner shell's
     if timeout 60 unshare --mount --uts --propagation private sh -c 'hostname "$1" && shift && exec bash "$@"' \
       pod "${hosts[$i]}" "$script" --check-config >"$T/$name.eff.$i" 2>"$T/$name.err.$i"; then
       pass "$name: pod ${hosts[$i]}: tdist-agent --check-config accepts its environment"
