@@ -76,6 +76,7 @@ EOF
 main() {
   AGENT="$(realpath "$1")" TRAIN="$(realpath "$2")" PODSPEC="$(realpath "$3")" SHAPE="$(realpath "$4")"
   VALIDATE="$(realpath "$5")" CRDV="$(realpath "$6")" NPM_DEPS="$(realpath "$7")" CRDS="$(realpath "$8")"
+  DRIFT="$(dirname "$SHAPE")/drift.py"
   local k8s_src
   k8s_src="$(dirname "$(dirname "$(realpath "$9")")")"
   if [ "$(id -u)" -ne 0 ]; then
@@ -115,6 +116,14 @@ sys.exit(0 if len(d) == 2 and d["ClusterTrainingRuntime"] == d["TrainingRuntime"
 EOF
   then pass "the ClusterTrainingRuntime and the TrainingRuntime tdist-torch have the same spec"
   else fail "the ClusterTrainingRuntime and the TrainingRuntime tdist-torch differ"; fi
+
+  # No drift from k8s/base: pod templates and agent settings but for what each way must change.
+  if kubectl kustomize "$T/k8s/base" >"$T/base.yaml" 2>"$T/drift.out" &&
+    "$PY" "$DRIFT" "$T/base.yaml" "$T/trainer.yaml" "$T/jobset.yaml" "$T/volcano.yaml" >>"$T/drift.out" 2>&1; then
+    pass "no drift: the pod templates and the agent's settings are k8s/base's (but for what each way changes)"
+  else
+    fail "drift from k8s/base: $(cat "$T/drift.out")"
+  fi
 
   # 3. Each pod as its controller makes it. --check-config is a flag: the sample's args end with
   # the training command after "--", so they are cut there (Trainer replaces args whole).
