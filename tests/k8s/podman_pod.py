@@ -9,6 +9,9 @@ What is translated, and how:
     metadata.namespace, metadata.uid, labels and annotations of the Job controller, status.podIP,
     status.hostIP, spec.nodeName, spec.serviceAccountName), envFrom configMapRef, configMapKeyRef,
     then JOB_COMPLETION_INDEX, which the Job controller appends. HOSTNAME is the pod's hostname.
+    A PodShapes object (tests/k8s/shape.py) names each pod instead, for a controller that makes
+    its pods itself (Volcano): name, hostname, labels, annotations, env it appends, no
+    JOB_COMPLETION_INDEX.
   - hostname <job>-<i> (the Job controller sets it for Indexed Jobs), the subdomain's FQDN in
     /etc/hosts, and resolv.conf search "<ns>.svc.<domain> svc.<domain> <domain>", ndots 5.
   - DNS: on the cluster's podman network, aardvark-dns answers the aliases
@@ -95,7 +98,8 @@ class PodSpec:
         return csc.get(key, psc.get(key, default))
 
 
-def _env(spec, field):
+def _env(spec, field, extra=()):
+    """The container's env (envFrom, then env in order), then extra: what a controller appends."""
     env = {}
     for e in spec.container.get("envFrom") or []:
         if "configMapRef" not in e:
@@ -103,7 +107,7 @@ def _env(spec, field):
         cm = spec.configmaps[e["configMapRef"]["name"]]
         for k, v in (cm.get("data") or {}).items():
             env[e.get("prefix", "") + k] = v
-    for e in spec.container.get("env") or []:
+    for e in list(spec.container.get("env") or []) + list(extra):
         if "value" in e:
             env[e["name"]] = podspec.expand(str(e["value"]), env)
         elif "valueFrom" in e and "fieldRef" in e["valueFrom"]:
@@ -207,17 +211,8 @@ def _resources(spec):
 
 def podman_run(spec, index, namespace, network, ip, image, name, poddir, labels=()):
     """(pod name, argv of `podman run`) for pod index `index` at `ip` on podman network `network`."""
-    hostname = "%s-%d" % (spec.jobname, index)
-    podname = "%s-%s" % (hostname, "".join(random.choice(RAND_ALPHABET) for _ in range(5)))
     uid = "%08x-0000-4000-8000-%012x" % (random.getrandbits(32), random.getrandbits(48))
-    lbl = dict(spec.tmpl.get("metadata", {}).get("labels") or {})
-    lbl.update({
-        "batch.kubernetes.io/job-name": spec.jobname, "job-name": spec.jobname,
-        "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
-        "batch.kubernetes.io/job-completion-index": str(index),
-    })
-    ann = dict(spec.tmpl.get("metadata", {}).get("annotations") or {})
-    ann["batch.kubernetes.io/job-completion-index"] = str(index)
+    hostname, podname, lbl, ann, extra_env, completion_index = podspec.identity(spec.by_kind, spec.job, index, uid)
     fields = {
         "metadata.name": podname, "metadata.namespace": namespace, "metadata.uid": uid,
         "status.podIP": ip, "status.podIPs": ip, "status.hostIP": ip.rsplit(".", 1)[0] + ".1",
@@ -225,8 +220,9 @@ def podman_run(spec, index, namespace, network, ip, image, name, poddir, labels=
         "spec.serviceAccountName": spec.pod.get("serviceAccountName", "default"),
     }
 
-    env = _env(spec, podspec.downward_api(fields, lbl, ann, "podman_pod.py"))
-    env["JOB_COMPLETION_INDEX"] = str(index)
+    env = _env(spec, podspec.downward_api(fields, lbl, ann, "podman_pod.py"), extra_env)
+    if completion_index:
+        env["JOB_COMPLETION_INDEX"] = str(index)
     if os.path.exists(poddir):
         shutil.rmtree(poddir)
     os.makedirs(poddir)

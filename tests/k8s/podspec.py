@@ -125,6 +125,7 @@ def cmd_summary(args):
         "container": c["name"],
         "probes": "\n".join(probes(c)),
         "scrape": "\n".join(scrapes(by_kind, c)),
+        "hostnames": " ".join(identity(by_kind, job, i, "")[0] for i in range(int(spec.get("completions", 1)))),
     }
     for k, v in vals.items():
         print("%s=%s" % (k, shlex.quote(v)))
@@ -173,23 +174,23 @@ def downward_api(fields, labels, annotations, where):
     return field
 
 
-def cmd_pod(args):
-    by_kind, job = load(args.rendered)
+def identity(by_kind, job, idx, uid):
+    """Who pod idx is: (hostname, pod name, labels, annotations, extra env entries, whether the
+    Job controller's JOB_COMPLETION_INDEX is set). The Job controller's, unless the rendered
+    objects hold a PodShapes object (tests/k8s/shape.py, for a controller that makes its pods
+    itself, as Volcano does): then its entry for idx, its env appended after the container's."""
     tmpl = job["spec"]["template"]
-    pod = tmpl["spec"]
-    c = the_container(job)
     jobname = job["metadata"]["name"]
-    idx = args.index
+    shapes = by_kind.get("PodShapes") or []
+    if shapes:
+        pods = {p["index"]: p for p in shapes[0]["pods"]}
+        if idx not in pods:
+            die("PodShapes has no pod %d" % idx)
+        p = pods[idx]
+        return (p["hostname"], p["name"], dict(p["labels"]), dict(p["annotations"]), list(p.get("env") or []),
+                bool(p.get("completionIndex")))
     hostname = "%s-%d" % (jobname, idx)
     podname = "%s-%s" % (hostname, "".join(random.choice(RAND_ALPHABET) for _ in range(5)))
-    uid = "%08x-0000-4000-8000-%012x" % (random.getrandbits(32), random.getrandbits(48))
-    root = os.path.join(os.path.abspath(args.root), hostname)
-    if os.path.exists(root):
-        shutil.rmtree(root)
-    os.makedirs(root)
-    os.chmod(root, 0o755)
-
-    # Labels and annotations of the pod as the Job controller creates it.
     labels = dict(tmpl.get("metadata", {}).get("labels") or {})
     labels.update({
         "batch.kubernetes.io/job-name": jobname, "job-name": jobname,
@@ -198,6 +199,24 @@ def cmd_pod(args):
     })
     annotations = dict(tmpl.get("metadata", {}).get("annotations") or {})
     annotations["batch.kubernetes.io/job-completion-index"] = str(idx)
+    return hostname, podname, labels, annotations, [], True
+
+
+def cmd_pod(args):
+    by_kind, job = load(args.rendered)
+    tmpl = job["spec"]["template"]
+    pod = tmpl["spec"]
+    c = the_container(job)
+    jobname = job["metadata"]["name"]
+    idx = args.index
+    uid = "%08x-0000-4000-8000-%012x" % (random.getrandbits(32), random.getrandbits(48))
+    hostname, podname, labels, annotations, extra_env, completion_index = identity(by_kind, job, idx, uid)
+    root = os.path.join(os.path.abspath(args.root), hostname)
+    if os.path.exists(root):
+        shutil.rmtree(root)
+    os.makedirs(root)
+    os.chmod(root, 0o755)
+
     fields = {
         "metadata.name": podname, "metadata.namespace": args.namespace, "metadata.uid": uid,
         "status.podIP": args.pod_ip, "status.podIPs": args.pod_ip,
@@ -272,7 +291,7 @@ def cmd_pod(args):
         cm = configmaps[e["configMapRef"]["name"]]
         for k, v in (cm.get("data") or {}).items():
             env[e.get("prefix", "") + k] = rewrite(v)
-    for e in c.get("env") or []:
+    for e in (c.get("env") or []) + extra_env:
         if "value" in e:
             env[e["name"]] = rewrite(expand(str(e["value"]), env))
         elif "valueFrom" in e and "fieldRef" in e["valueFrom"]:
@@ -284,7 +303,8 @@ def cmd_pod(args):
             die("env %s: valueFrom %s is not simulated" % (e["name"], list(e["valueFrom"])))
         else:
             env[e["name"]] = ""
-    env["JOB_COMPLETION_INDEX"] = str(idx)
+    if completion_index:
+        env["JOB_COMPLETION_INDEX"] = str(idx)
     argv = [rewrite(expand(a, env)) for a in (c.get("command") or [])]
     if argv:
         die("the container sets command %r; the simulation runs the image's entrypoint" % c["command"])
