@@ -818,10 +818,13 @@ static void gloo_hangup(tdist_pg_t *pg) {
   if (G(pg) && G(pg)->tp && G(pg)->tp->hangup) G(pg)->tp->hangup(G(pg)->tp);
 }
 
-const tdist__backend_t tdist__gloo_backend = {.name = "gloo",
-                                              .connect = gloo_connect,
-                                              .destroy = gloo_destroy,
-                                              .run = gloo_run,
-                                              .run_p2p = gloo_run_p2p,
-                                              .wake_p2p = gloo_wake_p2p,
-                                              .hangup = gloo_hangup};
+static const tdist__backend_t k_backend = {.name = "gloo",
+                                           .connect = gloo_connect,
+                                           .destroy = gloo_destroy,
+                                           .run = gloo_run,
+                                           .run_p2p = gloo_run_p2p,
+                                           .wake_p2p = gloo_wake_p2p,
+                                           .hangup = gloo_hangup};
+
+static const tdist__backend_reg_t k_reg = {.name = "gloo", .order = 0, .be = &k_backend};
+__attribute__((constructor)) static void gloo_register(void) { tdist__backend_register(&k_reg); }

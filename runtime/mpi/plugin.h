@@ -1,7 +1,7 @@
 /* The interface between libtdist and its MPI plugin, libtdist-mpi.so.
  *
  * libtdist never links against MPI: backend "mpi" opens the plugin with dlopen at
- * tdist_init_process_group (runtime/pg/mpi_load.c), as NCCL opens its network plugins. The plugin
+ * tdist_init_process_group (runtime/mpi/loader.c), as NCCL opens its network plugins. The plugin
  * is built against one MPI's mpi.h and linked against its libmpi (Open MPI and MPICH differ in
  * ABI: one plugin per implementation), so a node without MPI has no plugin to open, or a plugin
  * whose libmpi does not load: both are TDIST_ERR_NOT_AVAILABLE with the loader's reason.

@@ -691,7 +691,7 @@ static int nccl_device(const tdist_pg_t *pg) {
   return g ? g->dev : -1;
 }
 
-const tdist__backend_t tdist__nccl_backend = {
+static const tdist__backend_t k_backend = {
     .name = "nccl",
     .device = nccl_device,
     .connect = nccl_connect,
@@ -700,3 +700,6 @@ const tdist__backend_t tdist__nccl_backend = {
     .check = tdist__nccl_check,
     .skip_group = nccl_skip_group,
 };
+
+static const tdist__backend_reg_t k_reg = {.name = "nccl", .order = 1, .be = &k_backend};
+__attribute__((constructor)) static void nccl_register(void) { tdist__backend_register(&k_reg); }

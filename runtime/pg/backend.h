@@ -98,4 +98,26 @@ typedef struct tdist__backend {
   void (*hangup)(tdist_pg_t *pg);
 } tdist__backend_t;
 
+/* A backend by name, as it registers itself (registry.c) from a constructor in its own object:
+ *   static const tdist__backend_reg_t k_reg = {.name = "gloo", .be = &k_backend};
+ *   __attribute__((constructor)) static void reg(void) { tdist__backend_register(&k_reg); } */
+typedef struct tdist__backend_reg {
+  const char *name;
+  int order; /* its place in the list of names that an unknown name's error gives */
+  const tdist__backend_t *be; /* NULL where open gives it */
+  /* Optional: a backend that numbers the ranks itself and needs no store (mpi: the plugin, and
+   * MPI_COMM_WORLD's numbering). Loads what it needs, checks opts' rank and world size, and
+   * gives the vtable, this process's rank and the world size. On failure tdist_last_error()
+   * says why. */
+  tdist_status_t (*open)(const tdist_pg_options_t *opts, const tdist__backend_t **be, int *rank,
+                         int *size);
+} tdist__backend_reg_t;
+
+/* Adds reg (static storage) to the registry. From constructors only (before any group). */
+void tdist__backend_register(const tdist__backend_reg_t *reg);
+/* The registration of that name, or NULL. */
+const tdist__backend_reg_t *tdist__backend_find(const char *name);
+/* "'gloo', 'nccl' or 'mpi'": the registered names by order, written to out; returns out. */
+const char *tdist__backend_names(char *out, size_t cap);
+
 #endif

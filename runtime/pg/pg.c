@@ -109,17 +109,13 @@ TDIST_EXTERN tdist_status_t tdist_init_process_group(const tdist_pg_options_t *o
   if (st) return st;
   opts = &o;
   const char *backend = opts->backend ? opts->backend : "gloo";
-  const tdist__backend_t *be = NULL;
-  if (strcmp(backend, "gloo") == 0) {
-    be = &tdist__gloo_backend;
-  } else if (strcmp(backend, "nccl") == 0) {
-    be = &tdist__nccl_backend;
-  } else if (strcmp(backend, "mpi") == 0) {
-    be = NULL; /* below: the plugin gives it */
-  } else {
-    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
-                       "backend '%s' is not supported; use 'gloo', 'nccl' or 'mpi'", backend);
+  const tdist__backend_reg_t *reg = tdist__backend_find(backend);
+  if (!reg) {
+    char names[256];
+    return tdist__fail(TDIST_ERR_INVALID_ARGUMENT, "backend '%s' is not supported; use %s", backend,
+                       tdist__backend_names(names, sizeof names));
   }
+  const tdist__backend_t *be = reg->be; /* NULL: reg->open gives it, below */
   if (opts->store && opts->init_method)
     return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
                        "tdist_init_process_group: give either a store or an init_method, not both");
@@ -129,9 +125,9 @@ TDIST_EXTERN tdist_status_t tdist_init_process_group(const tdist_pg_options_t *o
   int64_t timeout = opts->timeout_ms ? opts->timeout_ms : TDIST__PG_DEFAULT_TIMEOUT_MS;
   tdist__rdzv_t r;
   memset(&r, 0, sizeof r);
-  if (!be) {
-    /* mpi: MPI_COMM_WORLD numbers the ranks; a store or init_method is not used. */
-    if ((st = tdist__mpi_open(opts, &be, &r.rank, &r.world))) return st;
+  if (reg->open) {
+    /* The backend numbers the ranks (mpi: MPI_COMM_WORLD); a store or init_method is not used. */
+    if ((st = reg->open(opts, &be, &r.rank, &r.world))) return st;
   } else if (opts->store) {
     if (opts->rank < 0 || opts->world_size <= 0)
       return tdist__fail(TDIST_ERR_INVALID_ARGUMENT,
@@ -155,7 +151,7 @@ TDIST_EXTERN tdist_status_t tdist_init_process_group(const tdist_pg_options_t *o
   pg->be = be;
   if (opts->socket_ifname && !(pg->socket_ifname = strdup(opts->socket_ifname)))
     st = tdist__fail(TDIST_ERR_NO_MEMORY, "tdist_init_process_group: out of memory");
-  if (st == TDIST_OK && strcmp(be->name, "mpi") == 0) {
+  if (st == TDIST_OK && reg->open) {
     /* no store */
   } else if (st == TDIST_OK && opts->store) {
     pg->base_store = opts->store;

@@ -19,16 +19,6 @@
 
 #define TDIST__PG_MAGIC 0x9a0c011eu
 
-extern const tdist__backend_t tdist__gloo_backend;
-extern const tdist__backend_t tdist__nccl_backend;
-
-/* Backend "mpi" lives in a plugin (runtime/mpi/plugin.h, opened by runtime/pg/mpi_load.c): loads
- * it, checks opts' rank and world size and RANK/WORLD_SIZE against MPI_COMM_WORLD, and gives the
- * backend with this process's rank and size. On failure tdist_last_error() says why
- * (TDIST_ERR_NOT_AVAILABLE: no plugin, or no MPI library for it). */
-tdist_status_t tdist__mpi_open(const tdist_pg_options_t *opts, const tdist__backend_t **be,
-                               int *rank, int *size);
-
 typedef struct tdist_work_s tdist_work_t;
 
 struct tdist_pg_s {

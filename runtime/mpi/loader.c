@@ -1,6 +1,6 @@
-/* Backend "mpi": finds and opens the MPI plugin (runtime/mpi/plugin.h) and checks that MPI's
- * view of the world agrees with what the caller and the environment say. Nothing here includes
- * mpi.h; libtdist has no MPI dependency.
+/* Backend "mpi" as libtdist registers it: finds and opens the MPI plugin (runtime/mpi/plugin.h) and
+ * checks that MPI's view of the world agrees with what the caller and the environment say. Nothing
+ * here includes mpi.h; libtdist has no MPI dependency.
  *
  * Where the plugin comes from: TDIST_MPI_PLUGIN (a path or a file name; when set, only that is
  * tried), else libtdist-mpi.so in the directory of the object libtdist's code is in, and in its
@@ -21,8 +21,8 @@
 #include "runtime/common/dl_reason.h"
 #include "runtime/common/log.h"
 #include "runtime/common/param.h"
+#include "runtime/common/status_internal.h"
 #include "runtime/mpi/plugin.h"
-#include "runtime/pg/group.h"
 #include "runtime/pg/reduce.h"
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -154,7 +154,11 @@ static int parse_env_int(const char *name, int *out) {
   return 1;
 }
 
-tdist_status_t tdist__mpi_open(const tdist_pg_options_t *opts, const tdist__backend_t **be,
+/* Backend "mpi" (its registration's open): loads the plugin, checks opts' rank and world size
+ * and RANK/WORLD_SIZE against MPI_COMM_WORLD, and gives the backend with this process's rank and
+ * size. On failure tdist_last_error() says why (TDIST_ERR_NOT_AVAILABLE: no plugin, or no MPI
+ * library for it). */
+static tdist_status_t mpi_open(const tdist_pg_options_t *opts, const tdist__backend_t **be,
                                int *rank, int *size) {
   char err[TDIST__ERRMSG_MAX] = "";
   pthread_mutex_lock(&g_mu);
@@ -192,3 +196,6 @@ tdist_status_t tdist__mpi_open(const tdist_pg_options_t *opts, const tdist__back
   *be = p->backend;
   return TDIST_OK;
 }
+
+static const tdist__backend_reg_t k_reg = {.name = "mpi", .order = 2, .open = mpi_open};
+__attribute__((constructor)) static void mpi_register(void) { tdist__backend_register(&k_reg); }
