@@ -668,6 +668,13 @@ static tdist_status_t check_fingerprints(tdist_pg_t *pg, const tdist__coll_t *k,
 /* ---------------------------------------------------------------------------------------- */
 /* Backend glue                                                                              */
 
+/* The transport's error sink: the group's sticky error. */
+static tdist_status_t fail_group(void *pg, tdist_status_t st, const char *fmt, va_list ap) {
+  char msg[TDIST__ERRMSG_MAX];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  return tdist__pg_fail(pg, st, "%s", msg);
+}
+
 static tdist_status_t gloo_connect(tdist_pg_t *pg, int64_t deadline) {
   gloo_t *g = calloc(1, sizeof *g);
   if (!g) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "gloo: out of memory");
@@ -684,7 +691,17 @@ static tdist_status_t gloo_connect(tdist_pg_t *pg, int64_t deadline) {
   }
   g->force_algo = (int)tdist__param_int(TDIST__P_ALGO_ALLREDUCE); /* auto|ring|rd: 0, 1, 2 */
   g->fingerprint = tdist__param_int(TDIST__P_DEBUG) == 2;         /* OFF|INFO|DETAIL */
-  tdist_status_t st = tdist__tcp_transport_create(pg, deadline, &g->tp);
+  tdist__transport_cfg_t cfg = {.rank = pg->rank,
+                                .size = pg->size,
+                                .store = pg->store,
+                                .name = pg->name,
+                                .socket_ifname = pg->socket_ifname,
+                                .timeout_ms = pg->timeout_ms,
+                                .abort_fd = pg->abort_fd,
+                                .aborted = &pg->aborted,
+                                .fail = fail_group,
+                                .fail_ctx = pg};
+  tdist_status_t st = tdist__tcp_transport_create(&cfg, deadline, &g->tp);
   if (st) {
     free(g);
     return st;
