@@ -39,10 +39,7 @@ static void host_log(int level, const char *component, const char *fmt, ...) {
 
 static tdist__mpi_host_t g_host = {
     .abi = TDIST__MPI_ABI,
-    .pg_size = sizeof(tdist_pg_t),
-    .coll_size = sizeof(tdist__coll_t),
-    .backend_size = sizeof(tdist__backend_t),
-    .pg_fail = tdist__pg_fail,
+    .sizes = TDIST__MPI_SIZES,
     .log = host_log,
     .reduce = tdist__reduce,
     .reduce_finish_avg = tdist__reduce_finish_avg,
@@ -131,8 +128,7 @@ static tdist_status_t load_locked(char *err, size_t cap) {
   }
   g_host.spin_us = tdist__param_int(TDIST__P_MPI_SPIN_US);
   const tdist__mpi_plugin_t *p = entry(&g_host);
-  if (!p || p->abi != TDIST__MPI_ABI || p->pg_size != sizeof(tdist_pg_t) ||
-      p->coll_size != sizeof(tdist__coll_t) || p->backend_size != sizeof(tdist__backend_t)) {
+  if (!p || p->abi != TDIST__MPI_ABI || !tdist__mpi_abi_match(p->abi, &p->sizes)) {
     snprintf(err, cap,
              "%s was built from another tdist tree (plugin ABI %d, this libtdist %d): use the "
              "plugin built with this libtdist",
