@@ -39,7 +39,7 @@ static void host_log(int level, const char *component, const char *fmt, ...) {
 
 static tdist__mpi_host_t g_host = {
     .abi = TDIST__MPI_ABI,
-    .sizes = TDIST__MPI_SIZES,
+    .sizes = TDIST__MPI_SIZES_INIT,
     .log = host_log,
     .reduce = tdist__reduce,
     .reduce_finish_avg = tdist__reduce_finish_avg,

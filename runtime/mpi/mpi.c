@@ -665,7 +665,7 @@ static const tdist__backend_t k_backend = {
 
 static const tdist__mpi_plugin_t k_plugin = {
     .abi = TDIST__MPI_ABI,
-    .sizes = TDIST__MPI_SIZES,
+    .sizes = TDIST__MPI_SIZES_INIT,
     .backend = &k_backend,
     .world = world,
     .library = library,

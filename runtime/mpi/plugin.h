@@ -35,9 +35,12 @@ typedef struct {
 typedef struct tdist__mpi_host tdist__mpi_host_t;
 typedef struct tdist__mpi_plugin tdist__mpi_plugin_t;
 
-#define TDIST__MPI_SIZES                                                                        \
-  ((tdist__mpi_sizes_t){sizeof(tdist__bctx_t), sizeof(tdist__coll_t), sizeof(tdist__backend_t), \
-                        sizeof(tdist__mpi_host_t), sizeof(tdist__mpi_plugin_t)})
+/* An initializer of tdist__mpi_sizes_t with this side's sizes. */
+#define TDIST__MPI_SIZES_INIT                                               \
+  {                                                                         \
+    sizeof(tdist__bctx_t), sizeof(tdist__coll_t), sizeof(tdist__backend_t), \
+        sizeof(tdist__mpi_host_t), sizeof(tdist__mpi_plugin_t)              \
+  }
 
 struct tdist__mpi_host {
   int abi; /* TDIST__MPI_ABI */
@@ -70,7 +73,7 @@ struct tdist__mpi_plugin {
 
 /* 1 when the other side's ABI number and sizes are this side's. */
 static inline int tdist__mpi_abi_match(int abi, const tdist__mpi_sizes_t *s) {
-  tdist__mpi_sizes_t mine = TDIST__MPI_SIZES;
+  tdist__mpi_sizes_t mine = TDIST__MPI_SIZES_INIT;
   return abi == TDIST__MPI_ABI && s->bctx == mine.bctx && s->coll == mine.coll &&
          s->backend == mine.backend && s->host == mine.host && s->plugin == mine.plugin;
 }

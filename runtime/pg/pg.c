@@ -1,9 +1,11 @@
 /* Process-group lifecycle: tdist_init_process_group (an explicit store or an init method,
  * init.c), tdist_new_group, the accessors, abort and the sticky error, finalize and destroy. The
  * pieces: init.c finds the rendezvous, work.c runs async work, coll.c checks and runs
- * collectives, the backend (tdist__backend_t) connects and moves data. Never talks to peers
- * itself, never frees a group its worker may still use (stop the worker first), and never reads
- * an options field beyond the caller's opts->size (runtime/common/options.h). */
+ * collectives, the backend (tdist__backend_t, found by name in registry.c) connects and moves
+ * data, seeing the group only through its context (pg->b, backend.h). Never names a backend,
+ * never talks to peers itself, never frees a group its worker may still use (stop the worker
+ * first), and never reads an options field beyond the caller's opts->size
+ * (runtime/common/options.h). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
