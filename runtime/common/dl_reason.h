@@ -1,6 +1,6 @@
 /* The dynamic loader's reason for a failed dlopen, without the file name it repeats
  * ("x.so: cannot open shared object file: ..." -> "cannot open shared object file: ..."), for
- * messages that list every path tried (runtime/nccl/loader.c, runtime/pg/mpi_load.c). */
+ * messages that list every path tried (runtime/nccl/loader.c, runtime/mpi/loader.c). */
 #ifndef TDIST_COMMON_DL_REASON_H
 #define TDIST_COMMON_DL_REASON_H
 

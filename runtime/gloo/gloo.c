@@ -21,7 +21,7 @@
 #include "runtime/common/log.h"
 #include "runtime/common/param.h"
 #include "runtime/gloo/transport.h"
-#include "runtime/pg/pg_internal.h"
+#include "runtime/pg/backend.h"
 #include "runtime/pg/reduce.h"
 
 #define RD_MAX_BYTES (64 * 1024)
@@ -47,10 +47,10 @@ typedef struct {
   int fingerprint;
 } gloo_t;
 
-static gloo_t *G(tdist_pg_t *pg) { return pg->be_state; }
+static gloo_t *G(tdist__bctx_t *b) { return b->state; }
 
-static void *scratch(tdist_pg_t *pg, size_t bytes) {
-  gloo_t *g = G(pg);
+static void *scratch(tdist__bctx_t *b, size_t bytes) {
+  gloo_t *g = G(b);
   if (bytes > g->scratch_cap) {
     void *p = realloc(g->scratch, bytes);
     if (!p) return NULL;
@@ -61,7 +61,7 @@ static void *scratch(tdist_pg_t *pg, size_t bytes) {
 }
 
 typedef struct {
-  tdist_pg_t *pg;
+  tdist__bctx_t *b;
   int64_t dl;
   tdist__what_t *what;
   uint32_t tag;
@@ -69,12 +69,12 @@ typedef struct {
 } ctx_t;
 
 static tdist_status_t nomem(ctx_t *c, size_t bytes) {
-  return tdist__pg_fail(c->pg, TDIST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch",
-                        tdist__what(c->what), bytes);
+  return tdist__bctx_fail(c->b, TDIST_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of scratch",
+                          tdist__what(c->what), bytes);
 }
 
 static tdist_status_t xchg(ctx_t *c, tdist__xfer_t *x, int n) {
-  return G(c->pg)->tp->exchange(G(c->pg)->tp, x, n, c->dl, c->what);
+  return G(c->b)->tp->exchange(G(c->b)->tp, x, n, c->dl, c->what);
 }
 
 static tdist__xfer_t xsend(ctx_t *c, int peer, const void *buf, size_t len) {
@@ -118,10 +118,10 @@ static size_t seg_len(size_t n, size_t seg, size_t k) {
 
 static tdist_status_t allreduce_rd(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
                                    tdist_reduce_op_t op) {
-  tdist_pg_t *pg = c->pg;
-  int p = pg->size, r = pg->rank;
+  tdist__bctx_t *b = c->b;
+  int p = b->size, r = b->rank;
   size_t bytes = count * tdist_dtype_size(dt);
-  uint8_t *tmp = scratch(pg, bytes);
+  uint8_t *tmp = scratch(b, bytes);
   if (!tmp) return nomem(c, bytes);
   int pof2 = 1;
   while (pof2 * 2 <= p) pof2 *= 2;
@@ -175,7 +175,7 @@ static size_t ring_tmp_bytes(size_t blk, size_t es) {
  * order. */
 static tdist_status_t ring_reduce_scatter(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
                                           tdist_reduce_op_t op, uint8_t *tmp) {
-  int p = c->pg->size, r = c->pg->rank;
+  int p = c->b->size, r = c->b->rank;
   size_t es = tdist_dtype_size(dt), seg = SEG_BYTES / es;
   int right = mod(r + 1, p), left = mod(r - 1, p);
   for (int s = 0; s < p - 1; s++) {
@@ -201,7 +201,7 @@ static tdist_status_t ring_reduce_scatter(ctx_t *c, uint8_t *buf, size_t count, 
 /* own: this rank's block where the first step sends it from (NULL: out). */
 static tdist_status_t ring_all_gather(ctx_t *c, uint8_t *out, const uint8_t *own,
                                       const size_t *counts, const size_t *displs, size_t es) {
-  int p = c->pg->size, r = c->pg->rank;
+  int p = c->b->size, r = c->b->rank;
   int right = mod(r + 1, p), left = mod(r - 1, p);
   for (int s = 0; s < p - 1; s++) {
     int si = mod(r - s, p), ri = mod(r - s - 1, p);
@@ -214,12 +214,12 @@ static tdist_status_t ring_all_gather(ctx_t *c, uint8_t *out, const uint8_t *own
 
 static tdist_status_t allreduce_ring(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
                                      tdist_reduce_op_t op, int avg) {
-  tdist_pg_t *pg = c->pg;
-  int p = pg->size;
+  tdist__bctx_t *b = c->b;
+  int p = b->size;
   size_t es = tdist_dtype_size(dt);
   size_t tmp_bytes = ring_tmp_bytes(blk_count(count, p, 0), es); /* block 0 is the largest */
   size_t *cd = malloc(2 * (size_t)p * sizeof *cd);
-  uint8_t *tmp = scratch(pg, tmp_bytes);
+  uint8_t *tmp = scratch(b, tmp_bytes);
   if (!cd || !tmp) {
     free(cd);
     return nomem(c, tmp_bytes);
@@ -230,7 +230,7 @@ static tdist_status_t allreduce_ring(ctx_t *c, uint8_t *buf, size_t count, tdist
   }
   tdist_status_t st = ring_reduce_scatter(c, buf, count, dt, op, tmp);
   /* AVG: divide only the block we own, before it is shared. */
-  if (!st && avg) tdist__reduce_finish_avg(buf + cd[p + pg->rank] * es, cd[pg->rank], dt, p);
+  if (!st && avg) tdist__reduce_finish_avg(buf + cd[p + b->rank] * es, cd[b->rank], dt, p);
   if (!st) st = ring_all_gather(c, buf, NULL, cd, cd + p, es);
   free(cd);
   return st;
@@ -238,8 +238,8 @@ static tdist_status_t allreduce_ring(ctx_t *c, uint8_t *buf, size_t count, tdist
 
 /* Whether this group runs the direct algorithms: 3 to DIRECT_MAX_RANKS ranks, all on one host
  * (the same answer on every rank). */
-static int direct_group(tdist_pg_t *pg) {
-  return pg->size >= 3 && pg->size <= DIRECT_MAX_RANKS && G(pg)->tp->single_host;
+static int direct_group(tdist__bctx_t *b) {
+  return b->size >= 3 && b->size <= DIRECT_MAX_RANKS && G(b)->tp->single_host;
 }
 
 /* The direct algorithms' reduction round: `src` holds `count` elements in p blocks (blk_count,
@@ -251,10 +251,10 @@ static int direct_group(tdist_pg_t *pg) {
 static tdist_status_t direct_reduce_round(ctx_t *c, uint8_t *own, const uint8_t *src, size_t count,
                                           tdist_dtype_t dt, tdist_reduce_op_t op,
                                           tdist__xfer_t *x) {
-  tdist_pg_t *pg = c->pg;
-  int p = pg->size, r = pg->rank;
+  tdist__bctx_t *b = c->b;
+  int p = b->size, r = b->rank;
   size_t es = tdist_dtype_size(dt), seg = SEG_BYTES / es;
-  uint8_t *tmp = scratch(pg, (size_t)(p - 1) * seg * es);
+  uint8_t *tmp = scratch(b, (size_t)(p - 1) * seg * es);
   if (!tmp) return nomem(c, (size_t)(p - 1) * seg * es);
   size_t mine = blk_count(count, p, r);
   size_t rounds = nseg(blk_count(count, p, 0), seg); /* block 0 is the largest */
@@ -283,8 +283,8 @@ static tdist_status_t direct_reduce_round(ctx_t *c, uint8_t *own, const uint8_t 
  * ring's 3.75, in two rounds instead of 2(p - 1) steps. */
 static tdist_status_t allreduce_direct(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
                                        tdist_reduce_op_t op, int avg) {
-  tdist_pg_t *pg = c->pg;
-  int p = pg->size, r = pg->rank;
+  tdist__bctx_t *b = c->b;
+  int p = b->size, r = b->rank;
   size_t es = tdist_dtype_size(dt), mine = blk_count(count, p, r);
   uint8_t *own = buf + blk_off(count, p, r) * es;
   tdist__xfer_t *x = malloc(2 * (size_t)p * sizeof *x);
@@ -306,26 +306,26 @@ static tdist_status_t allreduce_direct(ctx_t *c, uint8_t *buf, size_t count, tdi
 
 static tdist_status_t all_reduce(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
                                  tdist_reduce_op_t op) {
-  tdist_pg_t *pg = c->pg;
+  tdist__bctx_t *b = c->b;
   int avg = op == TDIST_AVG;
   tdist_reduce_op_t eff = avg ? TDIST_SUM : op;
-  if (pg->size == 1 || count == 0) return TDIST_OK;
+  if (b->size == 1 || count == 0) return TDIST_OK;
   size_t bytes = count * tdist_dtype_size(dt);
-  int algo = G(pg)->force_algo;
+  int algo = G(b)->force_algo;
   if (!algo)
-    algo = bytes <= RD_MAX_BYTES || count < (size_t)pg->size ? 2
-           : bytes <= DIRECT_MAX_BYTES && direct_group(pg)   ? 3
-                                                             : 1;
-  if ((algo == 1 || algo == 3) && count < (size_t)pg->size) algo = 2;
+    algo = bytes <= RD_MAX_BYTES || count < (size_t)b->size ? 2
+           : bytes <= DIRECT_MAX_BYTES && direct_group(b)   ? 3
+                                                            : 1;
+  if ((algo == 1 || algo == 3) && count < (size_t)b->size) algo = 2;
   if (tdist__log_enabled(TDIST__LOG_DEBUG))
-    tdist__log(TDIST__LOG_DEBUG, "gloo", "all_reduce %zu bytes, %d ranks: %s", bytes, pg->size,
+    tdist__log(TDIST__LOG_DEBUG, "gloo", "all_reduce %zu bytes, %d ranks: %s", bytes, b->size,
                algo == 1   ? "ring"
                : algo == 3 ? "direct"
                            : "recursive doubling");
   if (algo == 1) return allreduce_ring(c, buf, count, dt, eff, avg);
   if (algo == 3) return allreduce_direct(c, buf, count, dt, eff, avg);
   tdist_status_t st = allreduce_rd(c, buf, count, dt, eff);
-  if (!st && avg) tdist__reduce_finish_avg(buf, count, dt, pg->size);
+  if (!st && avg) tdist__reduce_finish_avg(buf, count, dt, b->size);
   return st;
 }
 
@@ -336,7 +336,7 @@ static tdist_status_t all_reduce(ctx_t *c, uint8_t *buf, size_t count, tdist_dty
  * k-1 while it receives segment k, so the time is about one message's plus (p - 2) segments'
  * instead of log2(p) messages'. */
 static tdist_status_t broadcast_chain(ctx_t *c, uint8_t *buf, size_t bytes, int root) {
-  int p = c->pg->size, r = c->pg->rank, vr = mod(r - root, p);
+  int p = c->b->size, r = c->b->rank, vr = mod(r - root, p);
   int prev = mod(r - 1, p), next = vr < p - 1 ? mod(r + 1, p) : -1;
   size_t ns = nseg(bytes, SEG_BYTES);
   /* One call per segment (the root only sends, the last rank only receives): messages to one
@@ -357,7 +357,7 @@ static tdist_status_t broadcast_chain(ctx_t *c, uint8_t *buf, size_t bytes, int 
 }
 
 static tdist_status_t broadcast(ctx_t *c, uint8_t *buf, size_t bytes, int root) {
-  int p = c->pg->size, r = c->pg->rank;
+  int p = c->b->size, r = c->b->rank;
   /* The chain takes about (segments + p - 2) segment times, the tree depth x segments. */
   int depth = 0;
   while ((1 << depth) < p) depth++;
@@ -382,12 +382,12 @@ static tdist_status_t broadcast(ctx_t *c, uint8_t *buf, size_t bytes, int root) 
 
 static tdist_status_t reduce(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t dt,
                              tdist_reduce_op_t op, int root) {
-  tdist_pg_t *pg = c->pg;
-  int p = pg->size, r = pg->rank;
+  tdist__bctx_t *b = c->b;
+  int p = b->size, r = b->rank;
   int avg = op == TDIST_AVG;
   tdist_reduce_op_t eff = avg ? TDIST_SUM : op;
   size_t bytes = count * tdist_dtype_size(dt);
-  uint8_t *tmp = scratch(pg, bytes);
+  uint8_t *tmp = scratch(b, bytes);
   if (!tmp) return nomem(c, bytes);
   int vr = mod(r - root, p);
   tdist_status_t st;
@@ -409,8 +409,8 @@ static tdist_status_t reduce(ctx_t *c, uint8_t *buf, size_t count, tdist_dtype_t
 /* Gather (to_root = 1) or scatter: the root moves p-1 blocks at once. */
 static tdist_status_t gather_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, size_t bytes,
                                      int root, int to_root) {
-  tdist_pg_t *pg = c->pg;
-  int p = pg->size, r = pg->rank;
+  tdist__bctx_t *b = c->b;
+  int p = b->size, r = b->rank;
   if (r != root) {
     tdist__xfer_t x = to_root ? xsend(c, root, in, bytes) : xrecv(c, root, out, bytes);
     return xchg(c, &x, 1);
@@ -442,9 +442,9 @@ static tdist_status_t gather_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
  * more than bytes. Round k sends the first min(k, p - k) blocks of a rotated copy to rank r - k
  * and appends as many from rank r + k. */
 static tdist_status_t bruck_all_gather(ctx_t *c, uint8_t *out, size_t blk) {
-  tdist_pg_t *pg = c->pg;
-  int p = pg->size, r = pg->rank;
-  uint8_t *tmp = scratch(pg, (size_t)p * blk);
+  tdist__bctx_t *b = c->b;
+  int p = b->size, r = b->rank;
+  uint8_t *tmp = scratch(b, (size_t)p * blk);
   if (!tmp) return nomem(c, (size_t)p * blk);
   memcpy(tmp, out + (size_t)r * blk, blk);
   for (int k = 1; k < p; k <<= 1) {
@@ -459,7 +459,7 @@ static tdist_status_t bruck_all_gather(ctx_t *c, uint8_t *out, size_t blk) {
 
 static tdist_status_t all_gather_v(ctx_t *c, uint8_t *out, const uint8_t *in, const size_t *counts,
                                    const size_t *displs, size_t es) {
-  int p = c->pg->size, r = c->pg->rank;
+  int p = c->b->size, r = c->b->rank;
   if (counts[r]) memmove(out + displs[r] * es, in, counts[r] * es);
   if (p == 1) return TDIST_OK;
   int even = p > 2 && counts[0] && counts[0] * es * (size_t)p <= RD_MAX_BYTES;
@@ -481,11 +481,11 @@ static tdist_status_t all_gather_v(ctx_t *c, uint8_t *out, const uint8_t *in, co
  * elements a rank: equal blocks); no working copy of the whole input. */
 static tdist_status_t reduce_scatter_direct(ctx_t *c, uint8_t *out, const uint8_t *in, size_t count,
                                             tdist_dtype_t dt, tdist_reduce_op_t op) {
-  int p = c->pg->size;
+  int p = c->b->size;
   size_t es = tdist_dtype_size(dt);
   tdist__xfer_t *x = malloc(2 * (size_t)p * sizeof *x);
   if (!x) return nomem(c, 2 * (size_t)p * sizeof *x);
-  memcpy(out, in + (size_t)c->pg->rank * count * es, count * es);
+  memcpy(out, in + (size_t)c->b->rank * count * es, count * es);
   tdist_status_t st = direct_reduce_round(c, out, in, count * (size_t)p, dt, op, x);
   free(x);
   return st;
@@ -493,8 +493,8 @@ static tdist_status_t reduce_scatter_direct(ctx_t *c, uint8_t *out, const uint8_
 
 static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, size_t count,
                                      tdist_dtype_t dt, tdist_reduce_op_t op) {
-  tdist_pg_t *pg = c->pg;
-  int p = pg->size, r = pg->rank;
+  tdist__bctx_t *b = c->b;
+  int p = b->size, r = b->rank;
   size_t es = tdist_dtype_size(dt), total = count * (size_t)p * es;
   int avg = op == TDIST_AVG;
   if (p > 2 && total <= RS_RD_MAX_BYTES) {
@@ -514,14 +514,14 @@ static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
    * cores, alternating runs, ring against direct: shared memory 64 KiB 15-18 -> 12-14 us,
    * 1 MiB 232-289 -> 115-122, 16 MiB 4.42-4.56 -> 2.08-2.14 ms; TCP 64 KiB 41-43 -> 29,
    * 16 MiB 7.6-7.7 -> 4.3-4.4 ms. */
-  if (direct_group(pg) && count && (out + count * es <= in || in + total <= out)) {
+  if (direct_group(b) && count && (out + count * es <= in || in + total <= out)) {
     tdist_status_t st = reduce_scatter_direct(c, out, in, count, dt, avg ? TDIST_SUM : op);
     if (!st && avg) tdist__reduce_finish_avg(out, count, dt, p);
     return st;
   }
   /* One scratch area: the working copy of all blocks, then the ring's receive segment. */
   size_t need = total + ring_tmp_bytes(count, es);
-  uint8_t *work = scratch(pg, need);
+  uint8_t *work = scratch(b, need);
   if (!work) return nomem(c, need);
   if (total) memcpy(work, in, total);
   tdist_status_t st = p == 1 ? TDIST_OK
@@ -534,15 +534,15 @@ static tdist_status_t reduce_scatter(ctx_t *c, uint8_t *out, const uint8_t *in, 
 }
 
 static tdist_status_t all_to_all_v(ctx_t *c, const tdist__coll_t *k) {
-  tdist_pg_t *pg = c->pg;
-  int p = pg->size, r = pg->rank;
+  tdist__bctx_t *b = c->b;
+  int p = b->size, r = b->rank;
   size_t es = tdist_dtype_size(k->dtype);
   uint8_t *out = k->out;
   const uint8_t *in = k->in;
   if (k->counts[r] != k->in_counts[r])
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
-                          "all_to_all_v: this rank sends itself %zu elements but expects %zu",
-                          k->in_counts[r], k->counts[r]);
+    return tdist__bctx_fail(b, TDIST_ERR_INVALID_ARGUMENT,
+                            "all_to_all_v: this rank sends itself %zu elements but expects %zu",
+                            k->in_counts[r], k->counts[r]);
   if (k->counts[r]) memmove(out + k->displs[r] * es, in + k->in_displs[r] * es, k->counts[r] * es);
   if (p == 1) return TDIST_OK;
   tdist__xfer_t *x = calloc(2 * (size_t)p, sizeof *x);
@@ -560,7 +560,7 @@ static tdist_status_t all_to_all_v(ctx_t *c, const tdist__coll_t *k) {
 }
 
 static tdist_status_t barrier(ctx_t *c) {
-  int p = c->pg->size, r = c->pg->rank;
+  int p = c->b->size, r = c->b->rank;
   for (int k = 1; k < p; k <<= 1) {
     tdist_status_t st = sendrecv(c, mod(r + k, p), NULL, 0, mod(r - k, p), NULL, 0);
     if (st) return st;
@@ -569,8 +569,8 @@ static tdist_status_t barrier(ctx_t *c) {
 }
 
 static tdist_status_t monitored_barrier(ctx_t *c, int64_t timeout_ms) {
-  tdist_pg_t *pg = c->pg;
-  int p = pg->size, r = pg->rank;
+  tdist__bctx_t *b = c->b;
+  int p = b->size, r = b->rank;
   if (p == 1) return TDIST_OK;
   int64_t dl = tdist__now_ms() + timeout_ms;
   if (r != 0) {
@@ -595,9 +595,9 @@ static tdist_status_t monitored_barrier(ctx_t *c, int64_t timeout_ms) {
       if (ml + 12 < sizeof missing)
         ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%d", ml ? ", " : "", i);
     }
-    st = tdist__pg_fail(pg, TDIST_ERR_TIMEOUT,
-                        "monitored_barrier: %d rank%s (%s) did not arrive within %lld ms", nm,
-                        nm == 1 ? "" : "s", missing, (long long)timeout_ms);
+    st = tdist__bctx_fail(b, TDIST_ERR_TIMEOUT,
+                          "monitored_barrier: %d rank%s (%s) did not arrive within %lld ms", nm,
+                          nm == 1 ? "" : "s", missing, (long long)timeout_ms);
   }
   if (!st) {
     for (int i = 1; i < p; i++) x[i - 1] = xsend(c, i, NULL, 0);
@@ -623,8 +623,8 @@ static void fp_str(const fp_t *f, char *buf, size_t cap) {
            tdist_reduce_op_name((tdist_reduce_op_t)f->op), f->root);
 }
 
-static tdist_status_t check_fingerprints(tdist_pg_t *pg, const tdist__coll_t *k, int64_t dl) {
-  int p = pg->size;
+static tdist_status_t check_fingerprints(tdist__bctx_t *b, const tdist__coll_t *k, int64_t dl) {
+  int p = b->size;
   fp_t mine = {k->seq,          (uint32_t)k->kind, (uint32_t)k->dtype,
                (uint32_t)k->op, (uint32_t)k->root, k->count};
   if (k->kind != TDIST__COLL_REDUCE && k->kind != TDIST__COLL_ALL_REDUCE &&
@@ -637,7 +637,7 @@ static tdist_status_t check_fingerprints(tdist_pg_t *pg, const tdist__coll_t *k,
       k->kind == TDIST__COLL_BARRIER || k->kind == TDIST__COLL_MONITORED_BARRIER)
     mine.count = 0; /* sizes legitimately differ per rank */
   tdist__what_t what = {.fixed = "fingerprint check"};
-  ctx_t c = {pg, dl, &what, FINGERPRINT_TAG, 0};
+  ctx_t c = {b, dl, &what, FINGERPRINT_TAG, 0};
   fp_t *all = calloc((size_t)p, sizeof *all);
   size_t *cd = calloc(2 * (size_t)p, sizeof *cd);
   if (!all || !cd) {
@@ -652,12 +652,12 @@ static tdist_status_t check_fingerprints(tdist_pg_t *pg, const tdist__coll_t *k,
   tdist_status_t st = all_gather_v(&c, (uint8_t *)all, (uint8_t *)&mine, cd, cd + p, sizeof mine);
   for (int i = 0; !st && i < p; i++) {
     if (memcmp(&all[i], &mine, sizeof mine) != 0) {
-      char a[200], b[200];
-      fp_str(&mine, a, sizeof a);
-      fp_str(&all[i], b, sizeof b);
-      st = tdist__pg_fail(pg, TDIST_ERR_INVALID_USAGE,
-                          "collective mismatch: rank %d called %s but rank %d called %s", pg->rank,
-                          a, i, b);
+      char here[200], there[200];
+      fp_str(&mine, here, sizeof here);
+      fp_str(&all[i], there, sizeof there);
+      st = tdist__bctx_fail(b, TDIST_ERR_INVALID_USAGE,
+                            "collective mismatch: rank %d called %s but rank %d called %s", b->rank,
+                            here, i, there);
     }
   }
   free(all);
@@ -668,9 +668,14 @@ static tdist_status_t check_fingerprints(tdist_pg_t *pg, const tdist__coll_t *k,
 /* ---------------------------------------------------------------------------------------- */
 /* Backend glue                                                                              */
 
-static tdist_status_t gloo_connect(tdist_pg_t *pg, int64_t deadline) {
+/* The transport's error sink: the group's, through the backend's context. */
+static tdist_status_t fail_group(void *b, tdist_status_t st, const char *fmt, va_list ap) {
+  return ((tdist__bctx_t *)b)->vfail(b, st, fmt, ap);
+}
+
+static tdist_status_t gloo_connect(tdist__bctx_t *b, int64_t deadline) {
   gloo_t *g = calloc(1, sizeof *g);
-  if (!g) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "gloo: out of memory");
+  if (!g) return tdist__bctx_fail(b, TDIST_ERR_NO_MEMORY, "gloo: out of memory");
   /* Every variable a gloo group reads, checked before anything is set up. */
   static const tdist__param_id_t k_params[] = {
       TDIST__P_LOG_LEVEL,  TDIST__P_DEBUG,          TDIST__P_SOCKET_IFNAME,
@@ -680,26 +685,36 @@ static tdist_status_t gloo_connect(tdist_pg_t *pg, int64_t deadline) {
   const char *bad = tdist__param_first_error(k_params, sizeof k_params / sizeof k_params[0], 0);
   if (bad) {
     free(g);
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s", bad);
+    return tdist__bctx_fail(b, TDIST_ERR_INVALID_ARGUMENT, "%s", bad);
   }
   g->force_algo = (int)tdist__param_int(TDIST__P_ALGO_ALLREDUCE); /* auto|ring|rd: 0, 1, 2 */
   g->fingerprint = tdist__param_int(TDIST__P_DEBUG) == 2;         /* OFF|INFO|DETAIL */
-  tdist_status_t st = tdist__tcp_transport_create(pg, deadline, &g->tp);
+  tdist__transport_cfg_t cfg = {.rank = b->rank,
+                                .size = b->size,
+                                .store = b->store,
+                                .name = b->name,
+                                .socket_ifname = b->socket_ifname,
+                                .timeout_ms = b->timeout_ms,
+                                .abort_fd = b->abort_fd,
+                                .aborted = &b->aborted,
+                                .fail = fail_group,
+                                .fail_ctx = b};
+  tdist_status_t st = tdist__tcp_transport_create(&cfg, deadline, &g->tp);
   if (st) {
     free(g);
     return st;
   }
-  pg->be_state = g;
+  b->state = g;
   return TDIST_OK;
 }
 
-static void gloo_destroy(tdist_pg_t *pg) {
-  gloo_t *g = G(pg);
+static void gloo_destroy(tdist__bctx_t *b) {
+  gloo_t *g = G(b);
   if (!g) return;
   g->tp->destroy(g->tp);
   free(g->scratch);
   free(g);
-  pg->be_state = NULL;
+  b->state = NULL;
 }
 
 /* From what size a collective's same-host sends go by single copy (xfer.copy_min). Where every
@@ -722,23 +737,23 @@ static size_t copy_min(tdist__coll_kind_t kind) {
   }
 }
 
-static tdist_status_t gloo_run(tdist_pg_t *pg, const tdist__coll_t *k, int64_t dl) {
-  if (!pg->be_state)
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_USAGE, "%s: the process group was finalized",
-                          tdist__coll_name(k->kind));
+static tdist_status_t gloo_run(tdist__bctx_t *b, const tdist__coll_t *k, int64_t dl) {
+  if (!b->state)
+    return tdist__bctx_fail(b, TDIST_ERR_INVALID_USAGE, "%s: the process group was finalized",
+                            tdist__coll_name(k->kind));
   tdist__what_t what = {.kind = k->kind, .seq = k->seq};
-  ctx_t c = {pg, dl, &what, COLL_TAG(k->kind), copy_min(k->kind)};
+  ctx_t c = {b, dl, &what, COLL_TAG(k->kind), copy_min(k->kind)};
   size_t es = tdist_dtype_size(k->dtype);
   tdist_status_t st;
-  if (G(pg)->fingerprint && pg->size > 1 && k->kind != TDIST__COLL_SEND &&
-      k->kind != TDIST__COLL_RECV && (st = check_fingerprints(pg, k, dl)))
+  if (G(b)->fingerprint && b->size > 1 && k->kind != TDIST__COLL_SEND &&
+      k->kind != TDIST__COLL_RECV && (st = check_fingerprints(b, k, dl)))
     return st;
   switch (k->kind) {
     case TDIST__COLL_ALL_REDUCE: return all_reduce(&c, k->out, k->count, k->dtype, k->op);
     case TDIST__COLL_BROADCAST:
-      return pg->size == 1 ? TDIST_OK : broadcast(&c, k->out, k->count * es, k->root);
+      return b->size == 1 ? TDIST_OK : broadcast(&c, k->out, k->count * es, k->root);
     case TDIST__COLL_REDUCE:
-      return pg->size == 1 ? TDIST_OK : reduce(&c, k->out, k->count, k->dtype, k->op, k->root);
+      return b->size == 1 ? TDIST_OK : reduce(&c, k->out, k->count, k->dtype, k->op, k->root);
     case TDIST__COLL_ALL_GATHER_V: return all_gather_v(&c, k->out, k->in, k->counts, k->displs, es);
     case TDIST__COLL_GATHER: return gather_scatter(&c, k->out, k->in, k->count * es, k->root, 1);
     case TDIST__COLL_SCATTER: return gather_scatter(&c, k->out, k->in, k->count * es, k->root, 0);
@@ -755,7 +770,7 @@ static tdist_status_t gloo_run(tdist_pg_t *pg, const tdist__coll_t *k, int64_t d
       return xchg(&c, &x, 1);
     }
     default:
-      return tdist__pg_fail(pg, TDIST_ERR_INTERNAL, "gloo: unknown collective %d", (int)k->kind);
+      return tdist__bctx_fail(b, TDIST_ERR_INTERNAL, "gloo: unknown collective %d", (int)k->kind);
   }
 }
 
@@ -786,10 +801,10 @@ static int xfeed_take(tdist__xfer_feed_t *f, tdist__xfer_t *x, int cap) {
     tdist__what_t w = {.kind = k[0]->kind, .seq = k[0]->seq};
     if (xf->took)
       tdist__log(TDIST__LOG_DEBUG, "gloo", "rank %d: %d sends/receives posted since join from %s",
-                 xf->c->pg->rank, n, tdist__what(&w));
+                 xf->c->b->rank, n, tdist__what(&w));
     else
       tdist__log(TDIST__LOG_DEBUG, "gloo", "rank %d: %d queued sends/receives at once from %s",
-                 xf->c->pg->rank, n, tdist__what(&w));
+                 xf->c->b->rank, n, tdist__what(&w));
   }
   xf->took += n;
   return n;
@@ -800,28 +815,31 @@ static void xfeed_done(tdist__xfer_feed_t *f, tdist__xfer_t *x) {
   xf->pf->done(xf->pf, x->user);
 }
 
-static tdist_status_t gloo_run_p2p(tdist_pg_t *pg, tdist__p2p_feed_t *feed) {
+static tdist_status_t gloo_run_p2p(tdist__bctx_t *b, tdist__p2p_feed_t *feed) {
   tdist__what_t what = {.fixed = "send/recv"};
-  if (!pg->be_state)
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_USAGE, "%s: the process group was finalized",
-                          tdist__what(&what));
-  ctx_t c = {pg, 0, &what, 0, copy_min(TDIST__COLL_SEND)};
+  if (!b->state)
+    return tdist__bctx_fail(b, TDIST_ERR_INVALID_USAGE, "%s: the process group was finalized",
+                            tdist__what(&what));
+  ctx_t c = {b, 0, &what, 0, copy_min(TDIST__COLL_SEND)};
   xfeed_t xf = {{xfeed_take, xfeed_done}, feed, &c, 0};
-  return G(pg)->tp->exchange_fed(G(pg)->tp, &xf.base, &what);
+  return G(b)->tp->exchange_fed(G(b)->tp, &xf.base, &what);
 }
 
-static void gloo_wake_p2p(tdist_pg_t *pg) {
-  if (G(pg) && G(pg)->tp) G(pg)->tp->wake(G(pg)->tp);
+static void gloo_wake_p2p(tdist__bctx_t *b) {
+  if (G(b) && G(b)->tp) G(b)->tp->wake(G(b)->tp);
 }
 
-static void gloo_hangup(tdist_pg_t *pg) {
-  if (G(pg) && G(pg)->tp && G(pg)->tp->hangup) G(pg)->tp->hangup(G(pg)->tp);
+static void gloo_hangup(tdist__bctx_t *b) {
+  if (G(b) && G(b)->tp && G(b)->tp->hangup) G(b)->tp->hangup(G(b)->tp);
 }
 
-const tdist__backend_t tdist__gloo_backend = {.name = "gloo",
-                                              .connect = gloo_connect,
-                                              .destroy = gloo_destroy,
-                                              .run = gloo_run,
-                                              .run_p2p = gloo_run_p2p,
-                                              .wake_p2p = gloo_wake_p2p,
-                                              .hangup = gloo_hangup};
+static const tdist__backend_t k_backend = {.name = "gloo",
+                                           .connect = gloo_connect,
+                                           .destroy = gloo_destroy,
+                                           .run = gloo_run,
+                                           .run_p2p = gloo_run_p2p,
+                                           .wake_p2p = gloo_wake_p2p,
+                                           .hangup = gloo_hangup};
+
+static const tdist__backend_reg_t k_reg = {.name = "gloo", .order = 0, .be = &k_backend};
+__attribute__((constructor)) static void gloo_register(void) { tdist__backend_register(&k_reg); }

@@ -10,8 +10,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "runtime/common/clock.h"
 #include "runtime/common/log.h"
 #include "runtime/common/param.h"
+#include "runtime/pg/backend.h"
+#include "runtime/store/store_internal.h"
 
 #define SETUP_TAG (TDIST__XFER_COLL_TAG | 0x7ffffffeu) /* the pair check, before any collective */
 
@@ -53,9 +56,9 @@ void tdist__shm_links_close(tdist__shm_links_t *l, int size) {
 /* Each side sends the other one flag byte over TCP saying whether it mapped the peer's segment,
  * which also proves the peer has opened ours, after which we close our descriptor of it (peers
  * open the segment through it). */
-tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, tdist_pg_t *pg, tdist__transport_t *tp,
-                                      const int *same, int64_t deadline) {
-  const int size = pg->size, rank = pg->rank;
+tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, const tdist__transport_cfg_t *cfg,
+                                      tdist__transport_t *tp, const int *same, int64_t deadline) {
+  const int size = cfg->size, rank = cfg->rank;
   int nsame = 0;
   for (int i = 0; i < size; i++) nsame += same[i];
   if (nsame == 0) return TDIST_OK;
@@ -73,17 +76,17 @@ tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, tdist_pg_t *pg, tdi
     elen += snprintf(entry + elen, sizeof entry - (size_t)elen, " %llx",
                      (unsigned long long)(uintptr_t)&k_probe);
   }
-  tdist_status_t st = tdist_store_set(pg->store, key, entry, (size_t)elen);
+  tdist_status_t st = tdist_store_set(cfg->store, key, entry, (size_t)elen);
   if (st)
-    return tdist__pg_fail(pg, st, "publishing shared-memory segment: %s",
-                          tdist_store_last_error(pg->store));
+    return tdist__transport_fail(cfg, st, "publishing shared-memory segment: %s",
+                                 tdist_store_last_error(cfg->store));
   uint8_t *flag_out = calloc((size_t)size, 1), *flag_in = calloc((size_t)size, 1);
   tdist__xfer_t *x = calloc(2 * (size_t)size, sizeof *x);
   if (!flag_out || !flag_in || !x) {
     free(flag_out);
     free(flag_in);
     free(x);
-    return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
+    return tdist__transport_fail(cfg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
   }
   int n = 0;
   for (int i = 0; i < size; i++) {
@@ -91,13 +94,14 @@ tdist_status_t tdist__shm_links_setup(tdist__shm_links_t *l, tdist_pg_t *pg, tdi
     snprintf(key, sizeof key, "shm/%d", i);
     void *v = NULL;
     size_t len = 0;
-    st = tdist_store_get(pg->store, key, &v, &len);
+    int64_t left = deadline - tdist__now_ms();
+    st = tdist__store_get_ms(cfg->store, key, &v, &len, left > 0 ? left : 1);
     if (st) {
       free(flag_out);
       free(flag_in);
       free(x);
-      return tdist__pg_fail(pg, st, "reading rank %d's shared-memory segment: %s", i,
-                            tdist_store_last_error(pg->store));
+      return tdist__transport_fail(cfg, st, "reading rank %d's shared-memory segment: %s", i,
+                                   tdist_store_last_error(cfg->store));
     }
     char text[160];
     int pid = 0, pfd = -1;

@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -35,8 +36,6 @@
 #include "runtime/gloo/shm_link.h"
 #include "runtime/gloo/transport.h"
 #include "runtime/gloo/tcp_internal.h"
-#include "runtime/pg/pg_internal.h"
-#include "runtime/store/local_ip.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Data path                                                                                 */
@@ -445,29 +444,31 @@ static tdist_status_t why_status(int r) {
 /* The group's error for a drain of peer's stream that failed with r (<0). */
 static tdist_status_t drain_fail(tcp_t *t, int peer, int r, tdist__what_t *w, const char *why) {
   const char *what = tdist__what(w);
-  if (why_status(r)) return tdist__pg_fail(t->pg, why_status(r), "%s: %s", what, why);
-  return tdist__pg_fail(t->pg, TDIST_ERR_SYSTEM, "%s: reading ahead from rank %d (%s): %s", what,
-                        peer, t->addr[peer], strerror(-r));
+  if (why_status(r)) return tdist__transport_fail(&t->cfg, why_status(r), "%s: %s", what, why);
+  return tdist__transport_fail(&t->cfg, TDIST_ERR_SYSTEM, "%s: reading ahead from rank %d (%s): %s",
+                               what, peer, t->addr[peer], strerror(-r));
 }
 
 /* The group's error for a transfer that failed with r (<0) on peer. */
 static tdist_status_t xfer_fail(tcp_t *t, const tdist__xfer_t *x, int r, tdist__what_t *w,
                                 const char *why) {
-  tdist_pg_t *pg = t->pg;
+  const tdist__transport_cfg_t *cfg = &t->cfg;
   const char *what = tdist__what(w);
-  if (why_status(r)) return tdist__pg_fail(pg, why_status(r), "%s: %s", what, why);
+  if (why_status(r)) return tdist__transport_fail(cfg, why_status(r), "%s: %s", what, why);
   if ((r == -TDIST__ECLOSED || r == -ECONNRESET || r == -EPIPE) && t->shm.in_ring[x->peer])
-    return tdist__pg_fail(pg, TDIST_ERR_REMOTE, /* a single copy found the process gone */
-                          "%s: rank %d (%s, same host) closed its connection (did that process "
-                          "exit or crash?)",
-                          what, x->peer, t->addr[x->peer]);
+    return tdist__transport_fail(
+        cfg, TDIST_ERR_REMOTE, /* a single copy found the process gone */
+        "%s: rank %d (%s, same host) closed its connection (did that process "
+        "exit or crash?)",
+        what, x->peer, t->addr[x->peer]);
   if (r == -TDIST__ECLOSED || r == -ECONNRESET || r == -EPIPE)
-    return tdist__pg_fail(pg, TDIST_ERR_REMOTE,
-                          "%s: rank %d (%s) closed the connection (did that process exit "
-                          "or crash?)",
-                          what, x->peer, t->addr[x->peer]);
-  return tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "%s: %s with rank %d (%s): %s", what,
-                        x->is_send ? "send" : "receive", x->peer, t->addr[x->peer], strerror(-r));
+    return tdist__transport_fail(cfg, TDIST_ERR_REMOTE,
+                                 "%s: rank %d (%s) closed the connection (did that process exit "
+                                 "or crash?)",
+                                 what, x->peer, t->addr[x->peer]);
+  return tdist__transport_fail(cfg, TDIST_ERR_SYSTEM, "%s: %s with rank %d (%s): %s", what,
+                               x->is_send ? "send" : "receive", x->peer, t->addr[x->peer],
+                               strerror(-r));
 }
 
 /* exchange_fed: the name of transfer x in errors (its own (kind, seq), else the call's). */
@@ -520,15 +521,16 @@ static int feed_more(tcp_t *t, tdist__xfer_t **x, int n, tdist__xfer_feed_t *fee
  * are taken whenever nothing else moves; the call ends when none is left. */
 static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, tdist__xfer_feed_t *feed,
                                int64_t deadline, tdist__what_t *what) {
-  tdist_pg_t *pg = t->pg;
+  const tdist__transport_cfg_t *cfg = &t->cfg;
   tdist__what_t xwhat;
   int first = 0; /* exchange_fed: the transfer whose deadline is `deadline` */
-#define FEED_MORE()                                                                               \
-  do {                                                                                            \
-    n = feed_more(t, &x, n, feed, &deadline, &first);                                             \
-    if (n < 0)                                                                                    \
-      return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "%s: out of memory for more sends/receives", \
-                            tdist__what(what));                                                   \
+#define FEED_MORE()                                                             \
+  do {                                                                          \
+    n = feed_more(t, &x, n, feed, &deadline, &first);                           \
+    if (n < 0)                                                                  \
+      return tdist__transport_fail(cfg, TDIST_ERR_NO_MEMORY,                    \
+                                   "%s: out of memory for more sends/receives", \
+                                   tdist__what(what));                          \
   } while (0)
   if (feed) FEED_MORE();
   /* Adaptive spinning (TCP): spin_ns grows while peers answer within the spin and halves when
@@ -584,9 +586,9 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, tdist__xfer_fe
       }
       return TDIST_OK;
     }
-    if (atomic_load_explicit(&pg->aborted, memory_order_relaxed))
-      return tdist__pg_fail(pg, TDIST_ERR_ABORTED, "%s: aborted",
-                            tdist__what(n ? name_of(&x[0], what, &xwhat) : what));
+    if (atomic_load_explicit(cfg->aborted, memory_order_relaxed))
+      return tdist__transport_fail(cfg, TDIST_ERR_ABORTED, "%s: aborted",
+                                   tdist__what(n ? name_of(&x[0], what, &xwhat) : what));
     /* Nothing moved: take send/recv messages off the streams of peers this call does not
      * receive from (rings: look; sockets: those poll found readable), so that their sends,
      * which may be what they wait in, complete. */
@@ -695,7 +697,7 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, tdist__xfer_fe
       t->pfds[np] = (struct pollfd){.fd = t->fds[p], .events = POLLIN};
       t->pidx[np++] = -1 - p;
     }
-    t->pfds[np] = (struct pollfd){.fd = pg->abort_fd, .events = POLLIN};
+    t->pfds[np] = (struct pollfd){.fd = cfg->abort_fd, .events = POLLIN};
     int nfds = np + 1;
     if (feed) t->pfds[nfds++] = (struct pollfd){.fd = t->wake_fd, .events = POLLIN};
     int timeout = tdist__poll_timeout(deadline);
@@ -719,25 +721,26 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, tdist__xfer_fe
             xk->is_send ? t->shm.out_ring[xk->peer] != NULL : t->shm.in_ring[xk->peer] != NULL;
         if (shm && (t->pfds[k].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
           if (gone_seen[xk->peer])
-            return tdist__pg_fail(pg, TDIST_ERR_REMOTE,
-                                  "%s: rank %d (%s, same host) closed its connection (did that "
-                                  "process exit or crash?)",
-                                  tdist__what(name_of(xk, what, &xwhat)), xk->peer,
-                                  t->addr[xk->peer]);
+            return tdist__transport_fail(
+                cfg, TDIST_ERR_REMOTE,
+                "%s: rank %d (%s, same host) closed its connection (did that "
+                "process exit or crash?)",
+                tdist__what(name_of(xk, what, &xwhat)), xk->peer, t->addr[xk->peer]);
           gone_seen[xk->peer] = 1;
         }
       }
     }
     if (r < 0 && errno != EINTR)
-      return tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "%s: poll: %s", tdist__what(what),
-                            strerror(errno));
+      return tdist__transport_fail(cfg, TDIST_ERR_SYSTEM, "%s: poll: %s", tdist__what(what),
+                                   strerror(errno));
     if (r == 0 && tdist__now_ms() >= deadline && feed) {
       tdist__xfer_t *xf = &x[first]; /* the one whose deadline passed */
-      return tdist__pg_fail(pg, TDIST_ERR_TIMEOUT,
-                            "%s: timed out after %lld ms waiting for rank %d (%s) (stuck, or no "
-                            "matching %s posted there?)",
-                            tdist__what(name_of(xf, what, &xwhat)), (long long)pg->timeout_ms,
-                            xf->peer, t->addr[xf->peer], xf->is_send ? "receive" : "send");
+      return tdist__transport_fail(
+          cfg, TDIST_ERR_TIMEOUT,
+          "%s: timed out after %lld ms waiting for rank %d (%s) (stuck, or no "
+          "matching %s posted there?)",
+          tdist__what(name_of(xf, what, &xwhat)), (long long)cfg->timeout_ms, xf->peer,
+          t->addr[xf->peer], xf->is_send ? "receive" : "send");
     }
     if (r == 0 && tdist__now_ms() >= deadline) {
       char ranks[200] = "";
@@ -746,10 +749,10 @@ static tdist_status_t exchange(tcp_t *t, tdist__xfer_t *x, int n, tdist__xfer_fe
         if (!x[i].complete)
           rl += (size_t)snprintf(ranks + rl, sizeof ranks - rl, "%s%d (%s)", rl ? ", " : "",
                                  x[i].peer, t->addr[x[i].peer]);
-      return tdist__pg_fail(pg, TDIST_ERR_TIMEOUT,
-                            "%s: timed out after %lld ms waiting for rank %s (stuck, or not "
-                            "calling the same collective?)",
-                            tdist__what(what), (long long)pg->timeout_ms, ranks);
+      return tdist__transport_fail(cfg, TDIST_ERR_TIMEOUT,
+                                   "%s: timed out after %lld ms waiting for rank %s (stuck, or not "
+                                   "calling the same collective?)",
+                                   tdist__what(what), (long long)cfg->timeout_ms, ranks);
     }
   }
 }

@@ -10,7 +10,7 @@
 
 #include "runtime/gloo/shm_link.h"
 #include "runtime/gloo/transport.h"
-#include "runtime/pg/pg_internal.h"
+#include "runtime/pg/backend.h"
 
 #define MSG_MAGIC 0x7d15c0deu
 /* A single-copy message (same host, TDIST_SHM_SINGLE_COPY): the header, then the 8-byte address
@@ -55,7 +55,7 @@ typedef struct {
 
 typedef struct {
   tdist__transport_t base;
-  tdist_pg_t *pg;
+  tdist__transport_cfg_t cfg; /* the creator's, copied (what it points to is borrowed) */
   int rank, size;
   int *fds;
   char (*addr)[80];

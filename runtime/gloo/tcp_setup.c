@@ -7,6 +7,8 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -30,7 +32,6 @@
 #include "runtime/gloo/shm_link.h"
 #include "runtime/gloo/transport.h"
 #include "runtime/gloo/tcp_internal.h"
-#include "runtime/pg/pg_internal.h"
 #include "runtime/store/local_ip.h"
 #include "runtime/store/store_internal.h"
 
@@ -56,10 +57,10 @@ static void read_boot_id(char *buf, size_t cap) {
 
 /* The IPv4 address to listen on: TDIST_SOCKET_IFNAME's, else the address of the interface that
  * reaches the store (NCCL's approach), else the host name's, else loopback. */
-static tdist_status_t choose_ip(tdist_pg_t *pg, char *ip, size_t cap) {
+static tdist_status_t choose_ip(const tdist__transport_cfg_t *cfg, char *ip, size_t cap) {
   const char *ifname =
-      pg->socket_ifname ? pg->socket_ifname : tdist__param_str(TDIST__P_SOCKET_IFNAME);
-  const char *from = pg->socket_ifname ? "socket_ifname option" : "TDIST_SOCKET_IFNAME";
+      cfg->socket_ifname ? cfg->socket_ifname : tdist__param_str(TDIST__P_SOCKET_IFNAME);
+  const char *from = cfg->socket_ifname ? "socket_ifname option" : "TDIST_SOCKET_IFNAME";
   if (ifname && *ifname) {
     struct ifaddrs *ifa = NULL;
     if (getifaddrs(&ifa) == 0) {
@@ -72,12 +73,12 @@ static tdist_status_t choose_ip(tdist_pg_t *pg, char *ip, size_t cap) {
       }
       freeifaddrs(ifa);
     }
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
-                          "%s '%s': no interface of that name with an IPv4 address (see "
-                          "`ip -4 addr`)",
-                          from, ifname);
+    return tdist__transport_fail(cfg, TDIST_ERR_INVALID_ARGUMENT,
+                                 "%s '%s': no interface of that name with an IPv4 address (see "
+                                 "`ip -4 addr`)",
+                                 from, ifname);
   }
-  if (tdist__store_local_ip(pg->base_store, ip, cap) == 0) return TDIST_OK;
+  if (tdist__store_local_ip(cfg->store, ip, cap) == 0) return TDIST_OK;
   char host[256];
   if (gethostname(host, sizeof host) == 0) {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
@@ -139,7 +140,16 @@ void tdist__tcp_hangup(tdist__transport_t *base) {
       if (t->fds[i] >= 0) shutdown(t->fds[i], SHUT_RDWR);
 }
 
-tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
+tdist_status_t tdist__transport_fail(const tdist__transport_cfg_t *cfg, tdist_status_t st,
+                                     const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  st = cfg->fail(cfg->fail_ctx, st, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+tdist_status_t tdist__tcp_transport_create(const tdist__transport_cfg_t *cfg, int64_t deadline,
                                            tdist__transport_t **out) {
   tcp_t *t = calloc(1, sizeof *t);
   int listen_fd = -1;
@@ -148,16 +158,16 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   int *same = NULL;
   void **vals = NULL;
   size_t *lens = NULL;
-  if (!t) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
+  if (!t) return tdist__transport_fail(cfg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
   t->wake_fd = -1;
   t->base.exchange = tdist__tcp_exchange;
   t->base.exchange_fed = tdist__tcp_exchange_fed;
   t->base.wake = tdist__tcp_wake;
   t->base.destroy = tdist__tcp_destroy;
   t->base.hangup = tdist__tcp_hangup;
-  t->pg = pg;
-  t->rank = pg->rank;
-  t->size = pg->size;
+  t->cfg = *cfg;
+  t->rank = cfg->rank;
+  t->size = cfg->size;
   t->fds = malloc(sizeof(int) * (size_t)t->size);
   t->addr = calloc((size_t)t->size, sizeof *t->addr);
   t->pfds = calloc(3 * (size_t)t->size + 2, sizeof *t->pfds);
@@ -174,12 +184,13 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   lens = calloc((size_t)t->size, sizeof *lens);
   t->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (t->wake_fd < 0) {
-    st = tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "tcp transport: eventfd: %s", strerror(errno));
+    st =
+        tdist__transport_fail(cfg, TDIST_ERR_SYSTEM, "tcp transport: eventfd: %s", strerror(errno));
     goto done;
   }
   if (!t->fds || !t->addr || !t->pfds || !t->pidx || !keys || !vals || !lens || shm_r || !t->gone ||
       !t->busy || !t->rx || !t->copies_sent || !t->copies_recv) {
-    st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
+    st = tdist__transport_fail(cfg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
     goto done;
   }
   for (int i = 0; i < t->size; i++) t->fds[i] = -1;
@@ -193,7 +204,7 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   }
 
   char ip[64];
-  if ((st = choose_ip(pg, ip, sizeof ip))) goto done;
+  if ((st = choose_ip(cfg, ip, sizeof ip))) goto done;
   struct sockaddr_in sa = {.sin_family = AF_INET};
   inet_pton(AF_INET, ip, &sa.sin_addr);
   listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -201,8 +212,8 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   if (listen_fd < 0 || bind(listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
       listen(listen_fd, t->size + 16) != 0 ||
       getsockname(listen_fd, (struct sockaddr *)&sa, &sl) != 0) { /* else we publish port 0 */
-    st = tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "tcp transport: cannot listen on %s: %s", ip,
-                        strerror(errno));
+    st = tdist__transport_fail(cfg, TDIST_ERR_SYSTEM, "tcp transport: cannot listen on %s: %s", ip,
+                               strerror(errno));
     goto done;
   }
   char host[128], boot[64], entry[400], key[64];
@@ -211,33 +222,33 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   read_boot_id(boot, sizeof boot);
   int elen = snprintf(entry, sizeof entry, "%s %d %s %s", ip, ntohs(sa.sin_port), host, boot);
   snprintf(key, sizeof key, "gloo/%d", t->rank);
-  if ((st = tdist_store_set(pg->store, key, entry, (size_t)elen))) {
-    st = tdist__pg_fail(pg, st, "tcp transport: publishing this rank's address: %s",
-                        tdist_store_last_error(pg->store));
+  if ((st = tdist_store_set(cfg->store, key, entry, (size_t)elen))) {
+    st = tdist__transport_fail(cfg, st, "tcp transport: publishing this rank's address: %s",
+                               tdist_store_last_error(cfg->store));
     goto done;
   }
   for (int i = 0; i < t->size; i++) {
     keys[i] = malloc(32);
     if (!keys[i]) {
-      st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
+      st = tdist__transport_fail(cfg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
       goto done;
     }
     snprintf(keys[i], 32, "gloo/%d", i);
   }
   int64_t left = deadline - tdist__now_ms();
-  st = tdist__store_multi_get_ms(pg->store, (const char *const *)keys, (size_t)t->size, vals, lens,
+  st = tdist__store_multi_get_ms(cfg->store, (const char *const *)keys, (size_t)t->size, vals, lens,
                                  left > 0 ? left : 1);
   if (st) {
-    st = tdist__pg_fail(pg, st,
-                        "waiting for all %d ranks to publish their addresses: %s "
-                        "(a rank that never started or used another MASTER_ADDR/PORT?)",
-                        t->size, tdist_store_last_error(pg->store));
+    st = tdist__transport_fail(cfg, st,
+                               "waiting for all %d ranks to publish their addresses: %s "
+                               "(a rank that never started or used another MASTER_ADDR/PORT?)",
+                               t->size, tdist_store_last_error(cfg->store));
     goto done;
   }
   int remote_host = 0;
   same = calloc((size_t)t->size, sizeof *same);
   if (!same) {
-    st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
+    st = tdist__transport_fail(cfg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
     goto done;
   }
   for (int i = 0; i < t->size; i++) {
@@ -245,7 +256,7 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
     int pport;
     char *v = malloc(lens[i] + 1);
     if (!v) {
-      st = tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
+      st = tdist__transport_fail(cfg, TDIST_ERR_NO_MEMORY, "tcp transport: out of memory");
       goto done;
     }
     memcpy(v, vals[i], lens[i]);
@@ -253,10 +264,10 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
     int ok = sscanf(v, "%63s %d %127s %63s", pip, &pport, phost, pboot) == 4;
     free(v);
     if (!ok) {
-      st = tdist__pg_fail(pg, TDIST_ERR_PROTOCOL,
-                          "tcp transport: rank %d published a malformed "
-                          "address entry",
-                          i);
+      st = tdist__transport_fail(cfg, TDIST_ERR_PROTOCOL,
+                                 "tcp transport: rank %d published a malformed "
+                                 "address entry",
+                                 i);
       goto done;
     }
     snprintf(t->addr[i], sizeof t->addr[i], "%s:%d", pip, pport);
@@ -271,7 +282,7 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
                "cannot reach it. Set TDIST_SOCKET_IFNAME to the interface to use.",
                t->rank, ip);
 
-  uint64_t ghash = hash_str(pg->name);
+  uint64_t ghash = hash_str(cfg->name);
   /* Connect to every lower rank; the kernel completes these against their listen backlog, so
    * connecting first and accepting second cannot deadlock. */
   for (int peer = 0; peer < t->rank; peer++) {
@@ -294,12 +305,12 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
         }
         close(fd);
       }
-      if (tdist__now_ms() + backoff >= deadline || atomic_load(&pg->aborted)) {
-        st = tdist__pg_fail(pg, TDIST_ERR_TIMEOUT,
-                            "tcp transport: rank %d could not connect "
-                            "to rank %d at %s: %s",
-                            t->rank, peer, t->addr[peer],
-                            tdist__sock_strerror(fd < 0 ? fd : -EPIPE));
+      if (tdist__now_ms() + backoff >= deadline || atomic_load(cfg->aborted)) {
+        st = tdist__transport_fail(cfg, TDIST_ERR_TIMEOUT,
+                                   "tcp transport: rank %d could not connect "
+                                   "to rank %d at %s: %s",
+                                   t->rank, peer, t->addr[peer],
+                                   tdist__sock_strerror(fd < 0 ? fd : -EPIPE));
         goto done;
       }
       usleep((useconds_t)backoff * 1000);
@@ -307,22 +318,22 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
     }
   }
   for (int k = t->rank + 1; k < t->size; k++) {
-    int r = wait_readable(listen_fd, pg->abort_fd, deadline);
+    int r = wait_readable(listen_fd, cfg->abort_fd, deadline);
     if (r) {
       char missing[256] = "";
       size_t ml = 0;
       for (int p = t->rank + 1; p < t->size && ml + 8 < sizeof missing; p++)
         if (t->fds[p] < 0)
           ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%d", ml ? "," : "", p);
-      st = tdist__pg_fail(pg,
-                          r == -ECANCELED   ? TDIST_ERR_ABORTED
-                          : r == -ETIMEDOUT ? TDIST_ERR_TIMEOUT
-                                            : TDIST_ERR_SYSTEM, /* poll failed */
-                          "tcp transport: rank %d waited for connections from ranks %s: %s",
-                          t->rank, missing,
-                          r == -ECANCELED   ? "aborted"
-                          : r == -ETIMEDOUT ? "timed out"
-                                            : strerror(-r));
+      st = tdist__transport_fail(cfg,
+                                 r == -ECANCELED   ? TDIST_ERR_ABORTED
+                                 : r == -ETIMEDOUT ? TDIST_ERR_TIMEOUT
+                                                   : TDIST_ERR_SYSTEM, /* poll failed */
+                                 "tcp transport: rank %d waited for connections from ranks %s: %s",
+                                 t->rank, missing,
+                                 r == -ECANCELED   ? "aborted"
+                                 : r == -ETIMEDOUT ? "timed out"
+                                                   : strerror(-r));
       goto done;
     }
     int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -335,9 +346,9 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
     if (r && r != -TDIST__ECLOSED && r != -ECONNRESET) {
       /* Our own failure (poll, the deadline), not a stray peer's: waiting on would only hide it. */
       close(fd);
-      st = tdist__pg_fail(pg, r == -ETIMEDOUT ? TDIST_ERR_TIMEOUT : TDIST_ERR_SYSTEM,
-                          "tcp transport: rank %d reading a peer's hello: %s", t->rank,
-                          tdist__sock_strerror(r));
+      st = tdist__transport_fail(cfg, r == -ETIMEDOUT ? TDIST_ERR_TIMEOUT : TDIST_ERR_SYSTEM,
+                                 "tcp transport: rank %d reading a peer's hello: %s", t->rank,
+                                 tdist__sock_strerror(r));
       goto done;
     }
     uint32_t peer = tdist__get_u32(hello + 4);
@@ -358,7 +369,7 @@ tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline,
   for (int i = 0; i < t->size; i++)
     if (t->fds[i] >= 0) tdist__sock_set_nonblock(t->fds[i], 1);
   if (tdist__param_int(TDIST__P_SHM))
-    st = tdist__shm_links_setup(&t->shm, pg, &t->base, same, deadline);
+    st = tdist__shm_links_setup(&t->shm, cfg, &t->base, same, deadline);
   /* Waiting ranks spin before they sleep (a peer that is running answers within microseconds).
    * When this host's ranks outnumber its CPUs, the peer a rank waits for may need the very core
    * it spins on: then every spin yields the CPU from the start, so the rank with work gets it
@@ -395,9 +406,9 @@ done:
   free(same);
   if (listen_fd >= 0) close(listen_fd);
   if (keys)
-    for (int i = 0; i < pg->size; i++) free(keys[i]);
+    for (int i = 0; i < cfg->size; i++) free(keys[i]);
   if (vals)
-    for (int i = 0; i < pg->size; i++) free(vals[i]);
+    for (int i = 0; i < cfg->size; i++) free(vals[i]);
   free(keys);
   free(vals);
   free(lens);

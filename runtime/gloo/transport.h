@@ -11,14 +11,14 @@
 #ifndef TDIST_GLOO_TRANSPORT_H
 #define TDIST_GLOO_TRANSPORT_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "tdist/status.h"
+#include "tdist/store.h"
 
 typedef struct tdist__what tdist__what_t; /* runtime/pg/backend.h */
-
-typedef struct tdist_pg_s tdist_pg_t;
 
 #define TDIST__XFER_COLL_TAG                                          \
   0x80000000u /* set in every collective's tags, never in send/recv's \
@@ -62,7 +62,7 @@ typedef struct tdist__transport tdist__transport_t;
 struct tdist__transport {
   /* Progresses all transfers; returns when all are complete (TDIST_OK), or on the deadline
    * (TDIST_ERR_TIMEOUT), abort, or a peer failure, after writing the detail (peer rank and
-   * address) into the group's error with tdist__pg_fail. `what` names the collective. */
+   * address) through the config's fail. `what` names the collective. */
   tdist_status_t (*exchange)(tdist__transport_t *t, tdist__xfer_t *x, int n, int64_t deadline_ms,
                              tdist__what_t *what);
   /* Send/recv posted in any order: progresses the transfers feed->take gives together, taking
@@ -84,8 +84,31 @@ struct tdist__transport {
   int single_host;
 };
 
-/* Full-mesh TCP among the group's ranks; addresses go through the group's store. */
-tdist_status_t tdist__tcp_transport_create(tdist_pg_t *pg, int64_t deadline_ms,
+/* What a transport needs of the group that creates it (the group itself stays the backend's).
+ * Everything is borrowed and must outlive the transport; the transport copies the struct. */
+typedef struct tdist__transport_cfg {
+  int rank, size;
+  /* Where ranks exchange their addresses (keys gloo/<rank>, shm/<rank>). Borrowed: the transport
+   * never changes its timeout, and its waits pass their own (tdist__store_multi_get_ms). */
+  tdist_store_t *store;
+  const char *name; /* the group's name: a peer's hello must carry its hash */
+  const char
+      *socket_ifname;   /* the interface to listen on; NULL: TDIST_SOCKET_IFNAME or automatic */
+  int64_t timeout_ms;   /* the group's timeout, as error messages quote it */
+  int abort_fd;         /* readable once the group is aborted */
+  _Atomic int *aborted; /* nonzero once the group is aborted */
+  /* Records a failure (the group's sticky error: peer rank and address in the text) and returns
+   * st. Every error the transport returns went through it first. */
+  tdist_status_t (*fail)(void *ctx, tdist_status_t st, const char *fmt, va_list ap);
+  void *fail_ctx;
+} tdist__transport_cfg_t;
+
+/* Formats a failure and hands it to cfg->fail; returns what that returns (st). */
+tdist_status_t tdist__transport_fail(const tdist__transport_cfg_t *cfg, tdist_status_t st,
+                                     const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Full-mesh TCP among the group's ranks; addresses go through cfg->store. */
+tdist_status_t tdist__tcp_transport_create(const tdist__transport_cfg_t *cfg, int64_t deadline_ms,
                                            tdist__transport_t **out);
 
 #endif

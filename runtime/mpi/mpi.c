@@ -70,7 +70,7 @@ static pthread_mutex_t g_call_mu = PTHREAD_MUTEX_INITIALIZER;
   if (g_level < MPI_THREAD_MULTIPLE) pthread_mutex_unlock(&g_call_mu)
 
 typedef struct mstate {
-  tdist_pg_t *pg;
+  tdist__bctx_t *b;
   MPI_Comm comm;    /* collectives and send/recv */
   MPI_Comm mb_comm; /* monitored_barrier's point-to-point messages */
   int64_t timeout_ms;
@@ -131,7 +131,7 @@ static void *watchdog_main(void *arg) {
                "group's timeout is %lld ms); a rank of the group has not called it or has "
                "stopped. MPI cannot cancel a collective: ending the job with "
                "MPI_Abort(MPI_COMM_WORLD, %d)",
-               s->pg->rank, s->pg->name, s->pg->size, what, (long long)(now - since),
+               s->b->rank, s->b->name, s->b->size, what, (long long)(now - since),
                (long long)s->timeout_ms, ABORT_CODE);
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, ABORT_CODE);
@@ -301,18 +301,18 @@ static const char *library(void) { return g_library; }
 
 /* ---- connect / destroy ----------------------------------------------------------------------- */
 
-static tdist_status_t connect_fail(tdist_pg_t *pg, const char *what, int rc) {
+static tdist_status_t connect_fail(tdist__bctx_t *b, const char *what, int rc) {
   char t[256];
   mpi_text(rc, t, sizeof t);
-  return H->pg_fail(pg, TDIST_ERR_REMOTE, "mpi: %s failed: %s", what, t);
+  return tdist__bctx_fail(b, TDIST_ERR_REMOTE, "mpi: %s failed: %s", what, t);
 }
 
-static tdist_status_t mpi_connect(tdist_pg_t *pg, int64_t deadline_ms) {
+static tdist_status_t mpi_connect(tdist__bctx_t *b, int64_t deadline_ms) {
   (void)deadline_ms; /* the watchdog holds the timeout */
   mstate_t *s = calloc(1, sizeof *s);
-  if (!s) return H->pg_fail(pg, TDIST_ERR_NO_MEMORY, "mpi: out of memory");
-  s->pg = pg;
-  s->timeout_ms = pg->timeout_ms;
+  if (!s) return tdist__bctx_fail(b, TDIST_ERR_NO_MEMORY, "mpi: out of memory");
+  s->b = b;
+  s->timeout_ms = b->timeout_ms;
   s->comm = s->mb_comm = MPI_COMM_NULL;
   pthread_mutex_lock(&g_mu);
   s->next = g_watched;
@@ -328,24 +328,25 @@ static tdist_status_t mpi_connect(tdist_pg_t *pg, int64_t deadline_ms) {
   }
   int started = g_watchdog_started;
   pthread_mutex_unlock(&g_mu);
-  pg->be_state = s;
-  if (!started) return H->pg_fail(pg, TDIST_ERR_SYSTEM, "mpi: cannot start the watchdog thread");
+  b->state = s;
+  if (!started)
+    return tdist__bctx_fail(b, TDIST_ERR_SYSTEM, "mpi: cannot start the watchdog thread");
   /* The watchdog covers connecting too: a rank that never joins ends the job at the timeout. */
   busy_begin(s, NULL);
   int rc;
   MPI_LOCK();
-  if (pg->parent) {
-    mstate_t *ps = pg->parent->be_state;
+  if (b->parent) {
+    mstate_t *ps = b->parent->state;
     MPI_Group pgroup, sub;
     rc = MPI_Comm_group(ps->comm, &pgroup);
     if (rc == MPI_SUCCESS) {
-      rc = MPI_Group_incl(pgroup, pg->size, pg->parent_ranks, &sub);
+      rc = MPI_Group_incl(pgroup, b->size, b->parent_ranks, &sub);
       MPI_Group_free(&pgroup);
     }
     if (rc == MPI_SUCCESS) {
       /* Only the members call it; concurrent creations of one parent are told apart by the
        * parent's subgroup count, which every parent rank keeps in step. */
-      rc = MPI_Comm_create_group(ps->comm, sub, pg->parent->subgroups % g_tag_ub, &s->comm);
+      rc = MPI_Comm_create_group(ps->comm, sub, b->subgroup_id % g_tag_ub, &s->comm);
       MPI_Group_free(&sub);
     }
   } else {
@@ -356,13 +357,13 @@ static tdist_status_t mpi_connect(tdist_pg_t *pg, int64_t deadline_ms) {
   MPI_UNLOCK();
   busy_end(s);
   if (rc != MPI_SUCCESS)
-    return connect_fail(pg, pg->parent ? "MPI_Comm_create_group" : "MPI_Comm_dup", rc);
+    return connect_fail(b, b->parent ? "MPI_Comm_create_group" : "MPI_Comm_dup", rc);
   return TDIST_OK;
 }
 
-static void mpi_destroy(tdist_pg_t *pg) {
-  mstate_t *s = pg->be_state;
-  pg->be_state = NULL;
+static void mpi_destroy(tdist__bctx_t *b) {
+  mstate_t *s = b->state;
+  b->state = NULL;
   if (!s) return;
   pthread_mutex_lock(&g_mu);
   for (mstate_t **p = &g_watched; *p; p = &(*p)->next) {
@@ -372,7 +373,7 @@ static void mpi_destroy(tdist_pg_t *pg) {
     }
   }
   /* A collective failed (not a deliberate tdist_pg_abort): peers may never finalize. */
-  if (atomic_load(&pg->aborted) && pg->sticky != TDIST_ERR_ABORTED) g_failed = 1;
+  if (atomic_load(&b->aborted) && b->sticky != TDIST_ERR_ABORTED) g_failed = 1;
   int fin = 0;
   MPI_Finalized(&fin);
   if (!fin) {
@@ -401,28 +402,28 @@ static void mpi_destroy(tdist_pg_t *pg) {
 
 static int over_int(size_t v) { return v > (size_t)INT_MAX; }
 
-static tdist_status_t mpi_check(tdist_pg_t *pg, const tdist__coll_t *c) {
+static tdist_status_t mpi_check(tdist__bctx_t *b, const tdist__coll_t *c) {
   char what[TDIST__WHAT_MAX];
   if (over_int(c->count))
-    return H->pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
-                      "%s: count %zu is above MPI's int counts (%d): split the call",
-                      H->coll_what(what, c->kind, pg->seq + 1), c->count, INT_MAX);
+    return tdist__bctx_fail(b, TDIST_ERR_INVALID_ARGUMENT,
+                            "%s: count %zu is above MPI's int counts (%d): split the call",
+                            H->coll_what(what, c->kind, c->seq), c->count, INT_MAX);
   if (c->counts) {
-    for (int r = 0; r < pg->size; r++) {
+    for (int r = 0; r < b->size; r++) {
       size_t v[4] = {c->counts[r], c->displs[r], c->in_counts ? c->in_counts[r] : 0,
                      c->in_displs ? c->in_displs[r] : 0};
       for (int k = 0; k < 4; k++)
         if (over_int(v[k]))
-          return H->pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
-                            "%s: a count or displacement of rank %d (%zu) is above MPI's int "
-                            "counts (%d): split the call",
-                            H->coll_what(what, c->kind, pg->seq + 1), r, v[k], INT_MAX);
+          return tdist__bctx_fail(b, TDIST_ERR_INVALID_ARGUMENT,
+                                  "%s: a count or displacement of rank %d (%zu) is above MPI's int "
+                                  "counts (%d): split the call",
+                                  H->coll_what(what, c->kind, c->seq), r, v[k], INT_MAX);
     }
   }
   if ((c->kind == TDIST__COLL_SEND || c->kind == TDIST__COLL_RECV) && c->tag > g_tag_ub)
-    return H->pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
-                      "%s: tag %d is above this MPI's MPI_TAG_UB (%d)",
-                      c->kind == TDIST__COLL_SEND ? "send" : "recv", c->tag, g_tag_ub);
+    return tdist__bctx_fail(b, TDIST_ERR_INVALID_ARGUMENT,
+                            "%s: tag %d is above this MPI's MPI_TAG_UB (%d)",
+                            c->kind == TDIST__COLL_SEND ? "send" : "recv", c->tag, g_tag_ub);
   return TDIST_OK;
 }
 
@@ -464,14 +465,14 @@ static int even(const size_t *counts, const size_t *displs, int n, size_t count)
 
 /* Issues c: blocking (req NULL) or nonblocking (*req set). Returns MPI's code. */
 static int issue(mstate_t *s, const tdist__coll_t *c, MPI_Request *req, int **scratch) {
-  tdist_pg_t *pg = s->pg;
+  tdist__bctx_t *b = s->b;
   MPI_Comm comm = s->comm;
   MPI_Datatype dt = mpi_dtype(c->dtype);
   size_t esz = c->dtype == TDIST_FLOAT16 || c->dtype == TDIST_BFLOAT16 ? 2
                : c->dtype == TDIST_FLOAT32 || c->dtype == TDIST_INT32  ? 4
                : c->dtype == TDIST_FLOAT64 || c->dtype == TDIST_INT64  ? 8
                                                                        : 1;
-  int n = (int)c->count, me = pg->rank, size = pg->size;
+  int n = (int)c->count, me = b->rank, size = b->size;
   char *out = c->out;
   const char *in = c->in;
   switch (c->kind) {
@@ -543,13 +544,13 @@ static int issue(mstate_t *s, const tdist__coll_t *c, MPI_Request *req, int **sc
  * and waits for its release; rank 0 names the ranks whose token did not come. Tags are the
  * call's sequence number, so a token that comes late never meets a later barrier. */
 static tdist_status_t monitored_barrier(mstate_t *s, const tdist__coll_t *c) {
-  tdist_pg_t *pg = s->pg;
-  int size = pg->size, me = pg->rank;
+  tdist__bctx_t *b = s->b;
+  int size = b->size, me = b->rank;
   int tag = (int)(c->seq % (uint64_t)(g_tag_ub / 2)) * 2;
   int64_t deadline = now_ms() + c->timeout_ms;
   int nreq = me == 0 ? size - 1 : 2;
   MPI_Request *reqs = calloc((size_t)(nreq > 0 ? nreq : 1), sizeof *reqs);
-  if (!reqs) return H->pg_fail(pg, TDIST_ERR_NO_MEMORY, "monitored_barrier: out of memory");
+  if (!reqs) return tdist__bctx_fail(b, TDIST_ERR_NO_MEMORY, "monitored_barrier: out of memory");
   char token = 0, sink[1];
   int rc = MPI_SUCCESS, flag = 0;
   MPI_LOCK();
@@ -575,7 +576,7 @@ static tdist_status_t monitored_barrier(mstate_t *s, const tdist__coll_t *c) {
   if (rc != MPI_SUCCESS) {
     char t[256];
     mpi_text(rc, t, sizeof t);
-    st = H->pg_fail(pg, TDIST_ERR_REMOTE, "monitored_barrier: MPI error: %s", t);
+    st = tdist__bctx_fail(b, TDIST_ERR_REMOTE, "monitored_barrier: MPI error: %s", t);
   } else if (!flag && nreq > 0) {
     char missing[512] = "";
     size_t len = 0;
@@ -595,15 +596,17 @@ static tdist_status_t monitored_barrier(mstate_t *s, const tdist__coll_t *c) {
     }
     MPI_UNLOCK();
     if (me == 0)
-      st = H->pg_fail(pg, TDIST_ERR_TIMEOUT,
-                      "monitored_barrier: rank%s %s of group '%s' did not reach the barrier within "
-                      "%lld ms",
-                      nmissing > 1 ? "s" : "", missing, pg->name, (long long)c->timeout_ms);
+      st = tdist__bctx_fail(
+          b, TDIST_ERR_TIMEOUT,
+          "monitored_barrier: rank%s %s of group '%s' did not reach the barrier within "
+          "%lld ms",
+          nmissing > 1 ? "s" : "", missing, b->name, (long long)c->timeout_ms);
     else
-      st = H->pg_fail(pg, TDIST_ERR_TIMEOUT,
-                      "monitored_barrier: rank 0 of group '%s' did not release rank %d within "
-                      "%lld ms (rank 0 reports the ranks that did not arrive)",
-                      pg->name, me, (long long)c->timeout_ms);
+      st =
+          tdist__bctx_fail(b, TDIST_ERR_TIMEOUT,
+                           "monitored_barrier: rank 0 of group '%s' did not release rank %d within "
+                           "%lld ms (rank 0 reports the ranks that did not arrive)",
+                           b->name, me, (long long)c->timeout_ms);
   } else if (me == 0) {
     MPI_LOCK();
     for (int r = 1; r < size && rc == MPI_SUCCESS; r++)
@@ -612,16 +615,16 @@ static tdist_status_t monitored_barrier(mstate_t *s, const tdist__coll_t *c) {
     if (rc != MPI_SUCCESS) {
       char t[256];
       mpi_text(rc, t, sizeof t);
-      st = H->pg_fail(pg, TDIST_ERR_REMOTE, "monitored_barrier: MPI error: %s", t);
+      st = tdist__bctx_fail(b, TDIST_ERR_REMOTE, "monitored_barrier: MPI error: %s", t);
     }
   }
   free(reqs);
   return st;
 }
 
-static tdist_status_t mpi_run(tdist_pg_t *pg, const tdist__coll_t *c, int64_t deadline_ms) {
+static tdist_status_t mpi_run(tdist__bctx_t *b, const tdist__coll_t *c, int64_t deadline_ms) {
   (void)deadline_ms; /* the watchdog ends the job at the timeout (MPI cannot cancel) */
-  mstate_t *s = pg->be_state;
+  mstate_t *s = b->state;
   if (c->kind == TDIST__COLL_MONITORED_BARRIER) return monitored_barrier(s, c);
   int *scratch = NULL;
   busy_begin(s, c);
@@ -642,13 +645,13 @@ static tdist_status_t mpi_run(tdist_pg_t *pg, const tdist__coll_t *c, int64_t de
   if (rc != MPI_SUCCESS) {
     char t[256], what[TDIST__WHAT_MAX];
     mpi_text(rc, t, sizeof t);
-    return H->pg_fail(pg, TDIST_ERR_REMOTE, "%s in group '%s': %s",
-                      H->coll_what(what, c->kind, c->seq), pg->name, t);
+    return tdist__bctx_fail(b, TDIST_ERR_REMOTE, "%s in group '%s': %s",
+                            H->coll_what(what, c->kind, c->seq), b->name, t);
   }
-  if (c->op == TDIST_AVG && (c->kind == TDIST__COLL_ALL_REDUCE ||
-                             (c->kind == TDIST__COLL_REDUCE && pg->rank == c->root) ||
-                             c->kind == TDIST__COLL_REDUCE_SCATTER))
-    H->reduce_finish_avg(c->out, c->count, c->dtype, pg->size);
+  if (c->op == TDIST_AVG &&
+      (c->kind == TDIST__COLL_ALL_REDUCE || (c->kind == TDIST__COLL_REDUCE && b->rank == c->root) ||
+       c->kind == TDIST__COLL_REDUCE_SCATTER))
+    H->reduce_finish_avg(c->out, c->count, c->dtype, b->size);
   return TDIST_OK;
 }
 
@@ -662,9 +665,7 @@ static const tdist__backend_t k_backend = {
 
 static const tdist__mpi_plugin_t k_plugin = {
     .abi = TDIST__MPI_ABI,
-    .pg_size = sizeof(tdist_pg_t),
-    .coll_size = sizeof(tdist__coll_t),
-    .backend_size = sizeof(tdist__backend_t),
+    .sizes = TDIST__MPI_SIZES_INIT,
     .backend = &k_backend,
     .world = world,
     .library = library,
@@ -672,8 +673,8 @@ static const tdist__mpi_plugin_t k_plugin = {
 
 __attribute__((visibility("default"))) const tdist__mpi_plugin_t *tdist_mpi_plugin_v1(
     const tdist__mpi_host_t *host) {
-  if (!host || host->abi != TDIST__MPI_ABI || host->pg_size != sizeof(tdist_pg_t) ||
-      host->coll_size != sizeof(tdist__coll_t) || host->backend_size != sizeof(tdist__backend_t))
+  /* An older host's struct may be shorter: its abi (first, in every version) decides first. */
+  if (!host || host->abi != TDIST__MPI_ABI || !tdist__mpi_abi_match(host->abi, &host->sizes))
     return NULL;
   H = host;
   return &k_plugin;

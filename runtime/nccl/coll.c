@@ -43,33 +43,33 @@ static int has_op(tdist__coll_kind_t k) {
 /* A buffer handed to NCCL must be memory of the group's device (or managed memory): a host
  * pointer would fault inside the kernel, far from the call that passed it. The last few good
  * pointers are remembered, so a training loop pays for the lookup once per buffer. */
-static tdist_status_t check_ptr(tdist_pg_t *pg, const void *p, const char *fn, const char *name) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+static tdist_status_t check_ptr(tdist__bctx_t *b, const void *p, const char *fn, const char *name) {
+  tdist__nccl_t *g = tdist__nccl(b);
   for (int i = 0; i < TDIST__NCCL_PTR_CACHE; i++)
     if (g->ptr_ok[i] == p) return TDIST_OK;
   struct cudaPointerAttributes a;
   memset(&a, 0, sizeof a);
   cudaError_t e = g->lib.cudaPointerGetAttributes(&a, p);
   if (e != cudaSuccess)
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
-                          "%s: %s %p is not CUDA memory "
-                          "(cudaPointerGetAttributes: %s); backend nccl needs device buffers "
-                          "(cudaMalloc) on device %d",
-                          fn, name, p, g->lib.cudaGetErrorName(e), g->dev);
+    return tdist__bctx_fail(b, TDIST_ERR_INVALID_ARGUMENT,
+                            "%s: %s %p is not CUDA memory "
+                            "(cudaPointerGetAttributes: %s); backend nccl needs device buffers "
+                            "(cudaMalloc) on device %d",
+                            fn, name, p, g->lib.cudaGetErrorName(e), g->dev);
   if (a.type == cudaMemoryTypeDevice && a.device != g->dev)
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
-                          "%s: %s %p is memory of device %d, but "
-                          "this group uses device %d (%s)",
-                          fn, name, p, a.device, g->dev, g->dev_from);
+    return tdist__bctx_fail(b, TDIST_ERR_INVALID_ARGUMENT,
+                            "%s: %s %p is memory of device %d, but "
+                            "this group uses device %d (%s)",
+                            fn, name, p, a.device, g->dev, g->dev_from);
   if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
-                          "%s: %s %p is host memory (%s); "
-                          "backend nccl needs device buffers (cudaMalloc) on device %d",
-                          fn, name, p,
-                          a.type == cudaMemoryTypeHost ? "page-locked"
-                                                       : "not registered with "
-                                                         "CUDA",
-                          g->dev);
+    return tdist__bctx_fail(b, TDIST_ERR_INVALID_ARGUMENT,
+                            "%s: %s %p is host memory (%s); "
+                            "backend nccl needs device buffers (cudaMalloc) on device %d",
+                            fn, name, p,
+                            a.type == cudaMemoryTypeHost ? "page-locked"
+                                                         : "not registered with "
+                                                           "CUDA",
+                            g->dev);
   g->ptr_ok[g->ptr_next++ % TDIST__NCCL_PTR_CACHE] = p;
   return TDIST_OK;
 }
@@ -80,36 +80,37 @@ static size_t total(const size_t *counts, int n) {
   return t;
 }
 
-#define CHECK_PTR(p, n, name)                              \
-  do {                                                     \
-    if ((n) > 0) {                                         \
-      tdist_status_t st_ = check_ptr(pg, (p), fn, (name)); \
-      if (st_) return st_;                                 \
-    }                                                      \
+#define CHECK_PTR(p, n, name)                             \
+  do {                                                    \
+    if ((n) > 0) {                                        \
+      tdist_status_t st_ = check_ptr(b, (p), fn, (name)); \
+      if (st_) return st_;                                \
+    }                                                     \
   } while (0)
 
-tdist_status_t tdist__nccl_check(tdist_pg_t *pg, const tdist__coll_t *c) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+tdist_status_t tdist__nccl_check(tdist__bctx_t *b, const tdist__coll_t *c) {
+  tdist__nccl_t *g = tdist__nccl(b);
   const char *fn = tdist__coll_name(c->kind);
   if (c->kind == TDIST__COLL_MONITORED_BARRIER)
-    return tdist__pg_fail(pg, TDIST_ERR_NOT_AVAILABLE,
-                          "monitored_barrier is not available with "
-                          "backend nccl (PyTorch supports it on gloo only): use tdist_barrier, or "
-                          "a gloo group for the monitored barrier");
+    return tdist__bctx_fail(
+        b, TDIST_ERR_NOT_AVAILABLE,
+        "monitored_barrier is not available with "
+        "backend nccl (PyTorch supports it on gloo only): use tdist_barrier, or "
+        "a gloo group for the monitored barrier");
   ncclDataType_t dt;
   ncclRedOp_t op;
   if (c->kind != TDIST__COLL_BARRIER && tdist__nccl_dtype(c->dtype, &dt) != 0)
-    return tdist__pg_fail(pg, TDIST_ERR_NOT_AVAILABLE,
-                          "%s: dtype %s is not available with "
-                          "backend nccl",
-                          fn, tdist_dtype_name(c->dtype));
+    return tdist__bctx_fail(b, TDIST_ERR_NOT_AVAILABLE,
+                            "%s: dtype %s is not available with "
+                            "backend nccl",
+                            fn, tdist_dtype_name(c->dtype));
   if (has_op(c->kind) && tdist__nccl_op(c->op, &op) != 0)
-    return tdist__pg_fail(pg, TDIST_ERR_NOT_AVAILABLE,
-                          "%s: Cannot use ReduceOp.%s with NCCL "
-                          "(NCCL reduces with SUM, PRODUCT, MIN, MAX and AVG only)",
-                          fn, tdist_reduce_op_name(c->op));
+    return tdist__bctx_fail(b, TDIST_ERR_NOT_AVAILABLE,
+                            "%s: Cannot use ReduceOp.%s with NCCL "
+                            "(NCCL reduces with SUM, PRODUCT, MIN, MAX and AVG only)",
+                            fn, tdist_reduce_op_name(c->op));
   if (!g || !g->check_ptrs) return TDIST_OK;
-  int me = pg->rank, p = pg->size;
+  int me = b->rank, p = b->size;
   switch (c->kind) {
     case TDIST__COLL_ALL_REDUCE:
     case TDIST__COLL_BROADCAST:
@@ -175,8 +176,9 @@ static int uniform(const tdist__coll_t *c, int p) {
   return 1;
 }
 
-ncclResult_t tdist__nccl_enqueue_locked(tdist_pg_t *pg, const tdist__coll_t *c, const char **call) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+ncclResult_t tdist__nccl_enqueue_locked(tdist__bctx_t *b, const tdist__coll_t *c,
+                                        const char **call) {
+  tdist__nccl_t *g = tdist__nccl(b);
   ncclComm_t comm = g->comm;
   cudaStream_t s = g->stream;
   ncclDataType_t dt = ncclUint8;
@@ -187,7 +189,7 @@ ncclResult_t tdist__nccl_enqueue_locked(tdist_pg_t *pg, const tdist__coll_t *c, 
   size_t es = tdist_dtype_size(c->dtype);
   char *out = c->out;
   const char *in = c->in;
-  int me = pg->rank, p = pg->size;
+  int me = b->rank, p = b->size;
   switch (c->kind) {
     case TDIST__COLL_ALL_REDUCE:
       *call = "ncclAllReduce";

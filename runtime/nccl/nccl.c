@@ -74,10 +74,10 @@ static void cuda_text(tdist__nccl_t *g, cudaError_t e, char *buf, size_t cap) {
  * abort may complete the op in flight, and a waiter that then sees its event done must still
  * report the failure (it checks `failing` after the event), but only once the abort is over
  * (it takes mu), so the caller may free its buffers at once. */
-static tdist_status_t fail_locked(tdist_pg_t *pg, tdist_status_t st, const char *fmt, ...)
+static tdist_status_t fail_locked(tdist__bctx_t *b, tdist_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static tdist_status_t fail_locked(tdist_pg_t *pg, tdist_status_t st, const char *fmt, ...) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+static tdist_status_t fail_locked(tdist__bctx_t *b, tdist_status_t st, const char *fmt, ...) {
+  tdist__nccl_t *g = tdist__nccl(b);
   if (!atomic_load(&g->failed)) {
     va_list ap;
     va_start(ap, fmt);
@@ -87,7 +87,7 @@ static tdist_status_t fail_locked(tdist_pg_t *pg, tdist_status_t st, const char 
     atomic_store(&g->failing, 1);
     if (g->comm) {
       tdist__log(TDIST__LOG_WARN, "nccl", "group '%s' rank %d: aborting the NCCL communicator: %s",
-                 pg->name, pg->rank, g->fail_msg);
+                 b->name, b->rank, g->fail_msg);
       ncclResult_t r = g->lib.ncclCommAbort(g->comm);
       if (r != ncclSuccess)
         tdist__log(TDIST__LOG_WARN, "nccl", "ncclCommAbort returned %s", result_name(r));
@@ -95,35 +95,35 @@ static tdist_status_t fail_locked(tdist_pg_t *pg, tdist_status_t st, const char 
     }
     atomic_store(&g->failed, 1);
   }
-  return tdist__pg_fail(pg, g->fail_st, "%s", g->fail_msg);
+  return tdist__bctx_fail(b, g->fail_st, "%s", g->fail_msg);
 }
 
-static tdist_status_t fail(tdist_pg_t *pg, tdist_status_t st, const char *fmt, ...)
+static tdist_status_t fail(tdist__bctx_t *b, tdist_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static tdist_status_t fail(tdist_pg_t *pg, tdist_status_t st, const char *fmt, ...) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+static tdist_status_t fail(tdist__bctx_t *b, tdist_status_t st, const char *fmt, ...) {
+  tdist__nccl_t *g = tdist__nccl(b);
   char msg[TDIST__ERRMSG_MAX];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   pthread_mutex_lock(&g->mu);
-  st = fail_locked(pg, st, "%s", msg);
+  st = fail_locked(b, st, "%s", msg);
   pthread_mutex_unlock(&g->mu);
   return st;
 }
 
 /* The failure recorded earlier, as the group's error. */
-static tdist_status_t recorded(tdist_pg_t *pg) {
-  tdist__nccl_t *g = tdist__nccl(pg);
-  return tdist__pg_fail(pg, g->fail_st, "%s", g->fail_msg);
+static tdist_status_t recorded(tdist__bctx_t *b) {
+  tdist__nccl_t *g = tdist__nccl(b);
+  return tdist__bctx_fail(b, g->fail_st, "%s", g->fail_msg);
 }
 
 /* Under mu: fails the group for a bad NCCL result, naming the call (NULL: an asynchronous error
  * of the communicator), NCCL's category and its own last error text. */
-static tdist_status_t nccl_error_locked(tdist_pg_t *pg, ncclResult_t r, const char *call,
+static tdist_status_t nccl_error_locked(tdist__bctx_t *b, ncclResult_t r, const char *call,
                                         const char *what) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+  tdist__nccl_t *g = tdist__nccl(b);
   const char *last = g->lib.ncclGetLastError(NULL);
   char ver[32], head[96];
   tdist__nccl_version_str(g->lib.nccl_version, ver, sizeof ver);
@@ -131,25 +131,25 @@ static tdist_status_t nccl_error_locked(tdist_pg_t *pg, ncclResult_t r, const ch
     snprintf(head, sizeof head, "%s failed", call);
   else
     snprintf(head, sizeof head, "the NCCL communicator failed asynchronously");
-  return fail_locked(pg, result_status(r),
+  return fail_locked(b, result_status(r),
                      "%s: %s: %s (%s). NCCL: %s [rank %d of %d, device %d, "
                      "NCCL %s]",
                      what, head, result_name(r), g->lib.ncclGetErrorString(r),
-                     last && *last ? last : "(no detail)", pg->rank, pg->size, g->dev, ver);
+                     last && *last ? last : "(no detail)", b->rank, b->size, g->dev, ver);
 }
 
 /* Under mu: polls ncclCommGetAsyncError(comm) while NCCL works in the background (ncclInProgress),
  * up to dl and unless the group is aborted. Returns the final result, or ncclInProgress with
  * *gave_up = 1 (deadline) / 2 (aborted). */
-static ncclResult_t poll_async_locked(tdist_pg_t *pg, ncclComm_t comm, int64_t dl, int *gave_up) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+static ncclResult_t poll_async_locked(tdist__bctx_t *b, ncclComm_t comm, int64_t dl, int *gave_up) {
+  tdist__nccl_t *g = tdist__nccl(b);
   *gave_up = 0;
   for (unsigned i = 0;; i++) {
     ncclResult_t a = ncclInProgress;
     ncclResult_t r = g->lib.ncclCommGetAsyncError(comm, &a);
     if (r != ncclSuccess) return r;
     if (a != ncclInProgress) return a;
-    if (atomic_load(&pg->aborted)) {
+    if (atomic_load(&b->aborted)) {
       *gave_up = 2;
       return ncclInProgress;
     }
@@ -166,36 +166,36 @@ static ncclResult_t poll_async_locked(tdist_pg_t *pg, ncclComm_t comm, int64_t d
   }
 }
 
-tdist_status_t tdist__nccl_settle_locked(tdist_pg_t *pg, ncclResult_t r, int64_t dl,
+tdist_status_t tdist__nccl_settle_locked(tdist__bctx_t *b, ncclResult_t r, int64_t dl,
                                          const char *call, const char *what) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+  tdist__nccl_t *g = tdist__nccl(b);
   if (r == ncclInProgress && g->comm) {
     int gave_up;
-    r = poll_async_locked(pg, g->comm, dl, &gave_up);
+    r = poll_async_locked(b, g->comm, dl, &gave_up);
     if (gave_up == 1)
-      return fail_locked(pg, TDIST_ERR_TIMEOUT,
+      return fail_locked(b, TDIST_ERR_TIMEOUT,
                          "%s: %s still in progress when the group timeout "
                          "of %lld ms ran out; NCCL communicator aborted (ncclCommAbort)",
-                         what, call, (long long)pg->timeout_ms);
+                         what, call, (long long)b->timeout_ms);
     if (gave_up == 2)
-      return fail_locked(pg, TDIST_ERR_ABORTED, "%s: aborted (tdist_pg_abort) during %s", what,
+      return fail_locked(b, TDIST_ERR_ABORTED, "%s: aborted (tdist_pg_abort) during %s", what,
                          call);
   }
-  return r == ncclSuccess ? TDIST_OK : nccl_error_locked(pg, r, call, what);
+  return r == ncclSuccess ? TDIST_OK : nccl_error_locked(b, r, call, what);
 }
 
 /* Asks NCCL whether the communicator failed in the background; fails the group if so. */
-static tdist_status_t check_async(tdist_pg_t *pg, const char *what) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+static tdist_status_t check_async(tdist__bctx_t *b, const char *what) {
+  tdist__nccl_t *g = tdist__nccl(b);
   tdist_status_t st = TDIST_OK;
   pthread_mutex_lock(&g->mu);
   if (g->comm && !atomic_load(&g->failed)) {
     ncclResult_t a = ncclSuccess;
     ncclResult_t r = g->lib.ncclCommGetAsyncError(g->comm, &a);
     if (r != ncclSuccess)
-      st = nccl_error_locked(pg, r, "ncclCommGetAsyncError", what);
+      st = nccl_error_locked(b, r, "ncclCommGetAsyncError", what);
     else if (a != ncclSuccess && a != ncclInProgress)
-      st = nccl_error_locked(pg, a, NULL, what);
+      st = nccl_error_locked(b, a, NULL, what);
   }
   pthread_mutex_unlock(&g->mu);
   return st;
@@ -203,41 +203,41 @@ static tdist_status_t check_async(tdist_pg_t *pg, const char *what) {
 
 /* Waits for the event recorded after the op: success, or a failure that aborted the
  * communicator (deadline, tdist_pg_abort, asynchronous NCCL error, CUDA error). */
-static tdist_status_t wait_done(tdist_pg_t *pg, int64_t dl, const char *what) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+static tdist_status_t wait_done(tdist__bctx_t *b, int64_t dl, const char *what) {
+  tdist__nccl_t *g = tdist__nccl(b);
   int64_t t0 = tdist__now_ns(), last_check = t0;
   for (;;) {
     cudaError_t e = g->lib.cudaEventQuery(g->ev);
     if (atomic_load(&g->failing)) {
       pthread_mutex_lock(&g->mu); /* the abort under way (watchdog) finishes first */
       pthread_mutex_unlock(&g->mu);
-      return recorded(pg);
+      return recorded(b);
     }
     if (e == cudaSuccess) return TDIST_OK;
     if (e != cudaErrorNotReady) {
       char t[160];
       cuda_text(g, e, t, sizeof t);
-      return fail(pg, TDIST_ERR_SYSTEM,
+      return fail(b, TDIST_ERR_SYSTEM,
                   "%s: CUDA error while waiting for the NCCL operation on "
                   "device %d: %s; NCCL communicator aborted",
                   what, g->dev, t);
     }
-    if (atomic_load(&pg->aborted))
-      return fail(pg, TDIST_ERR_ABORTED,
+    if (atomic_load(&b->aborted))
+      return fail(b, TDIST_ERR_ABORTED,
                   "%s: aborted (tdist_pg_abort) while the NCCL operation "
                   "was in flight; NCCL communicator aborted",
                   what);
     int64_t now = tdist__now_ns();
     if (now / 1000000 >= dl)
-      return fail(pg, TDIST_ERR_TIMEOUT,
+      return fail(b, TDIST_ERR_TIMEOUT,
                   "%s: the NCCL operation did not complete within the "
                   "group timeout of %lld ms (rank %d of %d, device %d); NCCL communicator aborted "
                   "(ncclCommAbort). A peer rank probably died, stalled or called a different "
                   "collective",
-                  what, (long long)pg->timeout_ms, pg->rank, pg->size, g->dev);
+                  what, (long long)b->timeout_ms, b->rank, b->size, g->dev);
     if (now - last_check >= ASYNC_CHECK_NS) {
       last_check = now;
-      tdist_status_t st = check_async(pg, what);
+      tdist_status_t st = check_async(b, what);
       if (st) return st;
     }
     if (now - t0 >= g->spin_ns) {
@@ -248,8 +248,8 @@ static tdist_status_t wait_done(tdist_pg_t *pg, int64_t dl, const char *what) {
 }
 
 /* Makes dev current on this thread; *prev gets what to restore (-1: nothing). */
-static tdist_status_t enter_device(tdist_pg_t *pg, int *prev, const char *what) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+static tdist_status_t enter_device(tdist__bctx_t *b, int *prev, const char *what) {
+  tdist__nccl_t *g = tdist__nccl(b);
   int cur = -1;
   *prev = -1;
   cudaError_t e = g->lib.cudaGetDevice(&cur);
@@ -259,8 +259,8 @@ static tdist_status_t enter_device(tdist_pg_t *pg, int *prev, const char *what) 
     char t[160];
     cuda_text(g, e, t, sizeof t);
     *prev = -1;
-    return tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "%s: cudaSetDevice(%d) failed: %s", what, g->dev,
-                          t);
+    return tdist__bctx_fail(b, TDIST_ERR_SYSTEM, "%s: cudaSetDevice(%d) failed: %s", what, g->dev,
+                            t);
   }
   return TDIST_OK;
 }
@@ -269,32 +269,32 @@ static void leave_device(tdist__nccl_t *g, int prev) {
   if (prev >= 0) g->lib.cudaSetDevice(prev);
 }
 
-static tdist_status_t nccl_run(tdist_pg_t *pg, const tdist__coll_t *c, int64_t dl) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+static tdist_status_t nccl_run(tdist__bctx_t *b, const tdist__coll_t *c, int64_t dl) {
+  tdist__nccl_t *g = tdist__nccl(b);
   if (!g)
-    return tdist__pg_fail(pg, TDIST_ERR_INVALID_USAGE, "%s: the process group was finalized",
-                          tdist__coll_name(c->kind));
+    return tdist__bctx_fail(b, TDIST_ERR_INVALID_USAGE, "%s: the process group was finalized",
+                            tdist__coll_name(c->kind));
   char what[64];
   tdist__coll_what(what, c->kind, c->seq);
-  if (atomic_load(&g->failed)) return recorded(pg);
+  if (atomic_load(&g->failed)) return recorded(b);
   int prev;
-  tdist_status_t st = enter_device(pg, &prev, what);
+  tdist_status_t st = enter_device(b, &prev, what);
   if (st) return st;
   pthread_mutex_lock(&g->mu);
   if (!g->comm) {
-    st = atomic_load(&g->failed) ? recorded(pg)
-                                 : tdist__pg_fail(pg, TDIST_ERR_INVALID_USAGE,
-                                                  "%s: the NCCL communicator is gone", what);
+    st = atomic_load(&g->failed) ? recorded(b)
+                                 : tdist__bctx_fail(b, TDIST_ERR_INVALID_USAGE,
+                                                    "%s: the NCCL communicator is gone", what);
   } else {
     const char *call = "ncclGroupEnd";
-    ncclResult_t r = tdist__nccl_enqueue_locked(pg, c, &call);
-    st = tdist__nccl_settle_locked(pg, r, dl, call, what);
+    ncclResult_t r = tdist__nccl_enqueue_locked(b, c, &call);
+    st = tdist__nccl_settle_locked(b, r, dl, call, what);
     if (!st) {
       cudaError_t e = g->lib.cudaEventRecord(g->ev, g->stream);
       if (e != cudaSuccess) {
         char t[160];
         cuda_text(g, e, t, sizeof t);
-        st = fail_locked(pg, TDIST_ERR_SYSTEM,
+        st = fail_locked(b, TDIST_ERR_SYSTEM,
                          "%s: cudaEventRecord on the group's stream "
                          "failed: %s; NCCL communicator aborted",
                          what, t);
@@ -303,7 +303,7 @@ static tdist_status_t nccl_run(tdist_pg_t *pg, const tdist__coll_t *c, int64_t d
     if (!st) atomic_store(&g->inflight_dl, dl);
   }
   pthread_mutex_unlock(&g->mu);
-  if (!st) st = wait_done(pg, dl, what);
+  if (!st) st = wait_done(b, dl, what);
   atomic_store(&g->inflight_dl, 0);
   leave_device(g, prev);
   return st;
@@ -313,11 +313,11 @@ static tdist_status_t nccl_run(tdist_pg_t *pg, const tdist__coll_t *c, int64_t d
 /* Watchdog                                                                                  */
 
 static void *watchdog_main(void *arg) {
-  tdist_pg_t *pg = arg;
-  tdist__nccl_t *g = tdist__nccl(pg);
+  tdist__bctx_t *b = arg;
+  tdist__nccl_t *g = tdist__nccl(b);
   g->lib.cudaSetDevice(g->dev); /* our own thread: ncclCommAbort runs here */
   struct pollfd pf[2] = {{.fd = g->wd_stop_fd, .events = POLLIN},
-                         {.fd = pg->abort_fd, .events = POLLIN}};
+                         {.fd = b->abort_fd, .events = POLLIN}};
   for (;;) {
     int n = poll(pf, 2, WATCHDOG_MS);
     if (n < 0 && errno != EINTR) break;
@@ -328,21 +328,21 @@ static void *watchdog_main(void *arg) {
       ncclResult_t a = ncclSuccess;
       ncclResult_t r = g->lib.ncclCommGetAsyncError(g->comm, &a);
       int64_t dl = atomic_load(&g->inflight_dl);
-      if (atomic_load(&pg->aborted))
-        fail_locked(pg, TDIST_ERR_ABORTED,
+      if (atomic_load(&b->aborted))
+        fail_locked(b, TDIST_ERR_ABORTED,
                     "process group '%s' was aborted (tdist_pg_abort); "
                     "NCCL communicator aborted",
-                    pg->name);
+                    b->name);
       else if (r != ncclSuccess)
-        nccl_error_locked(pg, r, "ncclCommGetAsyncError", "watchdog");
+        nccl_error_locked(b, r, "ncclCommGetAsyncError", "watchdog");
       else if (a != ncclSuccess && a != ncclInProgress)
-        nccl_error_locked(pg, a, NULL, "watchdog");
+        nccl_error_locked(b, a, NULL, "watchdog");
       else if (dl && tdist__now_ms() > dl + WATCHDOG_MS)
         /* Backstop: the waiter enforces the deadline itself unless it is stuck in CUDA. */
-        fail_locked(pg, TDIST_ERR_TIMEOUT,
+        fail_locked(b, TDIST_ERR_TIMEOUT,
                     "watchdog: NCCL operation still running %d ms after "
                     "the group timeout of %lld ms; NCCL communicator aborted",
-                    WATCHDOG_MS, (long long)pg->timeout_ms);
+                    WATCHDOG_MS, (long long)b->timeout_ms);
       done = atomic_load(&g->failed);
     }
     pthread_mutex_unlock(&g->mu);
@@ -366,11 +366,11 @@ static int local_rank_index(int *dev) {
   return 1;
 }
 
-static tdist_status_t choose_device(tdist_pg_t *pg, int ndev) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+static tdist_status_t choose_device(tdist__bctx_t *b, int ndev) {
+  tdist__nccl_t *g = tdist__nccl(b);
   const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-  if (pg->parent) { /* one process, one device: subgroups use the parent's */
-    g->dev = tdist__nccl(pg->parent)->dev;
+  if (b->parent) { /* one process, one device: subgroups use the parent's */
+    g->dev = tdist__nccl(b->parent)->dev;
     g->dev_from = "the parent group";
     return TDIST_OK;
   }
@@ -381,99 +381,99 @@ static tdist_status_t choose_device(tdist_pg_t *pg, int ndev) {
   if (k == 0) {
     from = "LOCAL_RANK";
     if ((k = local_rank_index(&d)) < 0)
-      return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
-                            "LOCAL_RANK='%s' is not a "
-                            "non-negative integer",
-                            getenv("LOCAL_RANK"));
+      return tdist__bctx_fail(b, TDIST_ERR_INVALID_ARGUMENT,
+                              "LOCAL_RANK='%s' is not a "
+                              "non-negative integer",
+                              getenv("LOCAL_RANK"));
   }
   if (k == 0) {
     from = "rank % device count (no LOCAL_RANK)";
-    d = pg->rank % ndev;
+    d = b->rank % ndev;
   }
   if (d >= ndev)
-    return tdist__pg_fail(pg, TDIST_ERR_NOT_AVAILABLE,
-                          "backend nccl: %s selects CUDA device %d "
-                          "but this node has %d (CUDA_VISIBLE_DEVICES=%s): run at most %d "
-                          "processes per node or set TDIST_NCCL_DEVICE",
-                          from, d, ndev, cvd ? cvd : "unset", ndev);
+    return tdist__bctx_fail(b, TDIST_ERR_NOT_AVAILABLE,
+                            "backend nccl: %s selects CUDA device %d "
+                            "but this node has %d (CUDA_VISIBLE_DEVICES=%s): run at most %d "
+                            "processes per node or set TDIST_NCCL_DEVICE",
+                            from, d, ndev, cvd ? cvd : "unset", ndev);
   g->dev = d;
   g->dev_from = from;
   return TDIST_OK;
 }
 
 /* Rank 0 creates the unique id and publishes it; the others wait for it (PyTorch's key). */
-static tdist_status_t exchange_id(tdist_pg_t *pg, ncclUniqueId *id, int64_t dl) {
-  tdist__nccl_t *g = tdist__nccl(pg);
-  const char *key = pg->parent_ranks ? "/cuda//0" : "0//cuda//0";
+static tdist_status_t exchange_id(tdist__bctx_t *b, ncclUniqueId *id, int64_t dl) {
+  tdist__nccl_t *g = tdist__nccl(b);
+  const char *key = b->parent_ranks ? "/cuda//0" : "0//cuda//0";
   tdist_status_t st;
-  if (pg->rank == 0) {
+  if (b->rank == 0) {
     ncclResult_t r = g->lib.ncclGetUniqueId(id);
     if (r != ncclSuccess) {
       const char *last = g->lib.ncclGetLastError(NULL);
-      return tdist__pg_fail(pg, result_status(r), "ncclGetUniqueId failed: %s (%s). NCCL: %s",
-                            result_name(r), g->lib.ncclGetErrorString(r), last ? last : "");
+      return tdist__bctx_fail(b, result_status(r), "ncclGetUniqueId failed: %s (%s). NCCL: %s",
+                              result_name(r), g->lib.ncclGetErrorString(r), last ? last : "");
     }
-    if ((st = tdist_store_set(pg->store, key, id, sizeof *id)))
-      return tdist__pg_fail(pg, st, "cannot publish the NCCL unique id (store key '%s/%s'): %s",
-                            pg->name, key, tdist_store_last_error(pg->store));
+    if ((st = tdist_store_set(b->store, key, id, sizeof *id)))
+      return tdist__bctx_fail(b, st, "cannot publish the NCCL unique id (store key '%s/%s'): %s",
+                              b->name, key, tdist_store_last_error(b->store));
     return TDIST_OK;
   }
   int64_t left = dl - tdist__now_ms();
   void *v = NULL;
   size_t len = 0;
-  st = tdist__store_get_ms(pg->store, key, &v, &len, left > 0 ? left : 1);
+  st = tdist__store_get_ms(b->store, key, &v, &len, left > 0 ? left : 1);
   char why[TDIST__ERRMSG_MAX];
-  snprintf(why, sizeof why, "%s", st ? tdist_store_last_error(pg->store) : "");
+  snprintf(why, sizeof why, "%s", st ? tdist_store_last_error(b->store) : "");
   if (st)
-    return tdist__pg_fail(pg, st,
-                          "rank %d: no NCCL unique id from rank 0 (store key '%s/%s'): "
-                          "%s; did rank 0 fail to start the nccl backend?",
-                          pg->rank, pg->name, key, why);
+    return tdist__bctx_fail(b, st,
+                            "rank %d: no NCCL unique id from rank 0 (store key '%s/%s'): "
+                            "%s; did rank 0 fail to start the nccl backend?",
+                            b->rank, b->name, key, why);
   if (len != sizeof *id) {
     tdist_free(v);
-    return tdist__pg_fail(pg, TDIST_ERR_PROTOCOL,
-                          "store key '%s/%s' holds %zu bytes, not a "
-                          "%zu-byte ncclUniqueId",
-                          pg->name, key, len, sizeof *id);
+    return tdist__bctx_fail(b, TDIST_ERR_PROTOCOL,
+                            "store key '%s/%s' holds %zu bytes, not a "
+                            "%zu-byte ncclUniqueId",
+                            b->name, key, len, sizeof *id);
   }
   memcpy(id, v, sizeof *id);
   tdist_free(v);
   return TDIST_OK;
 }
 
-static void nccl_config(tdist_pg_t *pg, ncclConfig_t *cfg) {
+static void nccl_config(tdist__bctx_t *b, ncclConfig_t *cfg) {
   ncclConfig_t init = NCCL_CONFIG_INITIALIZER;
   *cfg = init;
   cfg->blocking = 0;
-  cfg->commName = pg->name; /* shows in NCCL's logs; pg->name outlives the communicator */
+  cfg->commName = b->name; /* shows in NCCL's logs; b->name outlives the communicator */
 }
 
 /* A communicator of our own: unique id through the store, then ncclCommInitRankConfig. */
-static tdist_status_t init_comm(tdist_pg_t *pg, int64_t dl) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+static tdist_status_t init_comm(tdist__bctx_t *b, int64_t dl) {
+  tdist__nccl_t *g = tdist__nccl(b);
   ncclUniqueId id;
-  tdist_status_t st = exchange_id(pg, &id, dl);
+  tdist_status_t st = exchange_id(b, &id, dl);
   if (st) return st;
   ncclConfig_t cfg;
-  nccl_config(pg, &cfg);
+  nccl_config(b, &cfg);
   char what[96];
-  snprintf(what, sizeof what, "NCCL communicator init (rank %d of %d, device %d)", pg->rank,
-           pg->size, g->dev);
+  snprintf(what, sizeof what, "NCCL communicator init (rank %d of %d, device %d)", b->rank, b->size,
+           g->dev);
   pthread_mutex_lock(&g->mu);
   ncclComm_t comm = NULL;
-  ncclResult_t r = g->lib.ncclCommInitRankConfig(&comm, pg->size, id, pg->rank, &cfg);
+  ncclResult_t r = g->lib.ncclCommInitRankConfig(&comm, b->size, id, b->rank, &cfg);
   g->comm = comm; /* valid while in progress: abort needs it */
   if (r == ncclInProgress && comm) {
     int gave_up;
-    r = poll_async_locked(pg, comm, dl, &gave_up);
+    r = poll_async_locked(b, comm, dl, &gave_up);
     if (gave_up)
-      st = fail_locked(pg, TDIST_ERR_TIMEOUT,
+      st = fail_locked(b, TDIST_ERR_TIMEOUT,
                        "%s did not complete within %lld ms: some ranks "
                        "never joined (did they fail to start the nccl backend?); NCCL "
                        "communicator aborted",
-                       what, (long long)pg->timeout_ms);
+                       what, (long long)b->timeout_ms);
   }
-  if (!st && r != ncclSuccess) st = nccl_error_locked(pg, r, "ncclCommInitRankConfig", what);
+  if (!st && r != ncclSuccess) st = nccl_error_locked(b, r, "ncclCommInitRankConfig", what);
   pthread_mutex_unlock(&g->mu);
   return st;
 }
@@ -481,7 +481,7 @@ static tdist_status_t init_comm(tdist_pg_t *pg, int64_t dl) {
 /* ncclCommSplit of the parent's communicator: color 0 for members (key = rank in the subgroup),
  * NCCL_SPLIT_NOCOLOR for the others (child NULL). A failure also fails the parent: its
  * communicator is left in the middle of a collective. */
-static tdist_status_t split_comm(tdist_pg_t *parent, tdist_pg_t *child, int64_t dl) {
+static tdist_status_t split_comm(tdist__bctx_t *parent, tdist__bctx_t *child, int64_t dl) {
   tdist__nccl_t *pgs = tdist__nccl(parent);
   ncclConfig_t cfg;
   nccl_config(child ? child : parent, &cfg);
@@ -492,10 +492,10 @@ static tdist_status_t split_comm(tdist_pg_t *parent, tdist_pg_t *child, int64_t 
   if (!pgs->comm) {
     pthread_mutex_unlock(&pgs->mu);
     tdist_status_t st = atomic_load(&pgs->failed) ? recorded(parent) : TDIST_ERR_INVALID_USAGE;
-    return tdist__pg_fail(child ? child : parent, st,
-                          "%s: the parent's NCCL communicator is "
-                          "gone: %s",
-                          what, parent->err);
+    return tdist__bctx_fail(child ? child : parent, st,
+                            "%s: the parent's NCCL communicator is "
+                            "gone: %s",
+                            what, parent->last_error(parent));
   }
   ncclComm_t nc = NULL;
   ncclResult_t r = pgs->lib.ncclCommSplit(pgs->comm, child ? 0 : NCCL_SPLIT_NOCOLOR,
@@ -522,21 +522,21 @@ static tdist_status_t split_comm(tdist_pg_t *parent, tdist_pg_t *child, int64_t 
   if (st && child) {
     if (nc) pgs->lib.ncclCommAbort(nc);
     tdist__nccl(child)->comm = NULL;
-    tdist__pg_fail(child, st, "%s", parent->err);
+    tdist__bctx_fail(child, st, "%s", parent->last_error(parent));
   }
   return st;
 }
 
-static tdist_status_t cuda_fail(tdist_pg_t *pg, cudaError_t e, const char *call) {
+static tdist_status_t cuda_fail(tdist__bctx_t *b, cudaError_t e, const char *call) {
   char t[160];
-  cuda_text(tdist__nccl(pg), e, t, sizeof t);
-  return tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "backend nccl: %s on device %d failed: %s", call,
-                        tdist__nccl(pg)->dev, t);
+  cuda_text(tdist__nccl(b), e, t, sizeof t);
+  return tdist__bctx_fail(b, TDIST_ERR_SYSTEM, "backend nccl: %s on device %d failed: %s", call,
+                          tdist__nccl(b)->dev, t);
 }
 
 /* Devices present, or NOT_AVAILABLE naming cudaGetDeviceCount's answer and the libraries. */
-static tdist_status_t count_devices(tdist_pg_t *pg, int *ndev) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+static tdist_status_t count_devices(tdist__bctx_t *b, int *ndev) {
+  tdist__nccl_t *g = tdist__nccl(b);
   int n = 0, drv = 0, rt = 0;
   cudaError_t e = g->lib.cudaGetDeviceCount(&n);
   g->lib.cudaDriverGetVersion(&drv);
@@ -548,25 +548,25 @@ static tdist_status_t count_devices(tdist_pg_t *pg, int *ndev) {
   char t[160] = "0 devices";
   if (e != cudaSuccess) cuda_text(g, e, t, sizeof t);
   const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-  return tdist__pg_fail(pg, TDIST_ERR_NOT_AVAILABLE,
-                        "backend nccl is not available: no usable "
-                        "CUDA device: cudaGetDeviceCount returned %s (CUDA runtime %d.%d at %s, "
-                        "driver API version %d%s, CUDA_VISIBLE_DEVICES=%s). Run on a GPU node "
-                        "with the NVIDIA driver, or use backend gloo",
-                        t, rt / 1000, rt % 1000 / 10, g->lib.cudart_path, drv,
-                        drv == 0 ? ": no NVIDIA driver (libcuda.so.1) found" : "",
-                        cvd ? cvd : "unset");
+  return tdist__bctx_fail(b, TDIST_ERR_NOT_AVAILABLE,
+                          "backend nccl is not available: no usable "
+                          "CUDA device: cudaGetDeviceCount returned %s (CUDA runtime %d.%d at %s, "
+                          "driver API version %d%s, CUDA_VISIBLE_DEVICES=%s). Run on a GPU node "
+                          "with the NVIDIA driver, or use backend gloo",
+                          t, rt / 1000, rt % 1000 / 10, g->lib.cudart_path, drv,
+                          drv == 0 ? ": no NVIDIA driver (libcuda.so.1) found" : "",
+                          cvd ? cvd : "unset");
 }
 
-static void nccl_destroy(tdist_pg_t *pg);
+static void nccl_destroy(tdist__bctx_t *b);
 
-static tdist_status_t nccl_connect(tdist_pg_t *pg, int64_t dl) {
+static tdist_status_t nccl_connect(tdist__bctx_t *b, int64_t dl) {
   tdist__nccl_t *g = calloc(1, sizeof *g);
-  if (!g) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "nccl: out of memory");
+  if (!g) return tdist__bctx_fail(b, TDIST_ERR_NO_MEMORY, "nccl: out of memory");
   pthread_mutex_init(&g->mu, NULL);
   g->wd_stop_fd = -1;
   g->dev = -1;
-  pg->be_state = g; /* from here on, nccl_destroy cleans up whatever was made */
+  b->state = g; /* from here on, nccl_destroy cleans up whatever was made */
   char err[TDIST__ERRMSG_MAX];
   /* Every variable an nccl group reads, checked before anything is opened. */
   static const tdist__param_id_t k_params[] = {
@@ -574,16 +574,16 @@ static tdist_status_t nccl_connect(tdist_pg_t *pg, int64_t dl) {
       TDIST__P_NCCL_CHECK_POINTERS, TDIST__P_NCCL_SPIN_US, TDIST__P_NCCL_LIBRARY,
       TDIST__P_CUDART_LIBRARY,      TDIST__P_STATS_FILE};
   const char *bad = tdist__param_first_error(k_params, sizeof k_params / sizeof k_params[0], 0);
-  if (bad) return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s", bad);
+  if (bad) return tdist__bctx_fail(b, TDIST_ERR_INVALID_ARGUMENT, "%s", bad);
   tdist_status_t st = tdist__nccl_lib_open(&g->lib, err, sizeof err);
   if (st) {
     tdist__nccl_lib_close(&g->lib);
-    return tdist__pg_fail(pg, st, "backend nccl is not available: %s", err);
+    return tdist__bctx_fail(b, st, "backend nccl is not available: %s", err);
   }
   int ndev = 0, prev = -1;
-  if ((st = count_devices(pg, &ndev)) || (st = choose_device(pg, ndev))) return st;
-  if ((st = enter_device(pg, &prev, "backend nccl"))) return st;
-  tdist__nccl_t *pgs = pg->parent ? tdist__nccl(pg->parent) : NULL;
+  if ((st = count_devices(b, &ndev)) || (st = choose_device(b, ndev))) return st;
+  if ((st = enter_device(b, &prev, "backend nccl"))) return st;
+  tdist__nccl_t *pgs = b->parent ? tdist__nccl(b->parent) : NULL;
   g->use_split =
       pgs ? pgs->use_split : g->lib.ncclCommSplit && tdist__param_int(TDIST__P_NCCL_COMM_SPLIT);
   g->check_ptrs = (int)tdist__param_int(TDIST__P_NCCL_CHECK_POINTERS);
@@ -591,17 +591,17 @@ static tdist_status_t nccl_connect(tdist_pg_t *pg, int64_t dl) {
   cudaError_t e;
   /* cudaStreamDefault: ordered after work the caller queued on the legacy default stream. */
   if ((e = g->lib.cudaStreamCreateWithFlags(&g->stream, cudaStreamDefault)) != cudaSuccess)
-    st = cuda_fail(pg, e, "cudaStreamCreateWithFlags");
+    st = cuda_fail(b, e, "cudaStreamCreateWithFlags");
   else if ((e = g->lib.cudaEventCreateWithFlags(&g->ev, cudaEventDisableTiming)) != cudaSuccess)
-    st = cuda_fail(pg, e, "cudaEventCreateWithFlags");
+    st = cuda_fail(b, e, "cudaEventCreateWithFlags");
   else if ((e = g->lib.cudaMalloc(&g->scratch, 1)) != cudaSuccess)
-    st = cuda_fail(pg, e, "cudaMalloc (1 byte for barrier)");
-  if (!st) st = pgs && g->use_split ? split_comm(pg->parent, pg, dl) : init_comm(pg, dl);
+    st = cuda_fail(b, e, "cudaMalloc (1 byte for barrier)");
+  if (!st) st = pgs && g->use_split ? split_comm(b->parent, b, dl) : init_comm(b, dl);
   if (!st && (g->wd_stop_fd = eventfd(0, EFD_CLOEXEC)) < 0)
-    st = tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "nccl: eventfd: %s", strerror(errno));
+    st = tdist__bctx_fail(b, TDIST_ERR_SYSTEM, "nccl: eventfd: %s", strerror(errno));
   if (!st) {
-    if (pthread_create(&g->wd, NULL, watchdog_main, pg) != 0)
-      st = tdist__pg_fail(pg, TDIST_ERR_SYSTEM, "nccl: cannot start the watchdog thread");
+    if (pthread_create(&g->wd, NULL, watchdog_main, b) != 0)
+      st = tdist__bctx_fail(b, TDIST_ERR_SYSTEM, "nccl: cannot start the watchdog thread");
     else
       g->wd_started = 1;
   }
@@ -612,14 +612,14 @@ static tdist_status_t nccl_connect(tdist_pg_t *pg, int64_t dl) {
     tdist__log(TDIST__LOG_DEBUG, "nccl",
                "group '%s' rank %d of %d: device %d (from %s), NCCL %s "
                "(%s), CUDA runtime %s, communicator from %s",
-               pg->name, pg->rank, pg->size, g->dev, g->dev_from, ver, g->lib.nccl_path,
+               b->name, b->rank, b->size, g->dev, g->dev_from, ver, g->lib.nccl_path,
                g->lib.cudart_path, pgs && g->use_split ? "ncclCommSplit" : "a unique id");
   }
   return st;
 }
 
 /* Optional hook: a parent rank that is not in a new subgroup still takes part in the split. */
-static tdist_status_t nccl_skip_group(tdist_pg_t *parent, int64_t dl) {
+static tdist_status_t nccl_skip_group(tdist__bctx_t *parent, int64_t dl) {
   tdist__nccl_t *g = tdist__nccl(parent);
   if (!g || !g->use_split) return TDIST_OK;
   int prev;
@@ -632,19 +632,19 @@ static tdist_status_t nccl_skip_group(tdist_pg_t *parent, int64_t dl) {
 /* Finalize (flush) then destroy a healthy communicator; abort it when the group failed or
  * flushing does not finish within the group timeout, at most FINALIZE_MAX_MS (a dead peer must
  * not hold tdist_pg_destroy for PyTorch's default 30 minutes). */
-static void close_comm(tdist_pg_t *pg) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+static void close_comm(tdist__bctx_t *b) {
+  tdist__nccl_t *g = tdist__nccl(b);
   pthread_mutex_lock(&g->mu);
   if (g->comm) {
-    if (atomic_load(&pg->aborted) || atomic_load(&g->failed)) {
+    if (atomic_load(&b->aborted) || atomic_load(&g->failed)) {
       g->lib.ncclCommAbort(g->comm);
     } else {
       ncclResult_t r = g->lib.ncclCommFinalize(g->comm);
       int gave_up = 0;
       if (r == ncclInProgress)
         r = poll_async_locked(
-            pg, g->comm,
-            tdist__now_ms() + (pg->timeout_ms < FINALIZE_MAX_MS ? pg->timeout_ms : FINALIZE_MAX_MS),
+            b, g->comm,
+            tdist__now_ms() + (b->timeout_ms < FINALIZE_MAX_MS ? b->timeout_ms : FINALIZE_MAX_MS),
             &gave_up);
       if (r == ncclSuccess) {
         r = g->lib.ncclCommDestroy(g->comm);
@@ -652,7 +652,7 @@ static void close_comm(tdist_pg_t *pg) {
         tdist__log(TDIST__LOG_WARN, "nccl",
                    "group '%s' rank %d: ncclCommFinalize %s; aborting "
                    "the communicator",
-                   pg->name, pg->rank, gave_up ? "did not finish in time" : result_name(r));
+                   b->name, b->rank, gave_up ? "did not finish in time" : result_name(r));
         g->lib.ncclCommAbort(g->comm);
       }
     }
@@ -661,8 +661,8 @@ static void close_comm(tdist_pg_t *pg) {
   pthread_mutex_unlock(&g->mu);
 }
 
-static void nccl_destroy(tdist_pg_t *pg) {
-  tdist__nccl_t *g = tdist__nccl(pg);
+static void nccl_destroy(tdist__bctx_t *b) {
+  tdist__nccl_t *g = tdist__nccl(b);
   if (!g) return;
   if (g->wd_started) {
     uint64_t one = 1;
@@ -673,8 +673,8 @@ static void nccl_destroy(tdist_pg_t *pg) {
   if (g->wd_stop_fd >= 0) close(g->wd_stop_fd);
   if (g->lib.nccl_handle) {
     int prev = -1;
-    if (g->dev >= 0) enter_device(pg, &prev, "nccl destroy");
-    close_comm(pg);
+    if (g->dev >= 0) enter_device(b, &prev, "nccl destroy");
+    close_comm(b);
     if (g->ev) g->lib.cudaEventDestroy(g->ev);
     if (g->scratch) g->lib.cudaFree(g->scratch);
     if (g->stream) g->lib.cudaStreamDestroy(g->stream);
@@ -683,15 +683,15 @@ static void nccl_destroy(tdist_pg_t *pg) {
   tdist__nccl_lib_close(&g->lib);
   pthread_mutex_destroy(&g->mu);
   free(g);
-  pg->be_state = NULL;
+  b->state = NULL;
 }
 
-static int nccl_device(const tdist_pg_t *pg) {
-  const tdist__nccl_t *g = pg->be_state;
+static int nccl_device(const tdist__bctx_t *b) {
+  const tdist__nccl_t *g = b->state;
   return g ? g->dev : -1;
 }
 
-const tdist__backend_t tdist__nccl_backend = {
+static const tdist__backend_t k_backend = {
     .name = "nccl",
     .device = nccl_device,
     .connect = nccl_connect,
@@ -700,3 +700,6 @@ const tdist__backend_t tdist__nccl_backend = {
     .check = tdist__nccl_check,
     .skip_group = nccl_skip_group,
 };
+
+static const tdist__backend_reg_t k_reg = {.name = "nccl", .order = 1, .be = &k_backend};
+__attribute__((constructor)) static void nccl_register(void) { tdist__backend_register(&k_reg); }

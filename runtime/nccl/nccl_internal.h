@@ -12,8 +12,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "runtime/common/status_internal.h"
 #include "runtime/nccl/loader.h"
-#include "runtime/pg/pg_internal.h"
+#include "runtime/pg/backend.h"
 
 #define TDIST__NCCL_PTR_CACHE 8
 
@@ -43,7 +44,7 @@ typedef struct tdist__nccl {
   int wd_stop_fd; /* eventfd: stops the watchdog */
 } tdist__nccl_t;
 
-static inline tdist__nccl_t *tdist__nccl(tdist_pg_t *pg) { return (tdist__nccl_t *)pg->be_state; }
+static inline tdist__nccl_t *tdist__nccl(tdist__bctx_t *b) { return (tdist__nccl_t *)b->state; }
 
 /* ---- coll.c ---- */
 
@@ -53,17 +54,18 @@ int tdist__nccl_op(tdist_reduce_op_t op, ncclRedOp_t *out);
 
 /* The backend's check hook: NOT_AVAILABLE for what NCCL cannot do, INVALID_ARGUMENT for buffers
  * that are not device memory of this group's device. Never fails the group. */
-tdist_status_t tdist__nccl_check(tdist_pg_t *pg, const tdist__coll_t *c);
+tdist_status_t tdist__nccl_check(tdist__bctx_t *b, const tdist__coll_t *c);
 
 /* Issues the NCCL calls of one collective on the group's stream (under mu); returns what the
  * last NCCL call returned and names it in *call. */
-ncclResult_t tdist__nccl_enqueue_locked(tdist_pg_t *pg, const tdist__coll_t *c, const char **call);
+ncclResult_t tdist__nccl_enqueue_locked(tdist__bctx_t *b, const tdist__coll_t *c,
+                                        const char **call);
 
 /* ---- nccl.c ---- */
 
 /* Under mu: turns an NCCL result into a group failure (ncclInProgress is first polled to its end
  * within dl). TDIST_OK when the call succeeded. */
-tdist_status_t tdist__nccl_settle_locked(tdist_pg_t *pg, ncclResult_t r, int64_t dl,
+tdist_status_t tdist__nccl_settle_locked(tdist__bctx_t *b, ncclResult_t r, int64_t dl,
                                          const char *call, const char *what);
 
 #endif

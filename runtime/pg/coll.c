@@ -16,7 +16,7 @@
 
 /* After op `what` failed with st (pg->err says why): the group's failure handling. */
 static tdist_status_t failed(tdist_pg_t *pg, tdist_status_t st) {
-  if (!atomic_load(&pg->aborted)) {
+  if (!atomic_load(&pg->b.aborted)) {
     st = tdist__pg_share_failure(pg, st);
     tdist__pg_set_sticky(pg, st);
   }
@@ -26,12 +26,12 @@ static tdist_status_t failed(tdist_pg_t *pg, tdist_status_t st) {
 
 /* Runs one op with its deadline, its statistics, and the group's failure handling. */
 tdist_status_t tdist__pg_run(tdist_pg_t *pg, tdist__coll_t *c) {
-  if (atomic_load(&pg->aborted))
-    return tdist__fail(pg->sticky, "%s: process group is aborted after an earlier failure: %s",
+  if (atomic_load(&pg->b.aborted))
+    return tdist__fail(pg->b.sticky, "%s: process group is aborted after an earlier failure: %s",
                        tdist__coll_name(c->kind), pg->err);
   tdist__stats_op_t sop;
   int64_t deadline = tdist__pg_op_begin(pg, c, &sop);
-  tdist_status_t st = pg->be->run(pg, c, deadline);
+  tdist_status_t st = pg->be->run(&pg->b, c, deadline);
   tdist__stats_end(pg->stats_group, c, &sop, st);
   return st ? failed(pg, st) : st;
 }
@@ -40,17 +40,17 @@ int64_t tdist__pg_op_begin(tdist_pg_t *pg, tdist__coll_t *c, tdist__stats_op_t *
   /* One clock reading for the deadline and the statistics; without statistics, the cheap
    * clock (a deadline a few ms late is as good, and most small calls never read another). */
   int64_t now = pg->stats_group >= 0 ? tdist__now_ns() : tdist__now_not_before_ns();
-  tdist__stats_begin(pg->stats_group, pg->size, c, now, sop);
-  return c->deadline_ms = now / 1000000 + pg->timeout_ms;
+  tdist__stats_begin(pg->stats_group, pg->b.size, c, now, sop);
+  return c->deadline_ms = now / 1000000 + pg->b.timeout_ms;
 }
 
 tdist_status_t tdist__pg_run_p2p(tdist_pg_t *pg, tdist__p2p_feed_t *feed) {
-  if (atomic_load(&pg->aborted))
-    return tdist__fail(pg->sticky,
+  if (atomic_load(&pg->b.aborted))
+    return tdist__fail(pg->b.sticky,
                        "send/recv: process group is aborted after an earlier "
                        "failure: %s",
                        pg->err);
-  tdist_status_t st = pg->be->run_p2p(pg, feed);
+  tdist_status_t st = pg->be->run_p2p(&pg->b, feed);
   return st ? failed(pg, st) : st;
 }
 
@@ -84,11 +84,11 @@ static tdist_status_t check_op(tdist_pg_t *pg, const char *fn, tdist_dtype_t dt,
 }
 
 static tdist_status_t check_root(tdist_pg_t *pg, const char *fn, int root) {
-  if (root < 0 || root >= pg->size)
+  if (root < 0 || root >= pg->b.size)
     return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
                           "%s: root %d is not a rank of this "
                           "group (0..%d)",
-                          fn, root, pg->size - 1);
+                          fn, root, pg->b.size - 1);
   return TDIST_OK;
 }
 
@@ -97,15 +97,16 @@ static tdist_status_t check_buf(tdist_pg_t *pg, const char *fn, const void *p, s
   if (!p && count)
     return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s: %s is NULL with count %zu", fn, what,
                           count);
-  if (count > (SIZE_MAX / 16) / (size_t)pg->size)
+  if (count > (SIZE_MAX / 16) / (size_t)pg->b.size)
     return tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s: count %zu is too large", fn, count);
   return TDIST_OK;
 }
 
 /* Runs now (blocking form) or queues (async form, work != NULL). */
 static tdist_status_t dispatch(tdist_pg_t *pg, tdist__coll_t *c, tdist_work_t **work) {
-  if (pg->be->check && !atomic_load(&pg->aborted)) {
-    tdist_status_t st = pg->be->check(pg, c); /* what the backend cannot run; group unharmed */
+  if (pg->be->check && !atomic_load(&pg->b.aborted)) {
+    c->seq = pg->seq + 1; /* the number it gets below (one thread uses a handle at a time) */
+    tdist_status_t st = pg->be->check(&pg->b, c); /* what the backend cannot run; group unharmed */
     if (st) return tdist__fail(st, "%s", pg->err);
   }
   if (work) return tdist__pg_submit(pg, c, work);
@@ -199,7 +200,7 @@ static tdist_status_t all_gather(tdist_pg_t *pg, void *out, const void *in, size
   TRY(check_dtype(pg, "all_gather", dt));
   TRY(check_buf(pg, "all_gather", out, count, "out"));
   TRY(check_buf(pg, "all_gather", in, count, "in"));
-  size_t n = (size_t)pg->size;
+  size_t n = (size_t)pg->b.size;
   size_t *counts = malloc(2 * n * sizeof *counts), *displs = counts + n;
   if (!counts) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "all_gather: out of memory");
   for (size_t r = 0; r < n; r++) {
@@ -245,20 +246,20 @@ static tdist_status_t all_gather_v_impl(tdist_pg_t *pg, void *out, const size_t 
   TRY(check_dtype(pg, "all_gather_v", dt));
   if (!counts || !displs)
     TRY(tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "all_gather_v: counts or displs is NULL"));
-  TRY(check_buf(pg, "all_gather_v", in, counts[pg->rank], "in"));
-  for (int r = 0; r < pg->size; r++) TRY(check_buf(pg, "all_gather_v", out, counts[r], "out"));
+  TRY(check_buf(pg, "all_gather_v", in, counts[pg->b.rank], "in"));
+  for (int r = 0; r < pg->b.size; r++) TRY(check_buf(pg, "all_gather_v", out, counts[r], "out"));
   tdist__coll_t c = {.kind = TDIST__COLL_ALL_GATHER_V,
                      .out = out,
                      .in = in,
-                     .count = counts[pg->rank],
+                     .count = counts[pg->b.rank],
                      .dtype = dt,
                      .counts = (size_t *)counts,
                      .displs = (size_t *)displs};
   if (!work) return dispatch(pg, &c, NULL);
   const size_t *arrs[2] = {counts, displs};
-  if (!(c.counts = copy_arrays(arrs, 2, (size_t)pg->size)))
+  if (!(c.counts = copy_arrays(arrs, 2, (size_t)pg->b.size)))
     return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "all_gather_v: out of memory");
-  c.displs = c.counts + pg->size;
+  c.displs = c.counts + pg->b.size;
   c.owned_arrays = 1;
   tdist_status_t st = dispatch(pg, &c, work);
   if (st) tdist__coll_free_arrays(&c);
@@ -285,7 +286,7 @@ static tdist_status_t gather_impl(tdist_pg_t *pg, void *out, const void *in, siz
   TRY(check_dtype(pg, "gather", dt));
   TRY(check_root(pg, "gather", root));
   TRY(check_buf(pg, "gather", in, count, "in"));
-  if (pg->rank == root) TRY(check_buf(pg, "gather", out, count, "out (on root)"));
+  if (pg->b.rank == root) TRY(check_buf(pg, "gather", out, count, "out (on root)"));
   tdist__coll_t c = {
       .kind = TDIST__COLL_GATHER, .out = out, .in = in, .count = count, .dtype = dt, .root = root};
   return dispatch(pg, &c, work);
@@ -308,7 +309,7 @@ static tdist_status_t scatter_impl(tdist_pg_t *pg, void *out, const void *in, si
   TRY(check_dtype(pg, "scatter", dt));
   TRY(check_root(pg, "scatter", root));
   TRY(check_buf(pg, "scatter", out, count, "out"));
-  if (pg->rank == root) TRY(check_buf(pg, "scatter", in, count, "in (on root)"));
+  if (pg->b.rank == root) TRY(check_buf(pg, "scatter", in, count, "in (on root)"));
   tdist__coll_t c = {
       .kind = TDIST__COLL_SCATTER, .out = out, .in = in, .count = count, .dtype = dt, .root = root};
   return dispatch(pg, &c, work);
@@ -359,7 +360,7 @@ static tdist_status_t all_to_all(tdist_pg_t *pg, void *out, const void *in, size
   TRY(check_dtype(pg, "all_to_all", dt));
   TRY(check_buf(pg, "all_to_all", out, count, "out"));
   TRY(check_buf(pg, "all_to_all", in, count, "in"));
-  size_t n = (size_t)pg->size;
+  size_t n = (size_t)pg->b.size;
   size_t *a = malloc(4 * n * sizeof *a);
   if (!a) return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "all_to_all: out of memory");
   for (size_t r = 0; r < n; r++) {
@@ -401,7 +402,7 @@ static tdist_status_t all_to_all_v_impl(tdist_pg_t *pg, void *out, const size_t 
   if (!out_counts || !out_displs || !in_counts || !in_displs)
     TRY(tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
                        "all_to_all_v: a counts/displs array is NULL"));
-  for (int r = 0; r < pg->size; r++) {
+  for (int r = 0; r < pg->b.size; r++) {
     TRY(check_buf(pg, "all_to_all_v", out, out_counts[r], "out"));
     TRY(check_buf(pg, "all_to_all_v", in, in_counts[r], "in"));
   }
@@ -415,7 +416,7 @@ static tdist_status_t all_to_all_v_impl(tdist_pg_t *pg, void *out, const size_t 
                      .in_displs = (size_t *)in_displs};
   if (!work) return dispatch(pg, &c, NULL);
   const size_t *arrs[4] = {out_counts, out_displs, in_counts, in_displs};
-  size_t n = (size_t)pg->size;
+  size_t n = (size_t)pg->b.size;
   if (!(c.counts = copy_arrays(arrs, 4, n)))
     return tdist__pg_fail(pg, TDIST_ERR_NO_MEMORY, "all_to_all_v: out of memory");
   c.displs = c.counts + n;
@@ -457,7 +458,7 @@ TDIST_EXTERN tdist_status_t tdist_barrier_async(tdist_pg_t *pg, tdist_work_t **w
 TDIST_EXTERN tdist_status_t tdist_monitored_barrier(tdist_pg_t *pg, int64_t timeout_ms) {
   PG_ENTRY(pg, "tdist_monitored_barrier");
   tdist__coll_t c = {.kind = TDIST__COLL_MONITORED_BARRIER,
-                     .timeout_ms = timeout_ms > 0 ? timeout_ms : pg->timeout_ms};
+                     .timeout_ms = timeout_ms > 0 ? timeout_ms : pg->b.timeout_ms};
   return dispatch(pg, &c, NULL);
 }
 
@@ -466,11 +467,11 @@ static tdist_status_t p2p(tdist_pg_t *pg, tdist__coll_kind_t kind, void *buf, si
   const char *fn = tdist__coll_name(kind);
   TRY(check_dtype(pg, fn, dt));
   TRY(check_buf(pg, fn, buf, count, "buf"));
-  if (peer < 0 || peer >= pg->size || peer == pg->rank)
+  if (peer < 0 || peer >= pg->b.size || peer == pg->b.rank)
     TRY(tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT,
                        "%s: peer %d is not another rank of this "
                        "group (0..%d, this is %d)",
-                       fn, peer, pg->size - 1, pg->rank));
+                       fn, peer, pg->b.size - 1, pg->b.rank));
   if (tag < 0)
     TRY(tdist__pg_fail(pg, TDIST_ERR_INVALID_ARGUMENT, "%s: tag %d must be >= 0", fn, tag));
   tdist__coll_t c = {

@@ -1,11 +1,10 @@
-/* Shared by the process group and its backends: collective names and the group's error text.
- * Kept apart from the group library (pg.c and its pieces) so backends can depend on it without
- * a dependency cycle. */
+/* Collective names (backend.h: the group and its backends name calls in errors) and the
+ * group's error text, which backends write through their context's vfail. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/pg/pg_internal.h"
+#include "runtime/pg/group.h"
 
 #define COLL_NAME_(kind, name) name,
 static const char *const k_coll_names[] = {TDIST_STATS_OP_LIST(COLL_NAME_)};
@@ -38,15 +37,28 @@ const char *tdist__what(tdist__what_t *w) {
   return w->s;
 }
 
-tdist_status_t tdist__pg_fail(tdist_pg_t *pg, tdist_status_t st, const char *fmt, ...) {
+/* The group of a backend's context: the context is a member of the group (group.h). */
+static tdist_pg_t *of_bctx(const tdist__bctx_t *b) {
+  return (tdist_pg_t *)((char *)b - offsetof(tdist_pg_t, b));
+}
+
+tdist_status_t tdist__pg_vfail(tdist__bctx_t *b, tdist_status_t st, const char *fmt, va_list ap) {
+  tdist_pg_t *pg = of_bctx(b);
   char msg[TDIST__ERRMSG_MAX];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
   pthread_mutex_lock(&pg->err_mu);
   snprintf(pg->err, sizeof pg->err, "%s", msg);
   pthread_mutex_unlock(&pg->err_mu);
   tdist__fail(st, "%s", msg);
   return st;
 }
+
+tdist_status_t tdist__pg_fail(tdist_pg_t *pg, tdist_status_t st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  st = tdist__pg_vfail(&pg->b, st, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+const char *tdist__pg_last_error(const tdist__bctx_t *b) { return of_bctx(b)->err; }

@@ -31,15 +31,15 @@ tdist_status_t tdist__pg_share_failure(tdist_pg_t *pg, tdist_status_t st) {
   snprintf(mine, sizeof mine, "%s", pg->err);
   pthread_mutex_unlock(&pg->err_mu);
   tdist_status_t ret = st;
-  if (pg->store && pg->size > 1) {
+  if (pg->b.store && pg->b.size > 1) {
     /* "RANK STATUS TEXT" */
     char rec[TDIST__ERRMSG_MAX + 32];
-    int n = snprintf(rec, sizeof rec, "%d %d %s", pg->rank, (int)st, mine);
+    int n = snprintf(rec, sizeof rec, "%d %d %s", pg->b.rank, (int)st, mine);
     size_t len = n < 0 ? 0 : (size_t)n < sizeof rec ? (size_t)n : sizeof rec - 1;
     void *held = NULL;
     size_t held_len = 0;
     int first = -1, first_st = 0, off = 0;
-    if (tdist__store_compare_set_ms(pg->store, FAIL_KEY, "", 0, rec, len, &held, &held_len,
+    if (tdist__store_compare_set_ms(pg->b.store, FAIL_KEY, "", 0, rec, len, &held, &held_len,
                                     FAIL_STORE_MS) == TDIST_OK &&
         held && st == TDIST_ERR_REMOTE && (held_len != len || memcmp(held, rec, len) != 0)) {
       /* Another rank was first and this one saw a peer leave: perhaps a peer that gave up
@@ -61,6 +61,6 @@ tdist_status_t tdist__pg_share_failure(tdist_pg_t *pg, tdist_status_t st) {
     }
     free(held);
   }
-  if (pg->be->hangup) pg->be->hangup(pg);
+  if (pg->be->hangup) pg->be->hangup(&pg->b);
   return ret;
 }

@@ -225,10 +225,10 @@ tdist_status_t tdist__pg_open_stores(tdist_pg_t *pg, const tdist__rdzv_t *r, int
 }
 
 void tdist__pg_close_stores(tdist_pg_t *pg) {
-  tdist_store_destroy(pg->store); /* wrappers first: they borrow what is below them */
+  tdist_store_destroy(pg->b.store); /* wrappers first: they borrow what is below them */
   tdist_store_destroy(pg->owned_agent_prefix);
   tdist_store_destroy(pg->owned_store);
   tdist_store_server_destroy(pg->owned_server);
-  pg->store = pg->owned_agent_prefix = pg->owned_store = NULL;
+  pg->b.store = pg->owned_agent_prefix = pg->owned_store = NULL;
   pg->owned_server = NULL;
 }

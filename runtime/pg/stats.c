@@ -21,7 +21,7 @@
 #include "runtime/common/clock.h"
 #include "runtime/common/log.h"
 #include "runtime/common/param.h"
-#include "runtime/pg/pg_internal.h"
+#include "runtime/common/status_internal.h"
 #include "runtime/pg/stats.h"
 
 static tdist_stats_file_t *g_file; /* set once, under g_mu */

@@ -2,7 +2,7 @@
 #ifndef TDIST_PG_STATS_H
 #define TDIST_PG_STATS_H
 
-#include "runtime/pg/pg_internal.h"
+#include "runtime/pg/backend.h"
 #include "tdist/stats.h"
 
 typedef struct {

@@ -177,7 +177,7 @@ tdist_status_t tdist__pg_submit(tdist_pg_t *pg, const tdist__coll_t *c, tdist_wo
   pthread_cond_broadcast(&pg->cv);
   pthread_mutex_unlock(&pg->mu);
   /* A session waiting in the backend takes it at its next look; wake it for that look. */
-  if (wake && pg->be->wake_p2p) pg->be->wake_p2p(pg);
+  if (wake && pg->be->wake_p2p) pg->be->wake_p2p(&pg->b);
   *work = w;
   return TDIST_OK;
 }
@@ -226,7 +226,7 @@ TDIST_EXTERN tdist_status_t tdist_work_wait(tdist_work_t *w, int64_t timeout_ms)
   tdist_pg_t *pg = w->pg;
   /* The group's timeout: the op fails at its own deadline, which began when it started, with
    * the detail (the peer) that this wait cannot give; the second more lets that come first. */
-  int64_t to = timeout_ms < 0 ? pg->timeout_ms + 1000 : timeout_ms;
+  int64_t to = timeout_ms < 0 ? pg->b.timeout_ms + 1000 : timeout_ms;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   ts.tv_sec += to / 1000;

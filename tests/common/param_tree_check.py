@@ -37,6 +37,7 @@ NOT_VARIABLES = {
 GETENV_OK = {
     ("runtime/common/param.c", None),  # the table itself
     ("runtime/pg/", "name"),  # env_nonempty(): RANK, WORLD_SIZE, MASTER_ADDR, ... (literals)
+    ("runtime/mpi/loader.c", "name"),  # parse_env_int(): RANK, WORLD_SIZE (literals)
     ("operator-agent/pmix/pmix_env.c", "name"),  # put(): mpirun's OMPI_* names (literals)
 }
 

@@ -1,6 +1,6 @@
 /* Writing test data of a floating-point dtype: one element stored through the library's own
  * float16/bfloat16 converters (runtime/pg/reduce.h; tests/pg/reduce_test.c checks those against
- * independent references). Header-only; link //runtime/pg:core. */
+ * independent references). Header-only; link //runtime/pg:kernels. */
 #ifndef TDIST_TESTLIB_DTYPE_H
 #define TDIST_TESTLIB_DTYPE_H
 

@@ -1,6 +1,6 @@
-/* Backend "mpi": finds and opens the MPI plugin (runtime/mpi/plugin.h) and checks that MPI's
- * view of the world agrees with what the caller and the environment say. Nothing here includes
- * mpi.h; libtdist has no MPI dependency.
+/* Backend "mpi" as libtdist registers it: finds and opens the MPI plugin (runtime/mpi/plugin.h) and
+ * checks that MPI's view of the world agrees with what the caller and the environment say. Nothing
+ * here includes mpi.h; libtdist has no MPI dependency.
  *
  * Where the plugin comes from: TDIST_MPI_PLUGIN (a path or a file name; when set, only that is
  * tried), else libtdist-mpi.so in the directory of the object libtdist's code is in, and in its
@@ -21,8 +21,8 @@
 #include "runtime/common/dl_reason.h"
 #include "runtime/common/log.h"
 #include "runtime/common/param.h"
+#include "runtime/common/status_internal.h"
 #include "runtime/mpi/plugin.h"
-#include "runtime/pg/group.h"
 #include "runtime/pg/reduce.h"
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -39,10 +39,7 @@ static void host_log(int level, const char *component, const char *fmt, ...) {
 
 static tdist__mpi_host_t g_host = {
     .abi = TDIST__MPI_ABI,
-    .pg_size = sizeof(tdist_pg_t),
-    .coll_size = sizeof(tdist__coll_t),
-    .backend_size = sizeof(tdist__backend_t),
-    .pg_fail = tdist__pg_fail,
+    .sizes = TDIST__MPI_SIZES_INIT,
     .log = host_log,
     .reduce = tdist__reduce,
     .reduce_finish_avg = tdist__reduce_finish_avg,
@@ -131,8 +128,7 @@ static tdist_status_t load_locked(char *err, size_t cap) {
   }
   g_host.spin_us = tdist__param_int(TDIST__P_MPI_SPIN_US);
   const tdist__mpi_plugin_t *p = entry(&g_host);
-  if (!p || p->abi != TDIST__MPI_ABI || p->pg_size != sizeof(tdist_pg_t) ||
-      p->coll_size != sizeof(tdist__coll_t) || p->backend_size != sizeof(tdist__backend_t)) {
+  if (!p || p->abi != TDIST__MPI_ABI || !tdist__mpi_abi_match(p->abi, &p->sizes)) {
     snprintf(err, cap,
              "%s was built from another tdist tree (plugin ABI %d, this libtdist %d): use the "
              "plugin built with this libtdist",
@@ -154,7 +150,11 @@ static int parse_env_int(const char *name, int *out) {
   return 1;
 }
 
-tdist_status_t tdist__mpi_open(const tdist_pg_options_t *opts, const tdist__backend_t **be,
+/* Backend "mpi" (its registration's open): loads the plugin, checks opts' rank and world size
+ * and RANK/WORLD_SIZE against MPI_COMM_WORLD, and gives the backend with this process's rank and
+ * size. On failure tdist_last_error() says why (TDIST_ERR_NOT_AVAILABLE: no plugin, or no MPI
+ * library for it). */
+static tdist_status_t mpi_open(const tdist_pg_options_t *opts, const tdist__backend_t **be,
                                int *rank, int *size) {
   char err[TDIST__ERRMSG_MAX] = "";
   pthread_mutex_lock(&g_mu);
@@ -192,3 +192,6 @@ tdist_status_t tdist__mpi_open(const tdist_pg_options_t *opts, const tdist__back
   *be = p->backend;
   return TDIST_OK;
 }
+
+static const tdist__backend_reg_t k_reg = {.name = "mpi", .order = 2, .open = mpi_open};
+__attribute__((constructor)) static void mpi_register(void) { tdist__backend_register(&k_reg); }
