@@ -511,6 +511,8 @@ static void test_validators(void) {
       {"-1", -5, 10, 1, -1},
       {"", 0, 10, 0, 0},
       {"-", -5, 10, 0, 0},
+      {"-0", 0, 10, 0, 0}, /* no agent writes a minus zero (was read as 0) */
+      {"-0", -5, 10, 0, 0},
       {"01", 0, 10, 0, 0},
       {" 1", 0, 10, 0, 0},
       {"1 ", 0, 10, 0, 0},
@@ -539,6 +541,8 @@ static void test_validators(void) {
   static const char *const bad_recs[] = {
       "3 4 7 1 10.0.0.3 job-2 0",  /* node rank == nnodes_max */
       "-1 4 7 1 10.0.0.3 job-2 0", /* negative node rank */
+      "-0 4 7 1 10.0.0.3 job-2 0", /* minus zero: no agent writes it */
+      "0 1 0 0 a h -0",            /* minus zero port */
       "0 0 0 0 a h 0",             /* nproc 0 */
       "0 1 -1 0 a h 0",            /* negative attempt */
       "0 1 1000000001 0 a h 0",    /* attempt past AGENT_RDZV_MAX_COUNT */
