@@ -10,9 +10,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 TDIST_SETUP_TORCH26=0 bash .ci/setup </dev/null
 
-echo "== building //runtime/store:tdist-store"
-bazel build --color=no --curses=no //runtime/store:tdist-store </dev/null 2>&1 | tail -3
-store="$root/bazel-bin/runtime/store/tdist-store"
+echo "== building //runtime/store/cli:tdist-store"
+bazel build --color=no --curses=no //runtime/store/cli:tdist-store </dev/null 2>&1 | tail -3
+store="$root/bazel-bin/runtime/store/cli/tdist-store"
 "$store" --version
 
 tmp="$(mktemp -d /tmp/tdist-demo.XXXXXX)"

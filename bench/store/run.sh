@@ -16,17 +16,17 @@ if [[ "${1:-}" == --soak ]]; then
     before="$2"
     shift 2
   fi
-  bazel build -c opt //bench/store:soak //runtime/store:tdist-store
+  bazel build -c opt //bench/store:soak //runtime/store/cli:tdist-store
   bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
   [[ -n "$before" ]] && "$bin/bench/store/soak" --tdist-store "$before" --label before "$@"
-  exec "$bin/bench/store/soak" --tdist-store "$bin/runtime/store/tdist-store" --label after "$@"
+  exec "$bin/bench/store/soak" --tdist-store "$bin/runtime/store/cli/tdist-store" --label after "$@"
 fi
 targets=(//bench/store:store_bench)
-[[ "${TDIST_STORE_BIN:-0}" == 1 ]] && targets+=(//runtime/store:tdist-store)
+[[ "${TDIST_STORE_BIN:-0}" == 1 ]] && targets+=(//runtime/store/cli:tdist-store)
 bazel build -c opt "${targets[@]}"
 # The bazel-bin symlink follows whichever configuration built last in this shared workspace;
 # ask for the -c opt output directory instead.
 bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
 args=()
-[[ "${TDIST_STORE_BIN:-0}" == 1 ]] && args+=(--tdist-store "$bin/runtime/store/tdist-store")
+[[ "${TDIST_STORE_BIN:-0}" == 1 ]] && args+=(--tdist-store "$bin/runtime/store/cli/tdist-store")
 exec "$bin/bench/store/store_bench" "${args[@]}" "$@"

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/common/param.h"
+#include "operator-agent/common/param.h"
 
 static agent_log_format_t g_format = AGENT_LOG_FORMAT_TEXT;
 static int g_level = -1;
@@ -22,13 +22,13 @@ void agent_log_set_format(agent_log_format_t format) { g_format = format; }
 void agent_log_set_level(agent_log_level_t level) { g_level = (int)level; }
 void agent_log_set_node_rank(int node_rank) { g_node_rank = node_rank; }
 
-/* Unless set: TDIST_LOG_LEVEL (runtime/common/param.h), whose choices error|warn|warning|info|debug
- * map to these levels. main() refuses to start with a bad value. */
+/* Unless set: TDIST_LOG_LEVEL (operator-agent/common/param.h), whose choices
+ * error|warn|warning|info|debug map to these levels. main() refuses to start with a bad value. */
 static int level_now(void) {
   static const int k_levels[] = {AGENT_LOG_ERROR, AGENT_LOG_WARN, AGENT_LOG_WARN, AGENT_LOG_INFO,
                                  AGENT_LOG_DEBUG};
   if (g_level >= 0) return g_level;
-  long long k = tdist__param_int(TDIST__P_LOG_LEVEL);
+  long long k = agent_param_int(AGENT_P_LOG_LEVEL);
   return k >= 0 && k < (long long)(sizeof k_levels / sizeof k_levels[0]) ? k_levels[k]
                                                                          : AGENT_LOG_INFO;
 }

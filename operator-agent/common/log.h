@@ -13,7 +13,7 @@ typedef enum {
 typedef enum { AGENT_LOG_FORMAT_TEXT = 0, AGENT_LOG_FORMAT_JSON = 1 } agent_log_format_t;
 
 /* Set once at start-up (before threads). Unset, the level comes from TDIST_LOG_LEVEL
- * (runtime/common/param.h: error|warn|info|debug, default info). */
+ * (operator-agent/common/param.h: error|warn|info|debug, default info). */
 void agent_log_set_format(agent_log_format_t format);
 void agent_log_set_level(agent_log_level_t level);
 /* Fixed fields added to every line (JSON: "node_rank"); -1 = not known yet. */

@@ -45,7 +45,7 @@ void agent_rdzv_reset_round(agent_rdzv_t *r) {
   r->nmembers = 0;
   r->group_rank = -1;
   r->world_size = r->rank_base = 0;
-  r->worker_store_port = 0;
+  r->worker_store.port = 0;
   r->next_hb_ns = 0;
   r->waiters_checked = 0;
   r->end_reason = AGENT_RESTART_PEER_LOST;
@@ -267,10 +267,10 @@ static agent_rdzv_result_t find_store_host(agent_rdzv_t *r) {
   if (res >= 0) res = rdzv_read_waiters(r, joined, &w, &nw);
   for (int64_t i = 0; res >= 0 && i < nw; i++) /* nw < 0: records missing, none read */
     if (w[i].node_rank == r->host_rank && w[i].worker_port > 0)
-      r->worker_store_port = w[i].worker_port;
+      r->worker_store.port = w[i].worker_port;
   free(w);
   if (res < 0) return res;
-  if (r->worker_store_port) return AGENT_RDZV_MEMBER;
+  if (r->worker_store.port) return AGENT_RDZV_MEMBER;
   res = agent_rdzv_end(r, AGENT_RESTART_MEMBERSHIP,
                        "the round closed without the store host: it hosts the workers' "
                        "store, so the next round must include it");
@@ -320,10 +320,10 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns, const i
   if (res < 0) return res;
   if (!list) qsort(r->members, (size_t)n, sizeof *r->members, member_cmp);
   int attempt = 0, failures = 0, ws = 0;
-  r->worker_store_port = 0;
+  r->worker_store.port = 0;
   for (int64_t i = 0; i < n; i++) {
     agent_rdzv_member_t *m = &r->members[i];
-    if (m->node_rank == r->host_rank && m->worker_port > 0) r->worker_store_port = m->worker_port;
+    if (m->node_rank == r->host_rank && m->worker_port > 0) r->worker_store.port = m->worker_port;
     if (m->idx == r->idx) {
       r->group_rank = (int)i;
       r->rank_base = ws;
@@ -338,7 +338,7 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns, const i
   r->failures = failures;
   r->world_size = ws;
   r->next_hb_ns = 0;
-  if (!r->worker_store_port) return find_store_host(r);
+  if (!r->worker_store.port) return find_store_host(r);
   set_carry(r, r->members, n);
   return AGENT_RDZV_MEMBER;
 }

@@ -1,5 +1,5 @@
 /* Rendezvous rounds in the TCPStore hosted by node rank 0 (or, after pod 0 was lost, by the backup
- * store host: host_rank; see main.c).
+ * store host: host_rank; see operator-agent/storehost/storehost.h).
  *
  * Keys (all under the prefix store "tdist/<run_id>"):
  *   round                    the current round r (decimal; ADD-created). Moving it from r to r+1
@@ -20,6 +20,10 @@
  *   <r>/members              in a store the agents moved to (failover): round r's members by
  *                            node rank in group-rank order, "n0 n1 ...", when <r>/closed is not
  *                            there (agent_rdzv_carry_over)
+   progress/<r>/<g>         where group rank g's workers are in their collectives, set every
+                            second while they run ("rank:last_seq:cur_seq:cur_op:age_ms ...";
+                            agent_progress_publish, operator-agent/supervisor/progress.h); group
+                            rank 0 reads them all for its summary. Not read by the rendezvous.
  *
  * A round closes when MAX agents joined, or when at least MIN joined and last_call seconds passed
  * since this agent first saw MIN, and in either case only once the store host (host_rank) joined.
@@ -83,6 +87,11 @@ typedef enum {
 #define AGENT_RDZV_MAX_COUNT 1000000000LL /* attempts, failures, arrivals, done/exited counts */
 #define AGENT_RDZV_MAX_WAITERS 64         /* waiter records read per poll */
 
+/* The round's workers' store, as the rendezvous hands it over (see worker_store below). */
+typedef struct {
+  int port; /* on the store host (host_rank); 0: not known yet */
+} agent_rdzv_worker_store_t;
+
 typedef struct {
   int node_rank, nproc, attempt, failures, idx, worker_port;
   char addr[64], host[64];
@@ -116,7 +125,13 @@ typedef struct {
   int group_rank;
   int attempt, failures; /* agreed: max over members of their records */
   int world_size, rank_base;
-  int worker_store_port; /* members: the round's workers' store (the store host's record) */
+  /* The rendezvous result's bootstrap store (torchelastic's RendezvousInfo.bootstrap_store_info):
+   * the round's workers' store, which becomes the workers' MASTER_PORT. The store host creates it
+   * just before it joins (operator-agent/storehost/storehost.h, agent_storehost_worker_store_open)
+   * and writes its port into its record (worker_port above, last field of <r>/node/<idx>); every
+   * member reads it back from the host's record when the round closes. Its host is the agents'
+   * store host. 0 until then. */
+  agent_rdzv_worker_store_t worker_store;
 
   /* heartbeats */
   int64_t hb_counter;
@@ -151,8 +166,8 @@ void agent_rdzv_init(agent_rdzv_t *r);
 void agent_rdzv_reset_round(agent_rdzv_t *r);
 void agent_rdzv_free(agent_rdzv_t *r);
 
-/* After the agents moved to another store (store failover, main.c): what the next round's closer
- * needs from the last round, which that store never saw. If this agent was a member of round
+/* After the agents moved to another store (store failover, storehost.h): what the next round's
+ * closer needs from the last round, which that store never saw. If this agent was a member of round
  * carry_round (or a standby in it) and the store has no "<carry_round>/closed", it writes
  * "<carry_round>/members"
  * ("n0 n1 ...": the members' node ranks in group-rank order; first compare_set wins, and every

@@ -12,10 +12,12 @@
 #include "operator-agent/rendezvous/rdzv_int.h"
 
 int agent_rdzv_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  /* Whole string, plain decimal as "%" PRId64 writes it: no sign, spaces or leading zeros. */
+  /* Whole string, plain decimal as "%" PRId64 writes it: no '+', spaces or leading zeros, and
+   * no minus zero ("-0" is not what any agent writes: two readers must never see one value
+   * written two ways). */
   const char *p = s;
   if (*p == '-') p++;
-  if (!*p || *p < '0' || *p > '9' || (p[0] == '0' && p[1])) return -1;
+  if (!*p || *p < '0' || *p > '9' || (p[0] == '0' && (p[1] || p != s))) return -1;
   int64_t v = 0;
   for (; *p; p++) {
     if (*p < '0' || *p > '9') return -1;

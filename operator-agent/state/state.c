@@ -49,3 +49,12 @@ void agent_state_observe_rdzv(agent_state_t *st, double seconds) {
   st->rdzv_duration_sum_s += seconds;
   st->rendezvous_total++;
 }
+
+void agent_state_set_error(agent_state_t *st, const char *msg) {
+  size_t n = strlen(msg);
+  if (n >= sizeof st->last_error) n = sizeof st->last_error - 1;
+  agent_state_lock(st);
+  memcpy(st->last_error, msg, n);
+  st->last_error[n] = 0;
+  agent_state_unlock(st);
+}

@@ -133,4 +133,7 @@ extern const double agent_rdzv_bucket_le[AGENT_RDZV_BUCKETS];
 /* Under the lock: records one finished rendezvous that took `seconds`. */
 void agent_state_observe_rdzv(agent_state_t *st, double seconds);
 
+/* Takes the lock: last_error becomes msg (truncated to fit). */
+void agent_state_set_error(agent_state_t *st, const char *msg);
+
 #endif

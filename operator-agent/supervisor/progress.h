@@ -8,6 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <tdist/store.h>
+
+#include "operator-agent/state/state.h"
 #include "operator-agent/supervisor/workers.h"
 
 /* This node's ranks as one line: "rank:last_seq:cur_seq:cur_op:age_ms ..." (cur_seq 0 and op -1
@@ -25,5 +28,20 @@ int agent_progress_summarize(const char *const *lines, size_t n, double stall_s,
  * path in path_out. Returns 0, or -1 with err set. */
 int agent_flight_dump(const agent_workers_t *ws, int node_rank, int64_t round, const char *dir,
                       const char *why, char *path_out, size_t path_cap, char *err, size_t cap);
+
+/* Publication of the above through the agents' store (progress_publish.c: the only part of this
+ * header that makes store calls), key progress/<r>/<g> (see rdzv.h's key list). */
+typedef struct {
+  int64_t next_ns;             /* when the next publication is due (CLOCK_MONOTONIC) */
+  char last_stall_shape[1024]; /* the stall last logged, without its duration */
+} agent_progress_pub_t;
+
+/* Every second (now_ns, CLOCK_MONOTONIC, past p->next_ns): publishes where this node's ranks are
+ * as progress/<round>/<group_rank>; group rank 0 then reads every node's line, summarises the job
+ * (stall_s as in agent_progress_summarize), logs a stall once per shape and puts the summary into
+ * st. Best effort: a store error here is found again by the round monitor. */
+void agent_progress_publish(agent_progress_pub_t *p, const agent_workers_t *ws,
+                            tdist_store_t *store, int64_t round, int group_rank, int64_t nmembers,
+                            int world_size, double stall_s, agent_state_t *st, int64_t now_ns);
 
 #endif

@@ -21,7 +21,7 @@
 #include "operator-agent/common/log.h"
 #include "operator-agent/supervisor/children.h"
 #include "operator-agent/supervisor/oom.h"
-#include "runtime/common/param.h"
+#include "operator-agent/common/param.h"
 
 extern char **environ;
 
@@ -209,7 +209,7 @@ static int add_extra_env(strv_t *e, const agent_worker_spec_t *sp, int rank, cha
 static int build_argv(strv_t *a, const agent_cfg_t *cfg) {
   size_t l = strlen(cfg->cmd[0]);
   if (l > 3 && !strcmp(cfg->cmd[0] + l - 3, ".py")) {
-    if (strv_push(a, strdup(tdist__param_str(TDIST__P_PYTHON))) || strv_push(a, strdup("-u")))
+    if (strv_push(a, strdup(agent_param_str(AGENT_P_PYTHON))) || strv_push(a, strdup("-u")))
       return -1;
   }
   for (size_t i = 0; i < cfg->ncmd; i++)

@@ -1,17 +1,19 @@
-/* Environment parameters: the one table of every TDIST_* variable that libtdist and tdist-agent
- * read (NCCL's NCCL_PARAM), with its type, default, range or allowed values and one line of help.
+/* Environment parameters: the table of every TDIST_* variable that libtdist reads (NCCL's
+ * NCCL_PARAM), with its type, default, range or allowed values and one line of help.
  *
  * Each variable is read at its first use and cached for the life of the process (thread-safe; a
  * fork keeps what the parent had read). An empty value counts as unset. A bad value is never
  * replaced by the default in silence: the getters return the default so that logging keeps
  * working, but tdist__param_error() holds a message naming the variable, the value and what is
  * allowed, and the code that uses the variable fails with it (group creation with
- * TDIST_ERR_INVALID_ARGUMENT, tdist-agent and tdist-store at start-up). Every read is logged at
+ * TDIST_ERR_INVALID_ARGUMENT, tdist-store at start-up). Every read is logged at
  * debug level. Nothing outside this file may call getenv() for a TDIST_* name: the test
  * //tests/common:param_tree_test checks the tree for that, and the README's list against this one.
  *
- * The agent's own flags have environment names too (TDIST_<FLAG>, from its option table in
- * operator-agent/config/config_opts.c); they are not repeated here. */
+ * tdist-agent has its own table (operator-agent/common/param.h: the variables it reads itself,
+ * TDIST_PYTHON, TDIST_STALL_REPORT_SECONDS and its own TDIST_LOG_LEVEL) and its flags have
+ * environment names too (TDIST_<FLAG>, operator-agent/config/config_opts.c); neither is repeated
+ * here. */
 #ifndef TDIST_COMMON_PARAM_H
 #define TDIST_COMMON_PARAM_H
 
@@ -25,8 +27,7 @@ typedef enum {
 } tdist__param_type_t;
 
 /* Who reads the variable. */
-#define TDIST__PARAM_LIB 1u   /* libtdist (every process that uses it) */
-#define TDIST__PARAM_AGENT 2u /* tdist-agent */
+#define TDIST__PARAM_LIB 1u /* libtdist (every process that uses it) */
 
 #define TDIST__SPIN_MAX_US 10000000 /* 10 s */
 #define TDIST__PATH_MAX_LEN 4095
@@ -36,8 +37,7 @@ typedef enum {
 /* clang-format off */
 #define TDIST__PARAMS(X)                                                                          \
   X(LOG_LEVEL, ENUM, "info", NULL, 0, 0, "error|warn|warning|info|debug",                         \
-    TDIST__PARAM_LIB | TDIST__PARAM_AGENT,                                                        \
-    "Log level of libtdist and tdist-agent on stderr (warning = warn).")                          \
+    TDIST__PARAM_LIB, "Log level of libtdist and tdist-agent on stderr (warning = warn).")        \
   X(DEBUG, ENUM, "OFF", NULL, 0, 0, "OFF|INFO|DETAIL", TDIST__PARAM_LIB,                          \
     "DETAIL: gloo groups compare every collective's op, dtype, count and root across ranks "      \
     "first, like TORCH_DISTRIBUTED_DEBUG.")                                                       \
@@ -84,11 +84,7 @@ typedef enum {
     "libtdist-mpi.so beside libtdist, then in the program's Bazel tree, then the loader path", 1, \
     TDIST__PATH_MAX_LEN, NULL, TDIST__PARAM_LIB, "The MPI plugin (backend mpi) to open, alone.")  \
   X(MPI_SPIN_US, INT, "50", NULL, 0, TDIST__SPIN_MAX_US, NULL, TDIST__PARAM_LIB,                  \
-    "Microseconds an mpi wait polls its requests before it sleeps.")                              \
-  X(PYTHON, STR, "python3", NULL, 1, TDIST__PATH_MAX_LEN, NULL, TDIST__PARAM_AGENT,               \
-    "Interpreter tdist-agent runs a worker command ending in .py with (as PYTHON -u x.py).")      \
-  X(STALL_REPORT_SECONDS, DOUBLE, "5", NULL, 0.001, 86400, NULL, TDIST__PARAM_AGENT,              \
-    "Seconds a collective may be in flight before tdist-agent reports its group as stuck.")
+    "Microseconds an mpi wait polls its requests before it sleeps.")
 /* clang-format on */
 
 typedef enum {
@@ -105,7 +101,7 @@ typedef struct {
   const char *dflt_doc; /* the default in words when it is not a plain value, else NULL */
   double min, max;      /* INT and DOUBLE: the range; STR: the length range */
   const char *choices;  /* ENUM */
-  unsigned scope;       /* TDIST__PARAM_LIB | TDIST__PARAM_AGENT */
+  unsigned scope;       /* TDIST__PARAM_LIB */
   const char *help;
 } tdist__param_def_t;
 

@@ -114,7 +114,7 @@ static void test_fixed(unsigned seed) {
   }
   for (int i = 0; i < N; i++) CHECK_EQ_INT(a[i].r.world_size, base);
   /* Every member's workers get the workers' store the store host named in its record. */
-  for (int i = 0; i < N; i++) CHECK_EQ_INT(a[i].r.worker_store_port, 30000);
+  for (int i = 0; i < N; i++) CHECK_EQ_INT(a[i].r.worker_store.port, 30000);
   for (int i = 0; i < N; i++) sim_close(&a[i]);
 }
 
@@ -136,7 +136,7 @@ static void test_round_without_store_host(void) {
   for (int i = 0; i < 3; i++) {
     CHECK_EQ_INT(a[i].r.round, 0);
     CHECK_EQ_INT(a[i].r.group_rank, i);
-    CHECK_EQ_INT(a[i].r.worker_store_port, 30001);
+    CHECK_EQ_INT(a[i].r.worker_store.port, 30001);
   }
   for (int i = 0; i < 3; i++) sim_close(&a[i]);
 
@@ -150,7 +150,7 @@ static void test_round_without_store_host(void) {
   CHECK(agent_rdzv_join_poll(&a[2].r, 0) == AGENT_RDZV_ROUND_MOVED);
   for (int i = 0; i < 3; i++) CHECK(agent_rdzv_join(&a[i].r, 1, 0, 0) == AGENT_RDZV_PENDING);
   CHECK_EQ_INT(poll_until_closed(a, 3, 1 * S), 3);
-  for (int i = 0; i < 3; i++) CHECK_EQ_INT(a[i].r.worker_store_port, 30000);
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(a[i].r.worker_store.port, 30000);
   for (int i = 0; i < 3; i++) sim_close(&a[i]);
 }
 
@@ -360,7 +360,7 @@ static void test_spares(unsigned seed) {
     CHECK_EQ_INT(m[g]->r.rank_base, base);
     CHECK_EQ_INT(m[g]->r.attempt, 1);
     CHECK_EQ_INT(m[g]->r.failures, 1);
-    CHECK_EQ_INT(m[g]->r.worker_store_port, 30000);
+    CHECK_EQ_INT(m[g]->r.worker_store.port, 30000);
     base += nproc[g == 1 ? 3 : g];
   }
   for (int g = 0; g < 3; g++) CHECK_EQ_INT(m[g]->r.world_size, base);
@@ -511,6 +511,8 @@ static void test_validators(void) {
       {"-1", -5, 10, 1, -1},
       {"", 0, 10, 0, 0},
       {"-", -5, 10, 0, 0},
+      {"-0", 0, 10, 0, 0}, /* no agent writes a minus zero (was read as 0) */
+      {"-0", -5, 10, 0, 0},
       {"01", 0, 10, 0, 0},
       {" 1", 0, 10, 0, 0},
       {"1 ", 0, 10, 0, 0},
@@ -539,6 +541,8 @@ static void test_validators(void) {
   static const char *const bad_recs[] = {
       "3 4 7 1 10.0.0.3 job-2 0",  /* node rank == nnodes_max */
       "-1 4 7 1 10.0.0.3 job-2 0", /* negative node rank */
+      "-0 4 7 1 10.0.0.3 job-2 0", /* minus zero: no agent writes it */
+      "0 1 0 0 a h -0",            /* minus zero port */
       "0 0 0 0 a h 0",             /* nproc 0 */
       "0 1 -1 0 a h 0",            /* negative attempt */
       "0 1 1000000001 0 a h 0",    /* attempt past AGENT_RDZV_MAX_COUNT */
@@ -745,7 +749,7 @@ static void test_failover(int carry) {
     if (a[i].r.group_rank < 0) continue;
     CHECK_EQ_INT(a[i].r.round, 1);
     CHECK_EQ_INT(a[i].r.attempt, 1);
-    CHECK_EQ_INT(a[i].r.worker_store_port, 31000);
+    CHECK_EQ_INT(a[i].r.worker_store.port, 31000);
   }
   for (int i = 0; i < N; i++) sim_close(&a[i]);
 }

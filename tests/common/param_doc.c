@@ -1,11 +1,21 @@
+<<<<<<< HEAD
 /* Prints docs/environment.md's section on environment variables, generated from the parameter
  * table (runtime/common/param.h) and the agent's option table; with --names, every TDIST_* name
  * the project reads, one per line (for //tests/common:param_tree_test).
  *   bazel run //tests/common:param_doc > /tmp/section.md
  * (then paste it over docs/environment.md's) */
+=======
+/* Prints docs/environment.md's section on environment variables, generated from the parameter tables
+ * (libtdist's, runtime/common/param.h, then the agent's own, operator-agent/common/param.h, less
+ * the names both read, listed once) and the agent's option table; with --names, every TDIST_* name
+ * the project reads, one per line (for //tests/common:param_tree_test). A name in both tables must
+ * have the same type, default and choices in each, or this program fails.
+ *   bazel run //tests/common:param_doc > /tmp/section.md   (then paste it over docs/environment.md's) */
+>>>>>>> agent
 #include <stdio.h>
 #include <string.h>
 
+#include "operator-agent/common/param.h"
 #include "operator-agent/config/config.h"
 #include "runtime/common/param.h"
 
@@ -21,23 +31,76 @@ static void cell(const char *s) {
   }
 }
 
-static void allowed(const tdist__param_def_t *d) {
+/* A row of either table, as docs/environment.md shows it. type: i, d, e or s. */
+typedef struct {
+  const char *name, *dflt, *dflt_doc, *choices, *help;
+  char type;
+  double min, max;
+} row_t;
+
+static row_t lib_row(const tdist__param_def_t *d) {
+  row_t r = {d->name, d->dflt, d->dflt_doc, d->choices, d->help, 's', d->min, d->max};
+  r.type = d->type == TDIST__PARAM_INT      ? 'i'
+           : d->type == TDIST__PARAM_DOUBLE ? 'd'
+           : d->type == TDIST__PARAM_ENUM   ? 'e'
+                                            : 's';
+  return r;
+}
+
+static row_t agent_row(const agent_param_def_t *d) {
+  row_t r = {d->name, d->dflt, d->dflt_doc, d->choices, d->help, 's', d->min, d->max};
+  r.type = d->type == AGENT_PARAM_INT      ? 'i'
+           : d->type == AGENT_PARAM_DOUBLE ? 'd'
+           : d->type == AGENT_PARAM_ENUM   ? 'e'
+                                           : 's';
+  return r;
+}
+
+/* The agent's row of name, or -1. */
+static int agent_index(const char *name) {
+  for (int j = 0; j < AGENT_P_COUNT_; j++)
+    if (!strcmp(agent_params[j].name, name)) return j;
+  return -1;
+}
+
+static int same_str(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }
+
+static void allowed(const row_t *d) {
   switch (d->type) {
-    case TDIST__PARAM_INT: printf("integer %.0f..%.0f", d->min, d->max); break;
-    case TDIST__PARAM_DOUBLE: printf("number %g..%g", d->min, d->max); break;
-    case TDIST__PARAM_ENUM:
+    case 'i': printf("integer %.0f..%.0f", d->min, d->max); break;
+    case 'd': printf("number %g..%g", d->min, d->max); break;
+    case 'e':
       printf("`");
       cell(d->choices);
       printf("`");
       break;
-    case TDIST__PARAM_STR: printf("text, %.0f..%.0f bytes", d->min, d->max); break;
+    default: printf("text, %.0f..%.0f bytes", d->min, d->max); break;
   }
+}
+
+static void print_row(const row_t *d, const char *read_by) {
+  printf("| `%s` | %s | ", d->name, read_by);
+  if (d->dflt_doc)
+    cell(d->dflt_doc);
+  else
+    printf("`%s`", d->dflt);
+  printf(" | ");
+  allowed(d);
+  printf(" | ");
+  cell(d->help);
+  printf(" |\n");
 }
 
 int main(int argc, char **argv) {
   char name[64];
   if (argc > 1 && !strcmp(argv[1], "--names")) {
     for (int i = 0; i < TDIST__P_COUNT_; i++) printf("%s\n", tdist__params[i].name);
+    for (int j = 0; j < AGENT_P_COUNT_; j++) {
+      int in_lib = 0;
+      for (int i = 0; i < TDIST__P_COUNT_; i++)
+        in_lib |= !strcmp(tdist__params[i].name, agent_params[j].name);
+      if (!in_lib) printf("%s\n", agent_params[j].name);
+    }
     for (size_t i = 0; agent_cfg_tdist_env_name(i, name, sizeof name); i++) printf("%s\n", name);
     return 0;
   }
@@ -48,21 +111,24 @@ int main(int argc, char **argv) {
   puts(BEGIN_MARK);
   puts("| variable | read by | default | allowed | what it does |");
   puts("|---|---|---|---|---|");
+  int shown[AGENT_P_COUNT_] = {0};
   for (int i = 0; i < TDIST__P_COUNT_; i++) {
-    const tdist__param_def_t *d = &tdist__params[i];
-    printf("| `%s` | %s | ", d->name,
-           d->scope == (TDIST__PARAM_LIB | TDIST__PARAM_AGENT) ? "libtdist, tdist-agent"
-           : d->scope == TDIST__PARAM_AGENT                    ? "tdist-agent"
-                                                               : "libtdist");
-    if (d->dflt_doc)
-      cell(d->dflt_doc);
-    else
-      printf("`%s`", d->dflt);
-    printf(" | ");
-    allowed(d);
-    printf(" | ");
-    cell(d->help);
-    printf(" |\n");
+    row_t d = lib_row(&tdist__params[i]);
+    int j = agent_index(d.name);
+    if (j >= 0) {
+      row_t a = agent_row(&agent_params[j]);
+      if (a.type != d.type || !same_str(a.dflt, d.dflt) || !same_str(a.choices, d.choices) ||
+          a.min != d.min || a.max != d.max) {
+        fprintf(stderr, "param_doc: %s differs between libtdist's table and the agent's\n", d.name);
+        return 1;
+      }
+      shown[j] = 1;
+    }
+    print_row(&d, j >= 0 ? "libtdist, tdist-agent" : "libtdist");
+  }
+  for (int j = 0; j < AGENT_P_COUNT_; j++) {
+    row_t a = agent_row(&agent_params[j]);
+    if (!shown[j]) print_row(&a, "tdist-agent");
   }
   puts("");
   puts(

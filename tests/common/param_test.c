@@ -47,9 +47,9 @@ static const expect_t k_expect[] = {
     {"TDIST_CUDART_LIBRARY", 's', NULL, "1..4095"},
     {"TDIST_MPI_PLUGIN", 's', NULL, "1..4095"},
     {"TDIST_MPI_SPIN_US", 'i', "50", "0..10000000"},
-    {"TDIST_PYTHON", 's', "python3", "1..4095"},
-    {"TDIST_STALL_REPORT_SECONDS", 'd', "5", "0.001..86400"},
 };
+/* tdist-agent's own variables (TDIST_PYTHON, TDIST_STALL_REPORT_SECONDS) are checked with its
+ * table by //tests/agent:param_test. */
 #define NEXPECT (sizeof k_expect / sizeof k_expect[0])
 
 static tdist__param_id_t id_of(const char *name) {
@@ -207,9 +207,7 @@ static void env_values(void *arg) {
   setenv("TDIST_SHM_SPIN_US", "", 1); /* empty = unset */
   setenv("TDIST_SPIN_US", "77", 1);
   setenv("TDIST_ALGO_ALLREDUCE", "RING", 1);
-  setenv("TDIST_STALL_REPORT_SECONDS", "0.25", 1);
   setenv("TDIST_STATS_FILE", "/tmp/x", 1);
-  unsetenv("TDIST_PYTHON");
   unsetenv("TDIST_NCCL_DEVICE");
   CHECK_EQ_INT(tdist__param_int(TDIST__P_SHM), 0);
   CHECK_EQ_INT(tdist__param_is_set(TDIST__P_SHM), 1);
@@ -217,12 +215,10 @@ static void env_values(void *arg) {
   CHECK_EQ_INT(tdist__param_is_set(TDIST__P_SHM_SPIN_US), 0);
   CHECK_EQ_INT(tdist__param_int(TDIST__P_SPIN_US), 77);
   CHECK_EQ_INT(tdist__param_int(TDIST__P_ALGO_ALLREDUCE), 1);
-  CHECK(tdist__param_double(TDIST__P_STALL_REPORT_SECONDS) == 0.25);
   CHECK_STR_EQ(tdist__param_str(TDIST__P_STATS_FILE), "/tmp/x");
-  CHECK_STR_EQ(tdist__param_str(TDIST__P_PYTHON), "python3");
   CHECK(tdist__param_str(TDIST__P_SOCKET_IFNAME) == NULL || getenv("TDIST_SOCKET_IFNAME"));
   CHECK_EQ_INT(tdist__param_is_set(TDIST__P_NCCL_DEVICE), 0);
-  CHECK(tdist__param_first_error(NULL, 0, TDIST__PARAM_LIB | TDIST__PARAM_AGENT) == NULL);
+  CHECK(tdist__param_first_error(NULL, 0, TDIST__PARAM_LIB) == NULL);
   /* Read once: later changes to the environment are not seen. */
   setenv("TDIST_SHM", "1", 1);
   setenv("TDIST_STATS_FILE", "/tmp/y", 1);
@@ -233,19 +229,13 @@ static void env_values(void *arg) {
 static void env_bad(void *arg) {
   (void)arg;
   setenv("TDIST_SHM_SPIN_US", "-5", 1);
-  setenv("TDIST_PYTHON", "", 1);
-  setenv("TDIST_STALL_REPORT_SECONDS", "soon", 1);
   /* The default is what is read; the error says why. */
   CHECK_EQ_INT(tdist__param_int(TDIST__P_SHM_SPIN_US), 2000);
   CHECK_EQ_INT(tdist__param_is_set(TDIST__P_SHM_SPIN_US), 0);
   CHECK_STR_EQ(tdist__param_error(TDIST__P_SHM_SPIN_US),
                "TDIST_SHM_SPIN_US='-5' is not an integer in 0..10000000");
-  CHECK(tdist__param_error(TDIST__P_PYTHON) == NULL);
-  CHECK(tdist__param_double(TDIST__P_STALL_REPORT_SECONDS) == 5.0);
   const tdist__param_id_t ids[] = {TDIST__P_SHM, TDIST__P_SHM_SPIN_US};
   CHECK_STR_EQ(tdist__param_first_error(ids, 2, 0), tdist__param_error(TDIST__P_SHM_SPIN_US));
-  CHECK_STR_EQ(tdist__param_first_error(NULL, 0, TDIST__PARAM_AGENT),
-               "TDIST_STALL_REPORT_SECONDS='soon' is not a number in 0.001..86400");
   CHECK_STR_EQ(tdist__param_first_error(NULL, 0, TDIST__PARAM_LIB),
                "TDIST_SHM_SPIN_US='-5' is not an integer in 0..10000000");
 }

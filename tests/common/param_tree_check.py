@@ -1,9 +1,10 @@
-"""Checks that every TDIST_* environment variable read in the tree is in the parameter table.
+"""Checks that every TDIST_* environment variable read in the tree is in a parameter table.
 
 usage: param_tree_check.py ROOT NAMES_FILE
 
 ROOT is a checkout; NAMES_FILE lists, one per line, every TDIST_* name of the tables
-(`param_doc --names`: runtime/common/param.h and the agent's TDIST_<FLAG> names). Scans every .c
+(`param_doc --names`: libtdist's runtime/common/param.h, the agent's operator-agent/common/param.h
+and the agent's TDIST_<FLAG> names). Scans every .c
 and .h file under ROOT/runtime, ROOT/operator-agent and ROOT/include and fails (exit 1, one line
 per finding) on:
   - a TDIST_* name inside a string literal (adjacent literals joined) that is not in the tables
@@ -11,7 +12,7 @@ per finding) on:
   - a string literal that builds a TDIST_* name at run time ("TDIST_%s"), outside the two places
     that derive names from a table (DYNAMIC_OK);
   - getenv()/secure_getenv() of anything but a string literal, outside GETENV_OK;
-  - a row of param.h that no code outside param.{c,h} uses.
+  - a row of either param.h (TABLES) that no code outside that table's param.{c,h} uses.
 """
 import os
 import re
@@ -25,6 +26,7 @@ GETENV = re.compile(r"\b(?:secure_)?getenv\s*\(\s*")
 # (path, literal text): where a TDIST_ name is built from a table, by design.
 DYNAMIC_OK = {
     ("runtime/common/param.c", 'TDIST_'),  # "TDIST_" #id: the table's names
+    ("operator-agent/common/param.c", 'TDIST_'),  # the same in the agent's table
     ("operator-agent/config/config.c", "TDIST_%s"),  # TDIST_<FLAG> of the option table
     ("operator-agent/config/config.c", "TDIST_"),  # agent_cfg_tdist_env_name(): the same names
     ("operator-agent/config/config_usage.c", None),  # --help text: "TDIST_<FLAG>"
@@ -36,10 +38,17 @@ NOT_VARIABLES = {
 # (path prefix, argument; None: any): getenv of a variable name, each reviewed.
 GETENV_OK = {
     ("runtime/common/param.c", None),  # the table itself
+    ("operator-agent/common/param.c", None),  # the agent's table
     ("runtime/pg/", "name"),  # env_nonempty(): RANK, WORLD_SIZE, MASTER_ADDR, ... (literals)
     ("runtime/mpi/loader.c", "name"),  # parse_env_int(): RANK, WORLD_SIZE (literals)
     ("operator-agent/pmix/pmix_env.c", "name"),  # put(): mpirun's OMPI_* names (literals)
 }
+# (header, the prefix of its row ids in code, its implementation): the parameter tables.
+TABLES = (
+    ("runtime/common/param.h", "TDIST__P_", "runtime/common/param.c"),
+    ("operator-agent/common/param.h", "AGENT_P_", "operator-agent/common/param.c"),
+)
+WHERE = "runtime/common/param.h, or operator-agent/common/param.h for the agent"
 
 
 def lex(text):
@@ -148,10 +157,10 @@ def main():
                 if m.group(0) not in names and m.group(0) not in idents and \
                         m.group(0) not in NOT_VARIABLES:
                     bad.append("%s:%d: %s is read or named here but is not in the parameter "
-                               "table (runtime/common/param.h)" % (path, line, m.group(0)))
+                               "tables (%s)" % (path, line, m.group(0), WHERE))
             if DYNAMIC.search(lit) and (path, lit) not in DYNAMIC_OK and (path, None) not in DYNAMIC_OK:
                 bad.append("%s:%d: \"%s\" builds a TDIST_* name at run time; read variables "
-                           "through runtime/common/param.h" % (path, line, lit))
+                           "through the parameter tables (%s)" % (path, line, lit, WHERE))
         code = code_of[path]
         for m in GETENV.finditer(code):
             j, depth = m.end(), 1
@@ -164,16 +173,20 @@ def main():
             if not any(path.startswith(p) and a in (None, arg) for p, a in GETENV_OK):
                 line = code.count("\n", 0, m.start()) + 1
                 bad.append("%s:%d: getenv(%s) reads a variable not named by a literal; read "
-                           "TDIST_* variables through runtime/common/param.h" % (path, line, arg))
-    header = dict(files).get("runtime/common/param.h", "")
-    ids = re.findall(r"^\s*X\((\w+),", header, re.M)
-    if not ids:
-        bad.append("runtime/common/param.h: no X( rows found")
-    for pid in ids:
-        use = "TDIST__P_" + pid
-        if not any(use in code_of[p] for p, _ in files
-                   if p not in ("runtime/common/param.c", "runtime/common/param.h")):
-            bad.append("runtime/common/param.h: TDIST_%s is in the table but nothing reads it" % pid)
+                           "TDIST_* variables through the parameter tables (%s)" % (path, line, arg, WHERE))
+    texts = dict(files)
+    for header_path, prefix, impl in TABLES:
+        if header_path not in texts:
+            if header_path == "runtime/common/param.h":
+                bad.append("runtime/common/param.h: not found")
+            continue  # a scratch tree without the agent's table
+        ids = re.findall(r"^\s*X\((\w+),", texts[header_path], re.M)
+        if not ids:
+            bad.append("%s: no X( rows found" % header_path)
+        for pid in ids:
+            use = prefix + pid
+            if not any(use in code_of[p] for p, _ in files if p not in (impl, header_path)):
+                bad.append("%s: TDIST_%s is in the table but nothing reads it" % (header_path, pid))
     for b in bad:
         print(b)
     print("param_tree_check: %d files, %d names in the tables, %d findings"

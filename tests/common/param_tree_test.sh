@@ -1,6 +1,7 @@
 #!/bin/bash
-# Every TDIST_* variable of the tree is in the parameter table, and docs/environment.md's list is
-# the one //tests/common:param_doc generates from it.
+# Every TDIST_* variable of the tree is in a parameter table (libtdist's runtime/common/param.h or
+# the agent's operator-agent/common/param.h), and docs/environment.md's list is the one
+# //tests/common:param_doc generates from them.
 #   $1 param_doc  $2 param_tree_check.py  $3 docs/environment.md
 # The source tree is scanned where it really is (environment.md's runfile resolved), so that a
 # package added later is scanned without a BUILD change; the test is tagged external (never cached).
@@ -18,10 +19,14 @@ root=$(dirname "$(dirname "$(readlink -f "$envdoc")")")
 # built at run time, a getenv of a variable, and a table row nothing reads.
 mktree() { # $1: the planted file's body
   rm -rf "$tmp/tree" && mkdir -p "$tmp/tree/runtime/common" "$tmp/tree/runtime/x"
+  mkdir -p "$tmp/tree/operator-agent/common"
   cp "$root/runtime/common/param.c" "$root/runtime/common/param.h" "$tmp/tree/runtime/common/"
-  # every row used once, so that only the planted problem is found
-  sed -n 's/^ *X(\([A-Z0-9_]*\),.*/int use_\1 = TDIST__P_\1;/p' "$root/runtime/common/param.h" \
-    >"$tmp/tree/runtime/x/uses.c"
+  cp "$root/operator-agent/common/param.c" "$root/operator-agent/common/param.h" \
+    "$tmp/tree/operator-agent/common/"
+  # every row of both tables used once, so that only the planted problem is found
+  { sed -n 's/^ *X(\([A-Z0-9_]*\),.*/int use_\1 = TDIST__P_\1;/p' "$root/runtime/common/param.h"
+    sed -n 's/^ *X(\([A-Z0-9_]*\),.*/int agent_use_\1 = AGENT_P_\1;/p' \
+      "$root/operator-agent/common/param.h"; } >"$tmp/tree/runtime/x/uses.c"
   printf '%s\n' "$1" >"$tmp/tree/runtime/x/planted.c"
 }
 plant() { # $1 file body, $2 the finding expected
@@ -42,6 +47,12 @@ python3 "$check" "$tmp/tree" "$tmp/names" || fail "a comment or a known name was
 sed -i '/use_SHM_YIELD/d' "$tmp/tree/runtime/x/uses.c"
 python3 "$check" "$tmp/tree" "$tmp/names" >"$tmp/out" 2>&1 && fail "an unread row passed"
 grep -q 'TDIST_SHM_YIELD is in the table but nothing reads it' "$tmp/out" || fail "unread row"
+mktree '/* nothing */'
+sed -i '/agent_use_PYTHON/d' "$tmp/tree/runtime/x/uses.c"
+python3 "$check" "$tmp/tree" "$tmp/names" >"$tmp/out" 2>&1 && fail "an unread agent row passed"
+grep -q 'operator-agent/common/param.h: TDIST_PYTHON is in the table but nothing reads it' \
+  "$tmp/out" || { cat "$tmp/out"; fail "unread agent row"; }
+echo "caught: unread rows of both tables"
 
 # The tree itself.
 python3 "$check" "$root" "$tmp/names" || fail "the tree reads TDIST_* variables the table lacks"

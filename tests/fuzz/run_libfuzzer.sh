@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing with libFuzzer, outside Bazel, of three targets:
+# Coverage-guided fuzzing with libFuzzer, outside Bazel, of four targets:
 #   proto_fuzz      the TCPStore codec (runtime/store/proto.c + tests/fuzz/proto_fuzz.c)
 #   config_fuzz     the agent's YAML configuration reader (operator-agent/config/*.c +
 #                   tests/fuzz/config_fuzz.c, linked with the system libyaml)
 #   errorfile_fuzz  the agent's reader of workers' error files (JSON; supervisor/errorfile.c)
+#   rdzv_record_fuzz  the rendezvous values' codec (operator-agent/rendezvous/rdzv_record.c)
 #
-#   tests/fuzz/run_libfuzzer.sh [SECONDS]      (default 60, split between the three; CI runs ~60)
+#   tests/fuzz/run_libfuzzer.sh [SECONDS]      (default 60, split between the first three; CI runs
+#                                              ~60; rdzv_record_fuzz runs SECONDS/6 more, at least 3)
 #
 # Each target is compiled with `clang -fsanitize=fuzzer,address,undefined` and runs for its share
 # of SECONDS (proto gets the odd second), starting from its checked-in seed corpus (read only:
-# tests/fuzz/corpus, tests/fuzz/corpus_config) plus a scratch corpus in a temporary directory.
+# tests/fuzz/corpus, tests/fuzz/corpus_config, corpus_errorfile, corpus_rdzv) plus a scratch
+# corpus in a temporary directory.
 # Both always run. Exit status 0 when no invariant failed and no sanitizer fired in either;
 # otherwise non-zero, and each crashing input is kept (its path is printed) so that it can be
 # replayed:  <work>/<target> <crash-file>   or copied into the seed corpus as a regression seed.
@@ -29,6 +32,8 @@ fi
 config_seconds=$((seconds / 3))
 errorfile_seconds=$((seconds / 3))
 proto_seconds=$((seconds - config_seconds - errorfile_seconds))
+# The rendezvous codec is small (7 fields, 4 parsers): a short run covers it.
+rdzv_seconds=$((seconds / 6 > 3 ? seconds / 6 : 3))
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cc="${CC_FUZZ:-clang}"
 if ! command -v "$cc" >/dev/null; then
@@ -53,6 +58,10 @@ echo "run_libfuzzer.sh: building in $work with $($cc --version | head -1)"
   "$root/operator-agent/supervisor/errorfile.c" "$root/operator-agent/common/utf8.c" \
   "$root/tests/fuzz/errorfile_fuzz.c" \
   -o "$work/errorfile_fuzz"
+"$cc" "${flags[@]}" \
+  "$root/operator-agent/rendezvous/rdzv_record.c" "$root/operator-agent/state/state.c" \
+  "$root/tests/fuzz/rdzv_record_fuzz.c" -lpthread \
+  -o "$work/rdzv_record_fuzz"
 
 failed=0
 # run_target NAME SECONDS SEED_DIR DICT MAX_LEN
@@ -86,10 +95,12 @@ run_target config_fuzz "$config_seconds" "$root/tests/fuzz/corpus_config" \
   "$root/tests/fuzz/config.dict" 8192
 run_target errorfile_fuzz "$errorfile_seconds" "$root/tests/fuzz/corpus_errorfile" \
   "$root/tests/fuzz/errorfile.dict" 65536
+run_target rdzv_record_fuzz "$rdzv_seconds" "$root/tests/fuzz/corpus_rdzv" \
+  "$root/tests/fuzz/rdzv.dict" 512
 
 if [ "$failed" -ne 0 ]; then
   echo "run_libfuzzer.sh: FAILED (work directory kept: $work)" >&2
   exit 1
 fi
-echo "run_libfuzzer.sh: PASSED (${proto_seconds}s proto_fuzz, ${config_seconds}s config_fuzz, ${errorfile_seconds}s errorfile_fuzz, no invariant failed)"
+echo "run_libfuzzer.sh: PASSED (${proto_seconds}s proto_fuzz, ${config_seconds}s config_fuzz, ${errorfile_seconds}s errorfile_fuzz, ${rdzv_seconds}s rdzv_record_fuzz, no invariant failed)"
 if [ -z "${TDIST_FUZZ_WORK:-}" ]; then rm -rf "$work"; fi

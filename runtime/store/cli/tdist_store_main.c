@@ -5,9 +5,10 @@
  * subcommands are a one-shot client for scripts and debugging: one connection, one operation,
  * the result on stdout, errors on stderr, and an exit status a script can branch on.
  *
- * This program uses only the public API (tdist/tdist.h). It must never leave a half-written port
- * file behind (it is written to a temporary name and renamed), and it must never hang: every client
- * call is bounded by --timeout-ms. */
+ * This program uses the public API (tdist/tdist.h), and libtdist's parameter table
+ * (runtime/common/param.h) to refuse a bad TDIST_LOG_LEVEL at start. It must never leave a
+ * half-written port file behind (it is written to a temporary name and renamed), and it must never
+ * hang: every client call is bounded by --timeout-ms. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -482,20 +483,8 @@ static int write_all_stdout(const void *p, size_t n) {
 
 typedef enum { OP_SET, OP_GET, OP_ADD, OP_WAIT, OP_DELETE, OP_NUM_KEYS } client_op_t;
 
-static int cmd_client(const char *cmd, client_op_t op, int argc, char **argv) {
-  const char *host = NULL, *port_s = NULL, *timeout_s = NULL, *dialect_s = NULL;
-  const flag_t flags[] = {
-      {"--host", 1, &host},
-      {"--port", 1, &port_s},
-      {"--timeout-ms", 1, &timeout_s},
-      {"--dialect", 1, &dialect_s},
-  };
-  const char *pos[argc > 0 ? argc : 1];
-  int npos = 0;
-  int rc = parse_args(cmd, argc, argv, flags, sizeof flags / sizeof flags[0], pos, &npos);
-  if (rc != 0) return rc;
-
-  /* Check the argument count before connecting, so usage errors never wait on the network. */
+/* The positional arguments op takes: 0, or the usage error's exit status. */
+static int check_arg_count(const char *cmd, client_op_t op, int npos, const char *const *pos) {
   switch (op) {
     case OP_SET:
       if (npos != 2) return usage_error("set: expected KEY VALUE, got %d argument(s)", npos);
@@ -514,20 +503,20 @@ static int cmd_client(const char *cmd, client_op_t op, int argc, char **argv) {
       if (npos != 0) return usage_error("num-keys: unexpected argument '%s'", pos[0]);
       break;
   }
-  int64_t delta = 0;
-  if (op == OP_ADD && parse_i64(pos[1], &delta) != 0) {
-    return usage_error("add: DELTA '%s' is not a signed 64-bit integer", pos[1]);
-  }
+  return 0;
+}
 
-  tdist_tcp_store_options_t opts = TDIST_TCP_STORE_OPTIONS_INIT;
-  opts.host = host && *host ? host : DEFAULT_CLIENT_HOST;
-  opts.port = DEFAULT_PORT;
+/* The client flags into *opts: 0, or the usage error's exit status. */
+static int client_options(const char *host, const char *port_s, const char *timeout_s,
+                          const char *dialect_s, tdist_tcp_store_options_t *opts) {
+  opts->host = host && *host ? host : DEFAULT_CLIENT_HOST;
+  opts->port = DEFAULT_PORT;
   uint64_t v;
   if (port_s) {
     if (parse_u64(port_s, 0, 1, 65535, &v) != 0) {
       return usage_error("--port: '%s' is not a port number (1..65535)", port_s);
     }
-    opts.port = (int)v;
+    opts->port = (int)v;
   }
   int64_t timeout_ms = DEFAULT_TIMEOUT_MS;
   if (timeout_s) {
@@ -536,19 +525,46 @@ static int cmd_client(const char *cmd, client_op_t op, int argc, char **argv) {
     }
     timeout_ms = (int64_t)v;
   }
-  opts.connect_timeout_ms = timeout_ms;
-  opts.timeout_ms = timeout_ms;
+  opts->connect_timeout_ms = timeout_ms;
+  opts->timeout_ms = timeout_ms;
   if (dialect_s) {
     if (strcmp(dialect_s, "auto") == 0) {
-      opts.dialect = TDIST_STORE_DIALECT_AUTO;
+      opts->dialect = TDIST_STORE_DIALECT_AUTO;
     } else if (strcmp(dialect_s, "v2") == 0 || strcmp(dialect_s, "2") == 0) {
-      opts.dialect = TDIST_STORE_DIALECT_V2;
+      opts->dialect = TDIST_STORE_DIALECT_V2;
     } else if (strcmp(dialect_s, "v1.13") == 0 || strcmp(dialect_s, "1.13") == 0) {
-      opts.dialect = TDIST_STORE_DIALECT_V1_13;
+      opts->dialect = TDIST_STORE_DIALECT_V1_13;
     } else {
       return usage_error("--dialect: '%s' is not one of auto, v2, v1.13", dialect_s);
     }
   }
+  return 0;
+}
+
+static int cmd_client(const char *cmd, client_op_t op, int argc, char **argv) {
+  const char *host = NULL, *port_s = NULL, *timeout_s = NULL, *dialect_s = NULL;
+  const flag_t flags[] = {
+      {"--host", 1, &host},
+      {"--port", 1, &port_s},
+      {"--timeout-ms", 1, &timeout_s},
+      {"--dialect", 1, &dialect_s},
+  };
+  const char *pos[argc > 0 ? argc : 1];
+  int npos = 0;
+  int rc = parse_args(cmd, argc, argv, flags, sizeof flags / sizeof flags[0], pos, &npos);
+  if (rc != 0) return rc;
+
+  /* Check the argument count before connecting, so usage errors never wait on the network. */
+  rc = check_arg_count(cmd, op, npos, pos);
+  if (rc != 0) return rc;
+  int64_t delta = 0;
+  if (op == OP_ADD && parse_i64(pos[1], &delta) != 0) {
+    return usage_error("add: DELTA '%s' is not a signed 64-bit integer", pos[1]);
+  }
+
+  tdist_tcp_store_options_t opts = TDIST_TCP_STORE_OPTIONS_INIT;
+  rc = client_options(host, port_s, timeout_s, dialect_s, &opts);
+  if (rc != 0) return rc;
 
   void *stdin_value = NULL;
   size_t stdin_len = 0;
