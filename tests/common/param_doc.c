@@ -1,17 +1,9 @@
-<<<<<<< HEAD
 /* Prints docs/environment.md's section on environment variables, generated from the parameter
- * table (runtime/common/param.h) and the agent's option table; with --names, every TDIST_* name
- * the project reads, one per line (for //tests/common:param_tree_test).
- *   bazel run //tests/common:param_doc > /tmp/section.md
- * (then paste it over docs/environment.md's) */
-=======
-/* Prints docs/environment.md's section on environment variables, generated from the parameter tables
- * (libtdist's, runtime/common/param.h, then the agent's own, operator-agent/common/param.h, less
- * the names both read, listed once) and the agent's option table; with --names, every TDIST_* name
- * the project reads, one per line (for //tests/common:param_tree_test). A name in both tables must
- * have the same type, default and choices in each, or this program fails.
- *   bazel run //tests/common:param_doc > /tmp/section.md   (then paste it over docs/environment.md's) */
->>>>>>> agent
+ * tables (libtdist's, runtime/common/param.h, then the agent's own, operator-agent/common/param.h,
+ * less the names both read, listed once) and the agent's option table; with --names, every TDIST_*
+ * name the project reads, one per line (for //tests/common:param_tree_test). A name in both tables
+ * must have the same type, default and choices in each, or this program fails. bazel run
+ * //tests/common:param_doc > /tmp/section.md   (then paste it over docs/environment.md's) */
 #include <stdio.h>
 #include <string.h>
 
