@@ -2,8 +2,9 @@
  * tables (libtdist's, runtime/common/param.h, then the agent's own, operator-agent/common/param.h,
  * less the names both read, listed once) and the agent's option table; with --names, every TDIST_*
  * name the project reads, one per line (for //tests/common:param_tree_test). A name in both tables
- * must have the same type, default and choices in each, or this program fails. bazel run
- * //tests/common:param_doc > /tmp/section.md   (then paste it over docs/environment.md's) */
+ * must have the same type, default and choices in each, or this program fails.
+ *   bazel run //tests/common:param_doc > /tmp/section.md
+ * (then paste it over docs/environment.md's) */
 #include <stdio.h>
 #include <string.h>
 
