@@ -8,7 +8,8 @@
  * allowed, and the code that uses the variable fails with it (group creation with
  * TDIST_ERR_INVALID_ARGUMENT, tdist-store at start-up). Every read is logged at
  * debug level. Nothing outside this file may call getenv() for a TDIST_* name: the test
- * //tests/common:param_tree_test checks the tree for that, and the README's list against this one.
+ * //tests/common:param_tree_test checks the tree for that, and docs/environment.md's list against
+ * this one.
  *
  * tdist-agent has its own table (operator-agent/common/param.h: the variables it reads itself,
  * TDIST_PYTHON, TDIST_STALL_REPORT_SECONDS and its own TDIST_LOG_LEVEL) and its flags have
@@ -33,7 +34,8 @@ typedef enum {
 #define TDIST__PATH_MAX_LEN 4095
 
 /* X(ID, type, default, default as documented (NULL: the default itself), min, max, choices,
- *   scope, help). The variable is TDIST_<ID>. Keep the rows in the order the README lists them. */
+ *   scope, help). The variable is TDIST_<ID>. Keep the rows in the order docs/environment.md lists
+ * them. */
 /* clang-format off */
 #define TDIST__PARAMS(X)                                                                          \
   X(LOG_LEVEL, ENUM, "info", NULL, 0, 0, "error|warn|warning|info|debug",                         \
