@@ -699,7 +699,7 @@ static tdist_status_t gloo_connect(tdist__bctx_t *b, int64_t deadline) {
                                 .aborted = &b->aborted,
                                 .fail = fail_group,
                                 .fail_ctx = b};
-  tdist_status_t st = tdist__tcp_transport_create(&cfg, deadline, &g->tp);
+  tdist_status_t st = tdist__transport_create(&cfg, deadline, &g->tp);
   if (st) {
     free(g);
     return st;

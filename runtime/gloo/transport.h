@@ -11,12 +11,11 @@
 #ifndef TDIST_GLOO_TRANSPORT_H
 #define TDIST_GLOO_TRANSPORT_H
 
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/gloo/link/link.h"
 #include "tdist/status.h"
-#include "tdist/store.h"
 
 typedef struct tdist__what tdist__what_t; /* runtime/pg/backend.h */
 
@@ -84,31 +83,11 @@ struct tdist__transport {
   int single_host;
 };
 
-/* What a transport needs of the group that creates it (the group itself stays the backend's).
- * Everything is borrowed and must outlive the transport; the transport copies the struct. */
-typedef struct tdist__transport_cfg {
-  int rank, size;
-  /* Where ranks exchange their addresses (keys gloo/<rank>, shm/<rank>). Borrowed: the transport
-   * never changes its timeout, and its waits pass their own (tdist__store_multi_get_ms). */
-  tdist_store_t *store;
-  const char *name; /* the group's name: a peer's hello must carry its hash */
-  const char
-      *socket_ifname;   /* the interface to listen on; NULL: TDIST_SOCKET_IFNAME or automatic */
-  int64_t timeout_ms;   /* the group's timeout, as error messages quote it */
-  int abort_fd;         /* readable once the group is aborted */
-  _Atomic int *aborted; /* nonzero once the group is aborted */
-  /* Records a failure (the group's sticky error: peer rank and address in the text) and returns
-   * st. Every error the transport returns went through it first. */
-  tdist_status_t (*fail)(void *ctx, tdist_status_t st, const char *fmt, va_list ap);
-  void *fail_ctx;
-} tdist__transport_cfg_t;
-
-/* Formats a failure and hands it to cfg->fail; returns what that returns (st). */
-tdist_status_t tdist__transport_fail(const tdist__transport_cfg_t *cfg, tdist_status_t st,
-                                     const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/* Full-mesh TCP among the group's ranks; addresses go through cfg->store. */
-tdist_status_t tdist__tcp_transport_create(const tdist__transport_cfg_t *cfg, int64_t deadline_ms,
-                                           tdist__transport_t **out);
+/* The factory (transport.c): connects every pair of the group's ranks by TCP (tcp/: addresses go
+ * through cfg->store), then links same-host pairs through shared memory where both can (shm/),
+ * before deadline_ms; each peer's transfers then go through its link, whichever it is.
+ * tdist__transport_cfg_t and its fail: link/link.h. */
+tdist_status_t tdist__transport_create(const tdist__transport_cfg_t *cfg, int64_t deadline_ms,
+                                       tdist__transport_t **out);
 
 #endif

@@ -25,7 +25,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
-#include "runtime/gloo/shm.h"
+#include "runtime/gloo/shm/ring.h"
 #include "tests/testlib/check.h"
 #include "tests/testlib/rng.h"
 

@@ -1,5 +1,5 @@
-/* Shared-memory rings between ranks on one host (shm_link.c links same-host peers with them;
- * tcp.c moves the bytes).
+/* Shared-memory rings between ranks on one host (setup.c links same-host peers with them;
+ * link.c moves the bytes).
  *
  * Each rank creates one segment holding one single-producer/single-consumer byte ring per
  * possible sender (slot i = bytes from rank i to the owner). Peers map the owner's segment and
@@ -11,8 +11,8 @@
  * it through the owner's descriptor (/proc/<pid>/fd/<fd>) while the owner holds it. So nothing
  * is ever left in /dev/shm, whichever process is killed at whatever moment: the memory goes
  * when the last process that maps it exits. It must never be given a name. */
-#ifndef TDIST_GLOO_SHM_H
-#define TDIST_GLOO_SHM_H
+#ifndef TDIST_GLOO_SHM_RING_H
+#define TDIST_GLOO_SHM_RING_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -65,7 +65,7 @@ size_t tdist__shm_ring_size(void);
 /* Free bytes in the ring (producer side). */
 size_t tdist__shm_ring_space(tdist__shm_ring_t *r);
 /* Single-copy messages (the consumer copies the payload straight from the producer's memory,
- * tcp.c): the consumer counts each one it has copied; the producer's buffer is free again once
+ * link.c): the consumer counts each one it has copied; the producer's buffer is free again once
  * the count reaches that message's number. */
 void tdist__shm_ring_copied(tdist__shm_ring_t *r);
 uint64_t tdist__shm_ring_copied_count(tdist__shm_ring_t *r);
@@ -79,7 +79,7 @@ int tdist__shm_ring_is_revoked(tdist__shm_ring_t *r, uint64_t seq);
  * then either sleep_cancel (work appeared) or sleep (up to timeout_us, or until a doorbell;
  * returns 1 when the timeout ended it). Writers and readers ring the peer's doorbell (the peer's
  * segment) after moving bytes. Where the kernel has membarrier, writers skip the store-load fence
- * that the protocol needs and the sleeper pays for both sides (shm.c). */
+ * that the protocol needs and the sleeper pays for both sides (ring.c). */
 uint32_t tdist__shm_sleep_prepare(tdist__shm_seg_t *own);
 int tdist__shm_sleep(tdist__shm_seg_t *own, uint32_t seen, int timeout_us);
 void tdist__shm_sleep_cancel(tdist__shm_seg_t *own);

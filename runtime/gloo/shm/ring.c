@@ -1,6 +1,6 @@
-/* See shm.h. Never blocks; the caller decides how to wait. Never names a segment. */
+/* See ring.h. Never blocks; the caller decides how to wait. Never names a segment. */
 #define _GNU_SOURCE
-#include "runtime/gloo/shm.h"
+#include "runtime/gloo/shm/ring.h"
 
 #include <errno.h>
 #include <fcntl.h>
