@@ -531,7 +531,6 @@ class Group : public PythonCalls {
   }
 
  private:
-
   template <typename Blocking, typename Async>
   WorkPtr run(c10d::OpType type, const char *what, std::vector<at::Tensor> &ts, size_t nbytes, Blocking blocking,
               Async async) {
