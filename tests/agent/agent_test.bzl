@@ -3,7 +3,7 @@
 agent_sh_test(name = "x_test", size = ..., runs = [LABEL, ...]) defines the sh_test x_test of the
 script x_test.sh (or `src`), whose arguments are `first_args` then the path of each label of `runs`,
 in order, and whose data are those labels and `helpers` (the tests/testlib shell files it sources),
-in buildifier's order. Tags: "agent" (unless agent = False), "exclusive" (exclusive = True), then
+in buildifier's order, and lib.sh (the pass/fail/APID bookkeeping every such script sources). Tags: "agent" (unless agent = False), "exclusive" (exclusive = True), then
 `tags`. torch = True makes it a torch_sh_test (tests/testlib/torch.bzl: one test per PyTorch
 version, x_test_torch113 and x_test_torch26, and the suite x_test). env as sh_test's.
 """
@@ -36,6 +36,6 @@ def agent_sh_test(name, size, runs, helpers = [], first_args = [], src = None, e
         size = size,
         srcs = [src or name + ".sh"],
         args = first_args + ["$(location %s)" % label for label in runs],
-        data = sorted(runs + helpers, key = _label_key),
+        data = sorted(runs + helpers + ["lib.sh"], key = _label_key),
         **kwargs
     )
