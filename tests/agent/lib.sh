@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the end-to-end agent tests (tests/agent/*_test.sh), after `set`: the bookkeeping each
 # one used to define for itself. Defines nothing else and starts nothing.
 #   pass MSG, fail MSG    print "PASS: MSG" / "FAIL: MSG"; fail counts in $fails (the test goes on)
@@ -19,6 +20,7 @@ agent_test_end() {
 }
 
 agent_started() {
+  # shellcheck disable=SC2034 # read by the sourcing test
   APID=$1
   AGENT_PIDS+=("$1")
 }
@@ -30,5 +32,6 @@ agent_kill_all() {
 
 agent_in_pod() {
   declare -gA APID
+  # shellcheck disable=SC2034 # read by the sourcing test
   APID[$1]=$PODS_PID
 }
