@@ -1,5 +1,5 @@
 /* Random agent configurations: dumps of random valid configurations read back to equal structs,
- * and random bytes and mutations of a valid file (tests/fuzz/config_gen.h) that must never crash:
+ * and random bytes and mutations of a valid file (tests/agent/config_gen.h) that must never crash:
  * an error is one line naming the file, a success round-trips. TDIST_TEST_SEED=N repeats a run. */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -10,7 +10,7 @@
 
 #include "operator-agent/config/config.h"
 #include "tests/agent/config_testlib.h"
-#include "tests/fuzz/config_gen.h"
+#include "tests/agent/config_gen.h"
 #include "tests/testlib/check.h"
 #include "tests/testlib/clock.h"
 #include "tests/testlib/rng.h"

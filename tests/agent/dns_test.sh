@@ -26,9 +26,8 @@ DNSMASQ="$(command -v dnsmasq || echo /usr/sbin/dnsmasq)"
 [ -x "$DNSMASQ" ] || { echo "dns_test: FAIL: dnsmasq not found (apt-get install dnsmasq-base)"; exit 1; }
 T="${TEST_TMPDIR:-$(mktemp -d)}/dns.$$"
 mkdir -p "$T"
-fails=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh" # pass, fail, $fails, agent_test_end, agent_started, agent_in_pod
 dns_pid=
 cleanup() { [ -n "$dns_pid" ] && kill "$dns_pid" 2>/dev/null; wait 2>/dev/null; }
 trap cleanup EXIT

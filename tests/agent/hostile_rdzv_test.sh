@@ -9,12 +9,9 @@ set -uo pipefail
 AGENT="$(realpath "$1")"; STORE="$(realpath "$2")"
 T="${TEST_TMPDIR:-$(mktemp -d)}/hostile.$$"
 mkdir -p "$T"
-fails=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
-trap cleanup EXIT
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh" # pass, fail, $fails, agent_test_end, agent_started, agent_in_pod
+trap agent_kill_all EXIT
 export TDIST_LOG_LEVEL=info
 HZ=$(getconf CLK_TCK)
 
@@ -27,8 +24,7 @@ start() {
   "$AGENT" --standalone --nproc-per-node 1 --monitor-interval 0.05 --stop-grace-period 3 \
     --max-restarts "$2" --rdzv-timeout 60 --http-port 0 --http-port-file "$T/$1.port" \
     -- /bin/sleep 600 >"$T/$1.out" 2>"$LOG" &
-  APID=$!
-  PIDS+=("$APID")
+  agent_started $!
   for _ in $(seq 200); do
     [ -s "$T/$1.port" ] && grep -q "started 1 worker" "$LOG" && break
     sleep 0.05
@@ -158,5 +154,4 @@ if [ -n "$RUN" ]; then
   stop_agent || fail "replaced: SIGTERM"
 fi
 
-echo "hostile_rdzv_test: $fails failure(s)"
-[ $fails -eq 0 ]
+agent_test_end hostile_rdzv_test

@@ -35,10 +35,8 @@ fi
 # shellcheck source=pods/pods.sh
 source "$PODS_SH"
 pods_init job svc ns cluster.local || exit 1
-fails=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-declare -A APID
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh" # pass, fail, $fails, agent_test_end, agent_started, agent_in_pod
 
 # start_agent INDEX LOGNAME [JOB ARGS...]: (re)creates pod job-INDEX and runs the agent in it.
 start_agent() {
@@ -51,7 +49,7 @@ start_agent() {
       --heartbeat-interval 0.5 --heartbeat-timeout 4 --rdzv-timeout 120 --stop-grace-period 3 \
       --monitor-interval 0.1 --http-port 29600 \
       -- "${job[@]}" "$@" >"$T/$log.log" 2>&1
-  APID[$i]=$PODS_PID
+  agent_in_pod "$i"
 }
 
 # finish: waits for the three agents; all must exit 0.
@@ -118,5 +116,4 @@ scenario_crash
 grep -h "round .* ended\|lost the store\|restarting" "$T"/B.*.log | head -8
 if cat "$T"/*.log | grep -q "earlier attempt"; then fail "a worker saw an earlier attempt's keys"
 else pass "no worker saw a key of an earlier attempt (--check-fresh-store)"; fi
-echo "multipod_test: $fails failure(s)"
-[ $fails -eq 0 ]
+agent_test_end multipod_test

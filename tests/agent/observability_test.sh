@@ -19,9 +19,8 @@ PROM=/usr/bin/prometheus
 T="${TEST_TMPDIR:-$(mktemp -d)}/obs.$$"
 mkdir -p "$T"
 STEPS=40 STALL_RANK=3 N=20 STALL_S=22
-fails=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh" # pass, fail, $fails, agent_test_end, agent_started, agent_in_pod
 # Only this shell's own jobs that were never reaped: a waited-for pid may belong to someone else
 # by now. The agents' workers die with them (PR_SET_PDEATHSIG).
 cleanup() {

@@ -24,9 +24,8 @@ LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
 . "$LIB/skip.sh"
 T="${TEST_TMPDIR:-$(mktemp -d)}/orphans.$$"
 mkdir -p "$T"
-fails=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh" # pass, fail, $fails, agent_test_end, agent_started, agent_in_pod
 export TDIST_LOG_LEVEL=info
 exec 9>&2
 
@@ -215,5 +214,4 @@ else
   test_skip "f. needs root and unshare --pid (PID 1 case)" || fails=$((fails + 1))
 fi
 
-echo "orphans_test: $fails failure(s)"
-[ $fails -eq 0 ]
+agent_test_end orphans_test

@@ -45,9 +45,8 @@ STORE_CLI="$(realpath "$6")"
 T="${TEST_TMPDIR:-$(mktemp -d)}/pmix_dyn.$$"; mkdir -p "$T"
 SEED="${TDIST_TEST_SEED:-$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')}"
 echo "pmix_dyn_test: seed $SEED (TDIST_TEST_SEED=$SEED replays)"
-fails=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh" # pass, fail, $fails, agent_test_end, agent_started, agent_in_pod
 # A hard bound on every agent (no hang), and the agents' fence/lookup timeout: far above what
 # the jobs need, even under AddressSanitizer on a loaded 2-core machine (a 2-rank accept/connect
 # job took 3 min there: every MPI rank runs instrumented).

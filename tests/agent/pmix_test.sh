@@ -32,10 +32,8 @@ echo "pmix_test: seed $SEED (TDIST_TEST_SEED=$SEED replays)"
 source "$PODS_SH"
 pods_init job svc ns cluster.local || exit 1
 pods_at_exit mpi_env_cleanup # pods_init replaced mpi_env.sh's trap
-fails=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-declare -A APID
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh" # pass, fail, $fails, agent_test_end, agent_started, agent_in_pod
 RDZV_TIMEOUT=30
 MAX_RESTARTS=0
 
@@ -65,7 +63,7 @@ start_agent() {
       --service svc --master-port 29500 --heartbeat-interval 0.5 --heartbeat-timeout 3 \
       --rdzv-timeout "$RDZV_TIMEOUT" --stop-grace-period 2 --monitor-interval 0.1 \
       --http-port 29600 -- "$@" >"$T/$log.log" 2>&1
-  APID[$i]=$PODS_PID
+  agent_in_pod "$i"
 }
 
 # start_all NAME CMD...: the three pods first, then the three agents back to back, so that

@@ -31,9 +31,8 @@ case "$WORKER" in
   *) echo "FAIL: WORKER must be torch or c, not '$WORKER'"; exit 1 ;;
 esac
 echo "restart_test: $what, $N crashing attempts, seed $SEED (TDIST_TEST_SEED=$SEED replays)"
-fails=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh" # pass, fail, $fails, agent_test_end, agent_started, agent_in_pod
 
 t0=$(date +%s)
 TDIST_LOG_LEVEL=info bounded $((60 + N * 20)) "$AGENT" --http-port -1 --monitor-interval 0.05 \
@@ -70,5 +69,4 @@ ports=$(sed -n 's/.*started 2 worker(s).*MASTER_PORT=\([0-9]*\).*/\1/p' "$T/err"
 [ "$(echo "$ports" | wc -l)" = $((N + 1)) ] && [ "$(echo "$ports" | uniq | wc -l)" = $((N + 1)) ] &&
   pass "each of the $((N + 1)) attempts had its own workers' store (a new port each restart)" ||
   fail "MASTER_PORT per attempt: $(echo "$ports" | tr '\n' ' ')"
-echo "restart_test: $fails failure(s)"
-[ $fails -eq 0 ]
+agent_test_end restart_test

@@ -15,9 +15,8 @@ LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
 [ -f "$LIB/bounded.sh" ] || LIB="$(dirname "$(realpath "$0")")/../testlib"
 . "$LIB/bounded.sh"
 T="${TEST_TMPDIR:-$(mktemp -d)}/rundir.$$"; mkdir -p "$T"
-fails=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh" # pass, fail, $fails, agent_test_end, agent_started, agent_in_pod
 run_agent() { # LOGDIR ERRFILE ARGS... -> exit code
   local d="$1" e="$2"; shift 2
   TDIST_LOG_LEVEL=info bounded 60 "$AGENT" --http-port -1 --standalone --log-dir "$d" "$@" 2>"$e"

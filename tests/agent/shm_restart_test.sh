@@ -33,9 +33,8 @@ SEED="${TDIST_TEST_SEED:-$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')}"
 RANDOM=$SEED
 T="${TEST_TMPDIR:-$(mktemp -d)}/shmrestart.$$"; mkdir -p "$T"
 echo "shm_restart_test: $NP workers, $N kills, seed $SEED (TDIST_TEST_SEED=$SEED replays the choices)"
-fails=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh" # pass, fail, $fails, agent_test_end, agent_started, agent_in_pod
 shm_ls() { find /dev/shm -mindepth 1 -maxdepth 1 -printf '%f\n' | sort; }
 workers() { # the agent's descendants running the training program
   local p
@@ -125,5 +124,4 @@ left=$(shm_ls)
   fail "/dev/shm held names at $named of the $kills kills"
 [ -z "$left" ] && pass "/dev/shm is empty after the agent ended" ||
   fail "left in /dev/shm after the agent ended: $(echo $left)"
-echo "shm_restart_test: $fails failure(s)"
-[ $fails -eq 0 ]
+agent_test_end shm_restart_test

@@ -44,10 +44,8 @@ fi
 # shellcheck source=pods/pods.sh
 source "$PODS_SH"
 pods_init job svc ns cluster.local || exit 1
-fails=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-declare -A APID
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh" # pass, fail, $fails, agent_test_end, agent_started, agent_in_pod
 RDZV_TIMEOUT=60
 SLOW_STOP=0 # 1: workers ignore SIGTERM (exec keeps it ignored): a member takes --stop-grace-period
             # (3 s) to stop its workers and rejoin, while standbys rejoin at once
@@ -64,7 +62,7 @@ start_agent() {
       --rdzv-timeout "$RDZV_TIMEOUT" --stop-grace-period 3 --monitor-interval 0.1 --http-port 29600 \
       -- /bin/sh -c '[ "$SPARES_SLOW_STOP" = 1 ] && trap "" TERM; echo "worker env GROUP_RANK=$GROUP_RANK RANK=$RANK WORLD_SIZE=$WORLD_SIZE restart=$TORCHELASTIC_RESTART_COUNT" >&2; exec "$@"' \
       sh "${job[@]}" >"$T/$log.log" 2>&1
-  APID[$i]=$PODS_PID
+  agent_in_pod "$i"
 }
 
 # lose NAME...: the nodes vanish: network first (no FIN reaches the peers), then every process.
@@ -261,5 +259,4 @@ if [ "$WORKER" != torch ]; then
 fi
 if cat "$T"/*.log | grep -q "earlier attempt"; then fail "a worker saw an earlier attempt's keys"
 else pass "no worker saw a key of an earlier attempt (--check-fresh-store)"; fi
-echo "spares_test: $fails failure(s)"
-[ $fails -eq 0 ]
+agent_test_end spares_test

@@ -8,9 +8,8 @@ set -uo pipefail
 AGENT="$(realpath "$1")"; TRAIN="$(realpath "$2")"; DDP="$(realpath "$3")"
 T="${TEST_TMPDIR:-$(mktemp -d)}/standalone.$$"
 mkdir -p "$T"
-fails=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh" # pass, fail, $fails, agent_test_end, agent_started, agent_in_pod
 cleanup() { pkill -KILL -P $$ 2>/dev/null || true; }
 trap cleanup EXIT
 export TDIST_LOG_LEVEL=info
@@ -318,5 +317,4 @@ printf 'nproc_per_node: 2\nmax_restarts: three\n' >"$T/bad.yaml"
 "$AGENT" --version >"$T/version"; rc=$?
 [ $rc -eq 0 ] && grep -qE '^tdist-agent [0-9]+\.[0-9]+\.[0-9]+$' "$T/version" && pass "--version" || fail "--version"
 
-echo "standalone_test: $fails failure(s)"
-[ $fails -eq 0 ]
+agent_test_end standalone_test

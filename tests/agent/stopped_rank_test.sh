@@ -19,9 +19,8 @@ LIB="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
 T="${TEST_TMPDIR:-$(mktemp -d)}/stopped.$$"
 mkdir -p "$T"
 PY=/usr/bin/python3
-fails=0
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh" # pass, fail, $fails, agent_test_end, agent_started, agent_in_pod
 cleanup() {
   local p
   for p in $(jobs -p); do kill -KILL "$p" 2>/dev/null; done
@@ -134,5 +133,4 @@ if training "$T/b0.port" && p2="$(pid_of "$T/b1.port" 2)" && [ -n "$p2" ]; then
   fi
 else fail "b. the workers did not start training: $(tail -5 "$T/b0.err"; tail -5 "$T/b1.err")"; fi
 
-echo "stopped_rank_test: $fails failure(s)"
-[ $fails -eq 0 ]
+agent_test_end stopped_rank_test

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/fuzz/config_gen.h"
+#include "tests/agent/config_gen.h"
 #include "tests/testlib/fuzz_replay.h"
 
 #define MAX_FILE 16384

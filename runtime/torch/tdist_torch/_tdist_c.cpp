@@ -35,6 +35,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -118,6 +119,11 @@ c10::intrusive_ptr<c10::ivalue::Future> done_future(const std::vector<at::Tensor
   return f;
 }
 
+}  // namespace
+
+// Works and the completion thread. ------------------------------------------------------------
+namespace {
+
 // An async libtdist work and what it holds until it ends.
 struct AsyncState {
   std::mutex mu;
@@ -128,6 +134,65 @@ struct AsyncState {
   std::vector<at::Tensor> result;  // the tensors libtdist reads and writes (and the future's value)
   c10::intrusive_ptr<c10::ivalue::Future> future;
 };
+
+// The thread that ends the works whose future was asked for (DDP's communication hooks wait on
+// futures in C++), started at the first such work. `end` waits for a work and settles its future.
+class Completion {
+ public:
+  explicit Completion(std::function<void(const std::shared_ptr<AsyncState> &)> end) : end_(std::move(end)) {}
+
+  // Hands the work to the thread (started here on first use). The caller holds s->mu.
+  void push(const std::shared_ptr<AsyncState> &s) {
+    std::lock_guard<std::mutex> q(queue_mu_);
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    queue_.push_back(s);
+    queue_cv_.notify_one();
+  }
+
+  // Ends the thread once the works handed to it have ended. Idempotent.
+  void stop() {
+    std::thread t;
+    {
+      std::lock_guard<std::mutex> q(queue_mu_);
+      stop_ = true;
+      queue_cv_.notify_all();
+      t = std::move(thread_);
+    }
+    if (t.joinable()) {
+      if (t.get_id() == std::this_thread::get_id())
+        t.detach();  // the last holder let go in a future's callback: the loop ends by itself
+      else
+        t.join();
+    }
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::shared_ptr<AsyncState> s;
+      {
+        std::unique_lock<std::mutex> q(queue_mu_);
+        queue_cv_.wait(q, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stop_ and nothing left
+        s = queue_.front();
+        queue_.pop_front();
+      }
+      end_(s);
+    }
+  }
+
+  std::function<void(const std::shared_ptr<AsyncState> &)> end_;
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<std::shared_ptr<AsyncState>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+// The core: libtdist's group shared by both halves. ---------------------------------------------
+namespace {
 
 // What the C++ group and the Python group share: libtdist's group, its lock and the works.
 class Core {
@@ -218,14 +283,10 @@ class Core {
     std::lock_guard<std::mutex> g(s->mu);
     if (!s->future) {
       s->future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
-      if (s->ended) {
+      if (s->ended)
         settle(s, s->future);
-      } else {
-        std::lock_guard<std::mutex> q(queue_mu_);
-        if (!thread_.joinable()) thread_ = std::thread([this] { completion_loop(); });
-        queue_.push_back(s);
-        queue_cv_.notify_one();
-      }
+      else
+        completion_.push(s);
     }
     return s->future;
   }
@@ -243,19 +304,7 @@ class Core {
       left.assign(works_.begin(), works_.end());
     }
     for (auto &s : left) end(s);
-    std::thread t;
-    {
-      std::lock_guard<std::mutex> q(queue_mu_);
-      stop_ = true;
-      queue_cv_.notify_all();
-      t = std::move(thread_);
-    }
-    if (t.joinable()) {
-      if (t.get_id() == std::this_thread::get_id())
-        t.detach();  // the last holder let go in a future's callback: the loop ends by itself
-      else
-        t.join();
-    }
+    completion_.stop();
   }
 
  private:
@@ -267,20 +316,6 @@ class Core {
       f->markCompleted(c10::IValue(s->result));
   }
 
-  void completion_loop() {
-    for (;;) {
-      std::shared_ptr<AsyncState> s;
-      {
-        std::unique_lock<std::mutex> q(queue_mu_);
-        queue_cv_.wait(q, [this] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stop_ and nothing left
-        s = queue_.front();
-        queue_.pop_front();
-      }
-      end(s);
-    }
-  }
-
   tdist_pg_t *pg_;
   Api api_;
   int64_t async_min_;
@@ -288,12 +323,13 @@ class Core {
   std::atomic<bool> closed_{false};
   std::mutex works_mu_;
   std::unordered_set<std::shared_ptr<AsyncState>> works_;
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<std::shared_ptr<AsyncState>> queue_;
-  bool stop_ = false;
-  std::thread thread_;
+  Completion completion_{[this](const std::shared_ptr<AsyncState> &s) { end(s); }};
 };
+
+}  // namespace
+
+// The works a group returns. ---------------------------------------------------------------------
+namespace {
 
 // The work of a collective that ran on the calling thread and has finished.
 class DoneWork : public c10d::Work {
@@ -340,21 +376,18 @@ class AsyncWork : public c10d::Work {
   std::shared_ptr<AsyncState> s_;
 };
 
-class Group : public Base {
- public:
-  Group(int rank, int size, std::shared_ptr<Core> core, py::object delegate)
-      : Base(rank, size), core_(std::move(core)), delegate_(std::move(delegate)) {}
+}  // namespace
 
-  ~Group() override {
-    // The Python group closes libtdist's group when it is collected; it may only be
-    // released with the interpreter's lock held.
-    if (Py_IsInitialized()) {
-      py::gil_scoped_acquire g;
-      delegate_ = py::object();
-    } else {
-      delegate_.release();
-    }
-  }
+// The calls handed to the Python group. -------------------------------------------------------
+namespace {
+
+// A c10d group that hands every call to the Python group (its delegate), counting each in the
+// sequence number. Group overrides the calls it runs in C++.
+class PythonCalls : public Base {
+ public:
+  PythonCalls(int rank, int size, py::object delegate) : Base(rank, size), delegate_(std::move(delegate)) {}
+
+  ~PythonCalls() override { release_delegate(); }
 
   const std::string getBackendName() const override { return "tdist"; }
   py::object delegate() const { return delegate_; }
@@ -364,34 +397,11 @@ class Group : public Base {
   uint64_t getSequenceNumberForGroup() override { return seq_.load(std::memory_order_relaxed); }
 
   WorkPtr allreduce(std::vector<at::Tensor> &ts, const c10d::AllreduceOptions &o = {}) override {
-    if (ts.size() == 1 && plain_cpu(ts[0])) {
-      int d = dtype_code(ts[0].scalar_type());
-      int op = op_code(o.reduceOp);
-      if (d >= 0 && op >= 0 && (op < 5 || d >= 4)) {  // BAND, BOR, BXOR: integer dtypes only
-        at::Tensor &t = ts[0];
-        return run(c10d::OpType::ALLREDUCE, "all_reduce", ts, (size_t)t.numel() * t.element_size(),
-                   [&] { return core_->api().all_reduce(core_->pg(), t.data_ptr(), t.numel(), (tdist_dtype_t)d, (tdist_reduce_op_t)op); },
-                   [&](tdist_work_t **w) {
-                     return core_->api().all_reduce_async(core_->pg(), t.data_ptr(), t.numel(), (tdist_dtype_t)d, (tdist_reduce_op_t)op, w);
-                   });
-      }
-    }
     return call("allreduce", ts, o);
   }
-
   WorkPtr broadcast(std::vector<at::Tensor> &ts, const c10d::BroadcastOptions &o = {}) override {
-    if (ts.size() == 1 && plain_cpu(ts[0]) && o.rootRank >= 0 && o.rootRank < getSize()) {
-      at::Tensor &t = ts[0];
-      size_t n = (size_t)t.numel() * t.element_size();
-      int root = (int)o.rootRank;
-      return run(c10d::OpType::BROADCAST, "broadcast", ts, n,
-                 [&] { return core_->api().broadcast(core_->pg(), t.data_ptr(), n, TDIST_UINT8, root); },
-                 [&](tdist_work_t **w) { return core_->api().broadcast_async(core_->pg(), t.data_ptr(), n, TDIST_UINT8, root, w); });
-    }
     return call("broadcast", ts, o);
   }
-
-  // Everything else: the Python group.
   WorkPtr allreduce_coalesced(std::vector<at::Tensor> &ts, const c10d::AllreduceCoalescedOptions &o = {}) override {
     return call("allreduce_coalesced", ts, o);
   }
@@ -454,6 +464,72 @@ class Group : public Base {
   }
 #endif
 
+ protected:
+  // The Python group closes libtdist's group when it is collected; it may only be released
+  // with the interpreter's lock held. Idempotent.
+  void release_delegate() {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire g;
+      delegate_ = py::object();
+    } else {
+      delegate_.release();
+    }
+  }
+
+  template <typename... A>
+  WorkPtr call(const char *name, A &...args) {
+    seq_.fetch_add(1, std::memory_order_relaxed);
+    py::gil_scoped_acquire g;
+    py::object r = delegate_.attr(name)(args...);
+    return r.cast<WorkPtr>();
+  }
+
+  py::object delegate_;
+  std::atomic<uint64_t> seq_{0};  // calls made on this group (see the file's comment)
+};
+
+}  // namespace
+
+// The groups PyTorch calls. ----------------------------------------------------------------------
+namespace {
+
+// The group PyTorch calls: all_reduce and broadcast of one contiguous CPU tensor run here, in
+// C++; every other call, and those with other tensors, go to the Python group.
+class Group : public PythonCalls {
+ public:
+  Group(int rank, int size, std::shared_ptr<Core> core, py::object delegate)
+      : PythonCalls(rank, size, std::move(delegate)), core_(std::move(core)) {}
+  // The Python group first, then the core (the order of the members before the split).
+  ~Group() override { release_delegate(); }
+
+  WorkPtr allreduce(std::vector<at::Tensor> &ts, const c10d::AllreduceOptions &o = {}) override {
+    if (ts.size() == 1 && plain_cpu(ts[0])) {
+      int d = dtype_code(ts[0].scalar_type());
+      int op = op_code(o.reduceOp);
+      if (d >= 0 && op >= 0 && (op < 5 || d >= 4)) {  // BAND, BOR, BXOR: integer dtypes only
+        at::Tensor &t = ts[0];
+        return run(c10d::OpType::ALLREDUCE, "all_reduce", ts, (size_t)t.numel() * t.element_size(),
+                   [&] { return core_->api().all_reduce(core_->pg(), t.data_ptr(), t.numel(), (tdist_dtype_t)d, (tdist_reduce_op_t)op); },
+                   [&](tdist_work_t **w) {
+                     return core_->api().all_reduce_async(core_->pg(), t.data_ptr(), t.numel(), (tdist_dtype_t)d, (tdist_reduce_op_t)op, w);
+                   });
+      }
+    }
+    return call("allreduce", ts, o);
+  }
+
+  WorkPtr broadcast(std::vector<at::Tensor> &ts, const c10d::BroadcastOptions &o = {}) override {
+    if (ts.size() == 1 && plain_cpu(ts[0]) && o.rootRank >= 0 && o.rootRank < getSize()) {
+      at::Tensor &t = ts[0];
+      size_t n = (size_t)t.numel() * t.element_size();
+      int root = (int)o.rootRank;
+      return run(c10d::OpType::BROADCAST, "broadcast", ts, n,
+                 [&] { return core_->api().broadcast(core_->pg(), t.data_ptr(), n, TDIST_UINT8, root); },
+                 [&](tdist_work_t **w) { return core_->api().broadcast_async(core_->pg(), t.data_ptr(), n, TDIST_UINT8, root, w); });
+    }
+    return call("broadcast", ts, o);
+  }
+
  private:
   template <typename Blocking, typename Async>
   WorkPtr run(c10d::OpType type, const char *what, std::vector<at::Tensor> &ts, size_t nbytes, Blocking blocking,
@@ -483,17 +559,7 @@ class Group : public Base {
     return c10::make_intrusive<AsyncWork>(getRank(), type, core_, s);
   }
 
-  template <typename... A>
-  WorkPtr call(const char *name, A &...args) {
-    seq_.fetch_add(1, std::memory_order_relaxed);
-    py::gil_scoped_acquire g;
-    py::object r = delegate_.attr(name)(args...);
-    return r.cast<WorkPtr>();
-  }
-
   std::shared_ptr<Core> core_;
-  py::object delegate_;
-  std::atomic<uint64_t> seq_{0};  // calls made on this group (see the file's comment)
 };
 
 #if TORCH_VERSION_MAJOR >= 2

@@ -1,9 +1,9 @@
 /* Random inputs for the YAML configuration reader (operator-agent/config), drawn from a
  * tests/testlib/rng.h generator: YAML-flavoured random bytes, and mutations of a file (bit flips,
  * inserted YAML tokens and keys, deleted ranges, duplicated lines, truncation). Shared by
- * tests/agent/config_test.c and tests/fuzz/config_replay.c. Header-only, testonly. */
-#ifndef TDIST_TESTS_FUZZ_CONFIG_GEN_H
-#define TDIST_TESTS_FUZZ_CONFIG_GEN_H
+ * tests/agent/config_random_test.c and tests/fuzz/config_replay.c. Header-only, testonly. */
+#ifndef TDIST_TESTS_AGENT_CONFIG_GEN_H
+#define TDIST_TESTS_AGENT_CONFIG_GEN_H
 
 #include <stddef.h>
 #include <stdint.h>
