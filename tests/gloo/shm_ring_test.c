@@ -179,8 +179,8 @@ typedef struct {
   uint64_t slept, cancelled, timeouts;
 } pinger_t;
 
-/* Waits for the next message (len bytes of value v) in own's ring the way tcp.c does: look,
- * arm, look again, sleep. */
+/* Waits for the next message (len bytes of value v) in own's ring the way the transport does
+ * (runtime/gloo/shm/link.c, wait.c): look, arm, look again, sleep. */
 static void ping_recv(pinger_t *p, uint8_t *buf, size_t len, uint8_t v) {
   tdist__shm_ring_t *r = tdist__shm_slot(p->own, 0);
   size_t got = 0;

@@ -1,7 +1,7 @@
 /* Which transport and all_reduce algorithm really ran, read from libtdist's own debug log lines:
  * with TDIST_LOG_LEVEL=debug each rank logs "gloo: rank R: N peers over shared memory" once per
  * group that set up shared-memory links, and "gloo: all_reduce B bytes, W ranks: ALGO" for every
- * all_reduce that moved data (runtime/gloo/tcp.c, gloo.c). A rank's process captures its own
+ * all_reduce that moved data (runtime/gloo/shm/setup.c, gloo.c). A rank's process captures its own
  * stderr (fd 2, where the library writes) in a file between logcap_begin and logcap_end and
  * counts those lines; a CHECK failure in between (exit) copies the capture back to stderr.
  *
