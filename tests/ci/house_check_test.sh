@@ -2,9 +2,11 @@
 # .ci/house_check on two fixture trees made here: one that breaks each of its rules once (a file
 # over 1,000 lines, a C and a Python function over 150 lines in runtime/ and operator-agent/, an
 # agent file that includes a runtime/ header, a backend that includes runtime/pg/group.h, an
-# include cycle between two folders) must fail and name every offender, and nothing else; one that
-# keeps every rule at its limit (1,000 lines, 150-line functions, the allowed includes, a folder
-# including its parent without a way back) must pass.
+# include cycle between two folders, two product packages whose BUILD files name each other) must
+# fail and name every offender, and nothing else; one that keeps every rule at its limit (1,000
+# lines, 150-line functions, the allowed includes, a folder including its parent without a way
+# back, packages that name each other only in visibility or load(), test packages sharing data)
+# must pass.
 #   args: HOUSE_CHECK
 set -euo pipefail
 
@@ -46,6 +48,8 @@ make_broken() {
   printf '#include "runtime/b/b.h"\n' | put "$r/runtime/a/a.h"
   printf '#include "runtime/a/a.h"\n' | put "$r/runtime/b/b.c"
   printf 'int b;\n' | put "$r/runtime/b/b.h"
+  printf 'cc_library(name = "c", deps = ["//runtime/d:d"])\n' | put "$r/runtime/c/BUILD"
+  printf 'cc_library(name = "d", deps = ["//runtime/c"])  # names //runtime/x\n' | put "$r/runtime/d/BUILD"
 }
 
 make_clean() {
@@ -62,6 +66,12 @@ make_clean() {
   printf 'struct tdist_pg_s;\n' | put "$r/runtime/pg/group.h"
   printf '#include "runtime/gloo/transport.h"\n' | put "$r/runtime/gloo/tcp/tcp.c"
   printf 'int t;\n' | put "$r/runtime/gloo/transport.h"
+  printf 'load("//runtime/d:defs.bzl", "X")\ncc_library(name = "c", deps = ["//runtime/d:d"])\n' \
+    | put "$r/runtime/c/BUILD"
+  printf 'package(default_visibility = ["//runtime/c:__pkg__", "//runtime:__subpackages__"])\ncc_library(name = "d")\n' \
+    | put "$r/runtime/d/BUILD"
+  printf 'sh_test(name = "a", data = ["//tests/b:x.sh"])\n' | put "$r/tests/a/BUILD"
+  printf 'sh_test(name = "b", data = ["//tests/a:y.sh"])\n' | put "$r/tests/b/BUILD"
 }
 
 expect_line() {
@@ -78,10 +88,11 @@ expect_line "house_check: functions: operator-agent/tools/long.py:1 long_py is 1
 expect_line "house_check: agent: operator-agent/main.c includes runtime/common/param.h"
 expect_line "house_check: pg: runtime/gloo/gloo.c includes runtime/pg/group.h"
 expect_line "house_check: cycles: runtime/a -> runtime/b -> runtime/a (runtime/a/a.h includes runtime/b/b.h; runtime/b/b.c includes runtime/a/a.h)"
+expect_line "house_check: packages: //runtime/c -> //runtime/d -> //runtime/c (//runtime/c names //runtime/d:d; //runtime/d names //runtime/c)"
 n="$(grep -c '^house_check: ' "$tmp/out")"
-[ "$n" -eq 6 ] || { echo "FAIL: $n offenders listed, want 6:"; cat "$tmp/out"; exit 1; }
-grep -qF "6 offender(s)" "$tmp/err" || { echo "FAIL: no count on stderr:"; cat "$tmp/err"; exit 1; }
-echo "ok: the broken tree fails with its 6 offenders"
+[ "$n" -eq 7 ] || { echo "FAIL: $n offenders listed, want 7:"; cat "$tmp/out"; exit 1; }
+grep -qF "7 offender(s)" "$tmp/err" || { echo "FAIL: no count on stderr:"; cat "$tmp/err"; exit 1; }
+echo "ok: the broken tree fails with its 7 offenders"
 
 make_clean "$tmp/clean"
 rc=0
