@@ -1,8 +1,9 @@
 /* tdist-agent's environment parameters: the table of every TDIST_* variable the agent itself
  * reads (besides TDIST_<FLAG>, its flags' environment names: config/config_opts.c), with its
- * type, default, range or allowed values and one line of help; in the style of libtdist's table
- * (runtime/common/param.h), which the agent does not include: the library reads its own
- * variables in the agent's process (TDIST_LOG_LEVEL for its log lines too), the agent reads these.
+ * type, default, range or allowed values and one line of help; on the engine libtdist's table
+ * (runtime/common/param.h) uses too (envparam/envparam.h), without including libtdist's table:
+ * the library reads its own variables in the agent's process (TDIST_LOG_LEVEL for its log lines
+ * too), the agent reads these.
  *
  * Each variable is read at its first use and cached for the life of the process (thread-safe).
  * An empty value counts as unset. A bad value is never replaced by the default in silence: the
@@ -15,14 +16,16 @@
 
 #include <stddef.h>
 
-typedef enum {
-  AGENT_PARAM_INT,    /* decimal integer in min..max */
-  AGENT_PARAM_DOUBLE, /* decimal number in min..max */
-  AGENT_PARAM_ENUM,   /* one of choices ("a|b|c"), case-insensitive; the value is the index */
-  AGENT_PARAM_STR     /* any text of min..max bytes */
-} agent_param_type_t;
+#include "envparam/envparam.h"
 
-#define AGENT_PARAM_PATH_MAX_LEN 4095
+/* The types, definitions and values of the engine both tables use (envparam/envparam.h). */
+typedef envparam_type_t agent_param_type_t;
+#define AGENT_PARAM_INT ENVPARAM_INT       /* decimal integer in min..max */
+#define AGENT_PARAM_DOUBLE ENVPARAM_DOUBLE /* decimal number in min..max */
+#define AGENT_PARAM_ENUM ENVPARAM_ENUM     /* one of choices, case-insensitive: the index */
+#define AGENT_PARAM_STR ENVPARAM_STR       /* any text of min..max bytes */
+
+#define AGENT_PARAM_PATH_MAX_LEN ENVPARAM_STR_MAX
 
 /* X(ID, type, default, default as documented (NULL: the default itself), min, max, choices,
  *   help). The variable is TDIST_<ID>. A name also in libtdist's table (LOG_LEVEL) must have the
@@ -44,23 +47,11 @@ typedef enum {
       AGENT_P_COUNT_
 } agent_param_id_t;
 
-typedef struct {
-  const char *name; /* "TDIST_PYTHON" */
-  agent_param_type_t type;
-  const char *dflt;     /* the default as the variable would spell it; NULL: none (unset) */
-  const char *dflt_doc; /* the default in words when it is not a plain value, else NULL */
-  double min, max;      /* INT and DOUBLE: the range; STR: the length range */
-  const char *choices;  /* ENUM */
-  const char *help;
-} agent_param_def_t;
+typedef envparam_def_t agent_param_def_t; /* scope: 0 (the agent is the one reader) */
 
 extern const agent_param_def_t agent_params[AGENT_P_COUNT_];
 
-typedef struct {
-  long long i;   /* INT, and ENUM (the index into choices) */
-  double d;      /* DOUBLE */
-  const char *s; /* STR: points into the parsed text */
-} agent_param_value_t;
+typedef envparam_value_t agent_param_value_t;
 
 /* Parses text as parameter id would be: 0 and *out set, or -1 and a message naming the variable,
  * the value and what is allowed in err. Pure. */

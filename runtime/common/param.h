@@ -20,18 +20,21 @@
 
 #include <stddef.h>
 
-typedef enum {
-  TDIST__PARAM_INT,    /* decimal integer in min..max */
-  TDIST__PARAM_DOUBLE, /* decimal number in min..max */
-  TDIST__PARAM_ENUM,   /* one of choices ("a|b|c"), case-insensitive; the value is the index */
-  TDIST__PARAM_STR     /* any text of at most max bytes */
-} tdist__param_type_t;
+#include "envparam/envparam.h"
+
+/* The types, definitions and values of the engine both programs' tables use
+ * (envparam/envparam.h: the parser, the read-once cache, the messages). */
+typedef envparam_type_t tdist__param_type_t;
+#define TDIST__PARAM_INT ENVPARAM_INT       /* decimal integer in min..max */
+#define TDIST__PARAM_DOUBLE ENVPARAM_DOUBLE /* decimal number in min..max */
+#define TDIST__PARAM_ENUM ENVPARAM_ENUM     /* one of choices, case-insensitive: the index */
+#define TDIST__PARAM_STR ENVPARAM_STR       /* any text of at most max bytes */
 
 /* Who reads the variable. */
 #define TDIST__PARAM_LIB 1u /* libtdist (every process that uses it) */
 
 #define TDIST__SPIN_MAX_US 10000000 /* 10 s */
-#define TDIST__PATH_MAX_LEN 4095
+#define TDIST__PATH_MAX_LEN ENVPARAM_STR_MAX
 
 /* X(ID, type, default, default as documented (NULL: the default itself), min, max, choices,
  *   scope, help). The variable is TDIST_<ID>. Keep the rows in the order docs/environment.md lists
@@ -96,24 +99,11 @@ typedef enum {
       TDIST__P_COUNT_
 } tdist__param_id_t;
 
-typedef struct {
-  const char *name; /* "TDIST_LOG_LEVEL" */
-  tdist__param_type_t type;
-  const char *dflt;     /* the default as the variable would spell it; NULL: none (unset) */
-  const char *dflt_doc; /* the default in words when it is not a plain value, else NULL */
-  double min, max;      /* INT and DOUBLE: the range; STR: the length range */
-  const char *choices;  /* ENUM */
-  unsigned scope;       /* TDIST__PARAM_LIB */
-  const char *help;
-} tdist__param_def_t;
+typedef envparam_def_t tdist__param_def_t; /* scope: TDIST__PARAM_LIB */
 
 extern const tdist__param_def_t tdist__params[TDIST__P_COUNT_];
 
-typedef struct {
-  long long i;   /* INT, and ENUM (the index into choices) */
-  double d;      /* DOUBLE */
-  const char *s; /* STR: points into the parsed text */
-} tdist__param_value_t;
+typedef envparam_value_t tdist__param_value_t;
 
 /* Parses text as parameter id would be: 0 and *out set, or -1 and a message naming the variable,
  * the value and what is allowed in err. Pure; the getters below use it. */

@@ -37,8 +37,7 @@ NOT_VARIABLES = {
 }
 # (path prefix, argument; None: any): getenv of a variable name, each reviewed.
 GETENV_OK = {
-    ("runtime/common/param.c", None),  # the table itself
-    ("operator-agent/common/param.c", None),  # the agent's table
+    ("envparam/envparam.c", None),  # the engine of both tables (libtdist's and the agent's)
     ("runtime/pg/", "name"),  # env_nonempty(): RANK, WORLD_SIZE, MASTER_ADDR, ... (literals)
     ("runtime/mpi/loader.c", "name"),  # parse_env_int(): RANK, WORLD_SIZE (literals)
     ("operator-agent/pmix/pmix_env.c", "name"),  # put(): mpirun's OMPI_* names (literals)

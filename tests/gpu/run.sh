@@ -34,7 +34,7 @@ if [ -z "$bin" ]; then
   cuda="${CUDA_HOME:-/usr/local/cuda}"
   out="${TMPDIR:-/tmp}/tdist-gpu-check"
   mkdir -p "$out"
-  srcs=$(ls runtime/common/*.c runtime/store/*.c runtime/pg/*.c runtime/gloo/*.c \
+  srcs=$(ls envparam/*.c runtime/common/*.c runtime/store/*.c runtime/pg/*.c runtime/gloo/*.c \
            runtime/gloo/*/*.c runtime/nccl/*.c | grep -v tdist_store_main.c)
   say "cc -O2 (${cuda}/include) -> $out/nccl_gpu_test"
   # shellcheck disable=SC2086
