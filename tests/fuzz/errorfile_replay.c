@@ -181,34 +181,10 @@ static void gen_doc(enc_t *b) {
 }
 
 /* A dictionary token inserted at random. */
-static void put_token(enc_t *b) {
-  const char *t = tokens[rnd_below(NTOKENS)];
-  size_t tl = strlen(t), at = (size_t)rnd_below(b->len + 1);
-  enc_reserve(b, tl);
-  memmove(b->p + at + tl, b->p + at, b->len - at);
-  memcpy(b->p + at, t, tl);
-  b->len += tl;
-}
+static void put_token(enc_t *b) { fuzz_insert_text(b, tokens[rnd_below(NTOKENS)]); }
 
 static void generate(long i, const corpus_file_t *files, size_t nfiles, enc_t *b) {
-  switch (i % 5) {
-    case 0:
-    case 1:
-      gen_doc(b);
-      if (i % 5 == 1) fuzz_mutate(b, put_token);
-      break;
-    case 2: {
-      const corpus_file_t *f = fuzz_pick(files, nfiles);
-      enc_bytes(b, f->data, f->len);
-      fuzz_mutate(b, put_token);
-      break;
-    }
-    case 3:
-      fuzz_splice(b, files, nfiles);
-      if (rnd_below(2)) fuzz_mutate(b, put_token);
-      break;
-    case 4: fuzz_random_bytes(b, (size_t)rnd_below(200)); break;
-  }
+  fuzz_generate_mix(i, files, nfiles, b, gen_doc, put_token, 200);
 }
 
 static const fuzz_replay_t desc = {

@@ -44,14 +44,7 @@ static const char *const tokens[] = {
 };
 #define NTOKENS (sizeof tokens / sizeof tokens[0])
 
-static void put_token(enc_t *b) {
-  const char *t = tokens[rnd_below(NTOKENS)];
-  size_t tl = strlen(t), at = (size_t)rnd_below(b->len + 1);
-  enc_reserve(b, tl);
-  memmove(b->p + at + tl, b->p + at, b->len - at);
-  memcpy(b->p + at, t, tl);
-  b->len += tl;
-}
+static void put_token(enc_t *b) { fuzz_insert_text(b, tokens[rnd_below(NTOKENS)]); }
 
 /* A number near one of the bounds the codec checks. */
 static int64_t near_bound(void) {
@@ -110,24 +103,7 @@ static void gen_value(enc_t *b) {
 }
 
 static void generate(long i, const corpus_file_t *files, size_t nfiles, enc_t *b) {
-  switch (i % 5) {
-    case 0:
-    case 1:
-      gen_value(b);
-      if (i % 5 == 1) fuzz_mutate(b, put_token);
-      break;
-    case 2: {
-      const corpus_file_t *f = fuzz_pick(files, nfiles);
-      enc_bytes(b, f->data, f->len);
-      fuzz_mutate(b, put_token);
-      break;
-    }
-    case 3:
-      fuzz_splice(b, files, nfiles);
-      if (rnd_below(2)) fuzz_mutate(b, put_token);
-      break;
-    case 4: fuzz_random_bytes(b, (size_t)rnd_below(100)); break;
-  }
+  fuzz_generate_mix(i, files, nfiles, b, gen_value, put_token, 100);
 }
 
 static const fuzz_replay_t desc = {

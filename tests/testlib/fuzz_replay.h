@@ -63,6 +63,15 @@ static inline void fuzz_random_bytes(enc_t *b, size_t n) {
   b->len += n;
 }
 
+/* Inserts text at a random place of b (a dictionary token, for a target's `special`). */
+static inline void fuzz_insert_text(enc_t *b, const char *t) {
+  size_t tl = strlen(t), at = (size_t)rnd_below(b->len + 1);
+  enc_reserve(b, tl);
+  memmove(b->p + at + tl, b->p + at, b->len - at);
+  memcpy(b->p + at, t, tl);
+  b->len += tl;
+}
+
 /* 1 to 4 mutations of b, each one of: a bit flipped, a byte set at random, the target's own
  * mutation (`special`: a boundary value, a dictionary token...), a random byte inserted, a byte
  * deleted, the input truncated. */
@@ -96,6 +105,32 @@ static inline void fuzz_mutate(enc_t *b, void (*special)(enc_t *b)) {
         if (b->len) b->len = (size_t)rnd_below(b->len);
         break;
     }
+  }
+}
+
+/* The usual mix of inputs, by i % 5: the target's generator (`gen`); the same, mutated; a corpus
+ * file, mutated; two corpus files spliced (mutated half the time); up to random_max - 1 random
+ * bytes. `special` is the target's own mutation (fuzz_mutate). nfiles > 0. */
+static inline void fuzz_generate_mix(long i, const corpus_file_t *files, size_t nfiles, enc_t *b,
+                                     void (*gen)(enc_t *b), void (*special)(enc_t *b),
+                                     uint64_t random_max) {
+  switch (i % 5) {
+    case 0:
+    case 1:
+      gen(b);
+      if (i % 5 == 1) fuzz_mutate(b, special);
+      break;
+    case 2: {
+      const corpus_file_t *f = fuzz_pick(files, nfiles);
+      enc_bytes(b, f->data, f->len);
+      fuzz_mutate(b, special);
+      break;
+    }
+    case 3:
+      fuzz_splice(b, files, nfiles);
+      if (rnd_below(2)) fuzz_mutate(b, special);
+      break;
+    default: fuzz_random_bytes(b, (size_t)rnd_below(random_max)); break;
   }
 }
 
