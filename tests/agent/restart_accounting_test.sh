@@ -17,6 +17,8 @@
 #      agent included), and every agent's /status shows the same round and restart_count. In
 #      torchrun restart_count = max_restarts - _remaining_restarts of each agent: the healthy
 #      nodes keep 0 and a new agent starts at 0.
+#   c. a warm spare counted in PET_NNODES (--spares-in-nnodes, Trainer v2's shape): 3 pods, 2
+#      active, the standby takes the stopped node 1's group rank with count 1.
 #   args: AGENT
 set -uo pipefail
 AGENT="$(realpath "$1")"
@@ -193,6 +195,37 @@ else fail "b. attempt 0: want nodes 0 1 with count 0, got: $(last_starts b 2)"; 
 extra="$(awk '{print $1, $2}' "$T/b.starts" 2>/dev/null | sort | uniq -c | awk '$1 != 1 || $3 > 3')"
 [ -z "$extra" ] && pass "b. no worker started twice in one attempt or in an attempt past 3" ||
   fail "b. unexpected starts (count node attempt): $extra"
+
+# c. a warm spare counted in the node count, as under Kubeflow Trainer v2 (PET_NNODES = numNodes
+# = 3 pods, spares_in_nnodes, 1 spare): nodes 0 and 1 train, node 2 waits; node 1's agent is
+# stopped (SIGTERM, as on pod deletion) and node 2 takes its group rank 1 in attempt 1.
+MP=$(free_port)
+for n in 0 1 2; do
+  PET_NNODES=3 PET_NODE_RANK=$n start c "$n" --master-port "$MP" --max-restarts 3 --spares 1 \
+    --spares-in-nnodes
+done
+if wait_starts c 0 "0 1 "; then
+  pass "c. PET_NNODES=3 with 1 spare counted in it: attempt 0 runs on nodes 0 and 1"
+  st=""
+  for _ in $(seq 100); do
+    p="$(cat "$T/c.2.port" 2>/dev/null)"
+    st="$(curl -sf --max-time 5 "http://127.0.0.1:$p/status" 2>/dev/null |
+      $PY -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null)"
+    [ "$st" = standby ] && break
+    sleep 0.1
+  done
+  [ "$st" = standby ] && pass "c. node 2's /status says standby" || fail "c. node 2's state: '$st'"
+  kill -TERM "$PID_c1"
+  if wait_starts c 1 "0 2 "; then
+    pass "c. node 1 stopped: attempt 1 on nodes 0 and 2 (the standby promoted)"
+    grep -q "^2 1 1 " "$T/c.starts" && pass "c. the promoted standby has group rank 1" ||
+      fail "c. the promoted standby's start: $(grep '^2 ' "$T/c.starts")"
+    touch "$T/c.finish"
+    wait_exits 60 "$PID_c0" "$PID_c1" "$PID_c2"
+    [ "$RC_0 $RC_1 $RC_2" = "0 143 0" ] && pass "c. exit status 0, 143 (stopped), 0" ||
+      fail "c. exit status $RC_0, $RC_1, $RC_2 (want 0 143 0)"
+  else fail "c. attempt 1: want nodes 0 2 with count 1, got: $(last_starts c 2)"; fi
+else fail "c. attempt 0: want nodes 0 1 with count 0, got: $(last_starts c 2)"; fi
 
 [ "$fails" -eq 0 ] || for f in "$T"/*.err; do echo "== $f"; tail -20 "$f"; done
 agent_test_end restart_accounting_test
