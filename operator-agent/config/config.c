@@ -786,6 +786,30 @@ static int apply_standalone(cfg_ctx_t *ctx) {
   return 0;
 }
 
+/* --spares-in-nnodes: nnodes as given counts the spares (Trainer v2's PET_NNODES = numNodes, every
+ * pod); from here on nnodes is the active nodes, and the flag is consumed so that the effective
+ * configuration (--check-config's dump) says what the agent runs: nnodes N, spares S. */
+static int apply_spares_in_nnodes(cfg_ctx_t *ctx) {
+  agent_cfg_t *cfg = ctx->cfg;
+  const char *w = ctx->where[CFG_SPARES_IN_NNODES];
+  if (!cfg->spares_in_nnodes || cfg->standalone) return 0;
+  if (cfg->nnodes_min != cfg->nnodes_max)
+    return agent_cfg__fail(ctx,
+                           "%s: '%d:%d' is MIN:MAX, but spares_in_nnodes (%s) needs one node "
+                           "count (all the pods, spares included); give a single number",
+                           ctx->where[CFG_NNODES], cfg->nnodes_min, cfg->nnodes_max, w);
+  if (cfg->nnodes_max <= cfg->spares)
+    return agent_cfg__fail(ctx,
+                           "%s: %d node(s) with spares_in_nnodes (%s) leave no active node "
+                           "beside the %d spare(s) (%s); raise the node count (numNodes) to at "
+                           "least %d or lower spares",
+                           ctx->where[CFG_NNODES], cfg->nnodes_max, w, cfg->spares,
+                           ctx->where[CFG_SPARES], cfg->spares + 1);
+  cfg->nnodes_min = cfg->nnodes_max = cfg->nnodes_max - cfg->spares;
+  cfg->spares_in_nnodes = 0;
+  return 0;
+}
+
 static int cross_checks(cfg_ctx_t *ctx) {
   agent_cfg_t *cfg = ctx->cfg;
   char a[48], b[48];
@@ -887,7 +911,9 @@ agent_cfg_result_t agent_cfg_load(agent_cfg_t *cfg, int argc, char **argv, char 
     cfg->cmd = cmd;
     cfg->ncmd = (size_t)(argc - sc.cmd_start);
   }
-  if (apply_standalone(&ctx) || agent_cfg__resolve_nproc(&ctx) || cross_checks(&ctx)) goto out;
+  if (apply_standalone(&ctx) || apply_spares_in_nnodes(&ctx) || agent_cfg__resolve_nproc(&ctx) ||
+      cross_checks(&ctx))
+    goto out;
   res = AGENT_CFG_OK;
 out:
   free(sc.recs);

@@ -35,6 +35,10 @@ typedef struct {
   /* --- job shape --- */
   int nnodes_min, nnodes_max; /* --nnodes N or MIN:MAX; default 1:1 */
   int spares;                 /* --spares K: standby pods, node ranks nnodes_max.. ; default 0 */
+  int spares_in_nnodes;       /* --spares-in-nnodes: the nnodes given counts the spares too (a
+                               * Trainer v2 numNodes); cleared once nnodes is reduced to the
+                               * active nodes by the loader, so the effective configuration
+                               * shows nnodes active + spares standbys */
   int nproc_per_node;         /* --nproc-per-node N|cpu|gpu|auto; default 1. cpu = online CPUs;
                                * gpu = number of /dev/nvidia<N> (error if none); auto = gpu if any,
                                * else cpu */

@@ -23,6 +23,14 @@ const cfg_opt_t agent_cfg__opts[CFG_NOPTS] = {
                             "workers) and take the place of a lost member at the next round. "
                             "Pod nnodes also hosts the store if pod 0 is lost (store failover). "
                             "A standby exits 0 once the job succeeded."},
+    [CFG_SPARES_IN_NNODES] = {.flag = "spares-in-nnodes", .yaml = "spares_in_nnodes",
+                              .type = CFG_T_BOOL, .off = OFF(spares_in_nnodes), .def = "off",
+                              .help = "The node count given (--nnodes, PET_NNODES) counts every "
+                                      "pod, the spares included: the job runs nnodes - spares "
+                                      "active nodes and the pods with node ranks from there up "
+                                      "are the standbys. For Kubeflow Trainer v2, whose "
+                                      "PET_NNODES is numNodes. Needs a fixed nnodes (not "
+                                      "MIN:MAX) greater than --spares."},
     [CFG_NPROC] = {.flag = "nproc-per-node", .yaml = "nproc_per_node",
                    .pet = "PET_NPROC_PER_NODE", .type = CFG_T_NPROC, .off = OFF(nproc_per_node),
                    .metavar = "N|cpu|gpu|auto", .def = "1",

@@ -28,6 +28,7 @@ static inline int cfg_equal(const agent_cfg_t *a, const agent_cfg_t *b, char *wh
   CFG_EQ_NUM_(nnodes_min)
   CFG_EQ_NUM_(nnodes_max)
   CFG_EQ_NUM_(spares)
+  CFG_EQ_NUM_(spares_in_nnodes)
   CFG_EQ_NUM_(nproc_per_node)
   CFG_EQ_NUM_(node_rank)
   CFG_EQ_STR_(master_addr)

@@ -505,6 +505,46 @@ static void test_nproc_symbolic(void) {
   }
 }
 
+/* --spares-in-nnodes (issue 35): the node count given counts the spares (Trainer v2's
+ * PET_NNODES = numNodes); the loader leaves nnodes = the active nodes and the flag consumed. */
+static void test_spares_in_nnodes(void) {
+  agent_cfg_t c;
+  char err[512];
+  CHECK_EQ_INT(
+      load(&c, err, ARGS("--nnodes", "4", "--spares", "1", "--spares-in-nnodes", "x"), NOENV),
+      AGENT_CFG_OK);
+  CHECK_EQ_INT(c.nnodes_min, 3);
+  CHECK_EQ_INT(c.nnodes_max, 3);
+  CHECK_EQ_INT(c.spares, 1);
+  CHECK_EQ_INT(c.spares_in_nnodes, 0);
+  round_trip(&c, "--spares-in-nnodes");
+  agent_cfg_free(&c);
+  /* Trainer's way: PET_NNODES and PET_NODE_RANK in the environment, the rest in the YAML. */
+  char cfgflag[600];
+  snprintf(cfgflag, sizeof cfgflag, "--config=%s",
+           yaml_file("nnodes: 2\nspares: 2\nspares_in_nnodes: true\n"));
+  CHECK_EQ_INT(load(&c, err, ARGS(cfgflag, "x"), ENVS("PET_NNODES=5", "PET_NODE_RANK=4")),
+               AGENT_CFG_OK);
+  CHECK_EQ_INT(c.nnodes_max, 3);
+  CHECK_EQ_INT(c.spares, 2);
+  CHECK_EQ_INT(c.node_rank, 4); /* the last spare */
+  agent_cfg_free(&c);
+  char *d = dump_of(ARGS("--nnodes", "3", "x"), ENVS("TDIST_SPARES_IN_NNODES=true"));
+  same_dump(d, ARGS("--nnodes", "3", "x"), NOENV); /* no spares: nothing to take off */
+  free(d);
+  EXPECT_ERR(ARGS("--nnodes", "2", "--spares", "2", "--spares-in-nnodes", "x"), NOENV,
+             "--nnodes: 2 node(s) with spares_in_nnodes (--spares-in-nnodes) leave no active "
+             "node beside the 2 spare(s) (--spares); raise the node count (numNodes) to at least "
+             "3 or lower spares");
+  EXPECT_ERR(ARGS("--nnodes", "2:4", "--spares", "1", "x"), ENVS("TDIST_SPARES_IN_NNODES=1"),
+             "--nnodes: '2:4' is MIN:MAX, but spares_in_nnodes (env TDIST_SPARES_IN_NNODES) "
+             "needs one node count (all the pods, spares included); give a single number");
+  EXPECT_ERR(ARGS("--nnodes", "3", "--spares", "1", "--spares-in-nnodes", "--node-rank", "3", "x"),
+             NOENV,
+             "--node-rank: node rank 3 must be below the number of nodes 2 (--nnodes) plus the "
+             "spares 1 (--spares); node ranks are 0..2");
+}
+
 int main(void) {
   cfg_test_init("config_flags_test");
   test_rng_init("config_flags_test", 0); /* a fresh seed each run, printed */
@@ -517,6 +557,7 @@ int main(void) {
   test_flag_env_errors();
   test_standalone();
   test_nproc_symbolic();
+  test_spares_in_nnodes();
   TEST_LOG("config_flags_test: all passed");
   return 0;
 }

@@ -133,9 +133,28 @@ EOF
   "$PY" "$SHAPE" trainer "$T/trainer.yaml" "$T/tj.yaml" "$T/s-trainer.yaml"
   "$PY" "$SHAPE" trainer "$T/trainer.yaml" "$T/tj-auto.yaml" "$T/s-trainer-auto.yaml"
   "$PY" "$SHAPE" trainer "$T/trainer.yaml" "$T/tj-gpu.yaml" "$T/s-trainer-gpu.yaml"
+  # Warm spares under Trainer: the runtime's ConfigMap says spares: 1, the TrainJob numNodes: 3
+  # (PET_NNODES=3 counts the spare: spares_in_nnodes): 2 active nodes, pod 2 the standby.
+  trainjob_variant "$T/tj-spare.yaml" 't["args"] = t["args"][:t["args"].index("--")]; t["numNodes"] = 3'
+  "$PY" - "$T/trainer.yaml" "$T/trainer-spare.yaml" <<'EOF'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+for d in docs:
+    if d["kind"] == "ConfigMap":
+        for k in d["data"]:
+            assert "\nspares: 0\n" in d["data"][k], "agent.yaml has no 'spares: 0' line"
+            d["data"][k] = d["data"][k].replace("\nspares: 0\n", "\nspares: 1\n")
+yaml.safe_dump_all(docs, open(sys.argv[2], "w"))
+EOF
+  "$PY" "$SHAPE" trainer "$T/trainer-spare.yaml" "$T/tj-spare.yaml" "$T/s-trainer-spare.yaml"
   "$PY" "$SHAPE" jobset "$T/jobset.yaml" "$T/s-jobset.yaml"
   "$PY" "$SHAPE" volcano "$T/volcano.yaml" "$T/s-volcano.yaml"
-  for n in trainer trainer-auto trainer-gpu jobset volcano; do check_pods "$n" "$T/s-$n.yaml"; done
+  for n in trainer trainer-auto trainer-gpu trainer-spare jobset volcano; do check_pods "$n" "$T/s-$n.yaml"; done
+  for i in 0 1 2; do
+    expect trainer-spare "$i" node_rank "$i"
+    expect trainer-spare "$i" nnodes 2
+    expect trainer-spare "$i" spares 1
+  done
   for i in 0 1; do
     expect trainer "$i" node_rank "$i"
     expect trainer "$i" nnodes 2
