@@ -1,0 +1,532 @@
+/* scale_ranks: N emulated PyTorch 2.x ranks starting up against one job's store, spread over
+ * several processes (one process can hold about 19,900 sockets here), each process an epoll loop
+ * of non-blocking rank state machines on the raw 2.x wire protocol
+ * (shared/reference/torch-contracts.md §1.3-1.10). Each rank does what a real rank's
+ * init_process_group(backend="gloo") does at the store:
+ *
+ *   connect; VALIDATE; PING (echo checked)            the TCPStore client's connect (2.6)
+ *   ADD "init/" 1                                     TCPStore(world_size=W) (§1.8)
+ *   SET  /default_pg/0//cpu//0/<r> = <blob>           gloo's TCP address (§1.10, 2.6 keys)
+ *   WAIT + MULTI_GET of the blobs of ranks r-1, r+1   the address exchange, lazily (see below)
+ *   ADD  /default_pg/store_based_barrier_key:0 1      the store-based barrier (TORCH_DIST_INIT_BARRIER=1:
+ *   the last rank SETs ...:last_worker; all WAIT it     §1.10, 2.6)
+ *
+ * The address exchange reads the two ring neighbours' blobs, as gloo's lazy init
+ * (TORCH_GLOO_LAZY_INIT) does for a ring collective; gloo's full mesh reads all W-1 blobs on
+ * every rank (W^2 reads: 10^10 at 100,000 ranks, which no store serves; say so when comparing).
+ * Every blob read is checked against the rank it must come from.
+ *
+ * Rank r talks to target (r / ranks_per_target), so consecutive ranks share a target as the
+ * ranks of a node share their agent's store proxy. Sources are bound round robin over --src
+ * addresses with IP_BIND_ADDRESS_NO_PORT, so more than the ~28,000 ephemeral ports of one source
+ * address can reach one target. At most --inflight connects are pending per process (a SYN
+ * flood past the listen backlog costs 1 s retransmits, which would measure the backlog).
+ *
+ * Prints one line per process and a summary: ranks ready, errors, the time (from the common start,
+ * CLOCK_MONOTONIC) when all were connected, had exchanged addresses, and had passed the barrier.
+ * Exit 0 when every rank passed, 1 otherwise. Asserts nothing about speed. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_TARGETS 65536
+#define MAX_SRC 16
+#define BLOB 64 /* a gloo 2.6 blob is about this size for IPv4 */
+
+enum { OP_VALIDATE = 0x00, OP_SET = 0x01, OP_ADD = 0x04, OP_WAIT = 0x06, OP_MGET = 0x0A, OP_PING = 0x0D };
+enum { S_CONNECT, S_PING, S_INIT, S_XWAIT, S_XGET, S_BADD, S_BWAIT, S_DONE, S_FAILED };
+
+typedef struct {
+  int fd, state;
+  int64_t t_conn, t_xchg, t_done;
+  size_t rlen;
+  uint8_t rbuf[2 * (BLOB + 16)];
+} rank_t;
+
+typedef struct {
+  struct sockaddr_in targets[MAX_TARGETS];
+  int ntargets;
+  struct in_addr src[MAX_SRC];
+  int nsrc;
+  long world, first, count, per_target;
+  int procs, inflight, timeout_s;
+  int64_t t0;
+} opts_t;
+
+static opts_t O;
+static int failures_told;
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static size_t put_u64(uint8_t *p, uint64_t v) {
+  memcpy(p, &v, 8);
+  return 8;
+}
+
+static size_t put_str(uint8_t *p, const char *s, size_t n) {
+  put_u64(p, n);
+  memcpy(p + 8, s, n);
+  return 8 + n;
+}
+
+static size_t blob_key(char *out, size_t cap, long r) {
+  return (size_t)snprintf(out, cap, "/default_pg/0//cpu//0/%ld", r);
+}
+
+static void blob_of(uint8_t *b, long r) {
+  for (int i = 0; i < BLOB; i++) b[i] = (uint8_t)(r * 131 + i * 7);
+  memcpy(b, &r, sizeof r);
+}
+
+static const char BARRIER_KEY[] = "/default_pg/store_based_barrier_key:0";
+static const char LAST_KEY[] = "/default_pg/store_based_barrier_key:0:last_worker";
+
+/* Writes all of buf (requests here are small; the socket buffer takes them). */
+static int send_all(int fd, const uint8_t *buf, size_t n) {
+  while (n) {
+    ssize_t w = send(fd, buf, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    buf += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static int send_wait_or_mget(int fd, int op, long r) {
+  uint8_t buf[256];
+  char k[64];
+  size_t n = 0;
+  buf[n++] = (uint8_t)op;
+  n += put_u64(buf + n, 2);
+  for (int d = -1; d <= 1; d += 2) {
+    size_t kl = blob_key(k, sizeof k, (r + d + O.world) % O.world);
+    n += put_str(buf + n, k, kl);
+  }
+  return send_all(fd, buf, n);
+}
+
+/* The request that starts state s for rank r. */
+static int send_step(rank_t *rk, long r) {
+  uint8_t buf[256];
+  size_t n = 0;
+  switch (rk->state) {
+    case S_PING: {
+      uint32_t magic = 0x3C85F7CEu, nonce = (uint32_t)r;
+      buf[n++] = OP_VALIDATE;
+      memcpy(buf + n, &magic, 4), n += 4;
+      buf[n++] = OP_PING;
+      memcpy(buf + n, &nonce, 4), n += 4;
+      break;
+    }
+    case S_INIT:
+      buf[n++] = OP_ADD;
+      n += put_str(buf + n, "init/", 5);
+      n += put_u64(buf + n, 1);
+      break;
+    case S_XWAIT: {
+      char k[64];
+      uint8_t b[BLOB];
+      buf[n++] = OP_SET;
+      n += put_str(buf + n, k, blob_key(k, sizeof k, r));
+      blob_of(b, r);
+      n += put_str(buf + n, (const char *)b, BLOB);
+      if (send_all(rk->fd, buf, n)) return -1;
+      return send_wait_or_mget(rk->fd, OP_WAIT, r);
+    }
+    case S_XGET:
+      return send_wait_or_mget(rk->fd, OP_MGET, r);
+    case S_BADD:
+      buf[n++] = OP_ADD;
+      n += put_str(buf + n, BARRIER_KEY, sizeof BARRIER_KEY - 1);
+      n += put_u64(buf + n, 1);
+      break;
+    case S_BWAIT:
+      buf[n++] = OP_WAIT;
+      n += put_u64(buf + n, 1);
+      n += put_str(buf + n, LAST_KEY, sizeof LAST_KEY - 1);
+      break;
+    default:
+      return 0;
+  }
+  return send_all(rk->fd, buf, n);
+}
+
+/* How many bytes the reply of the current state takes, or 0 if rbuf does not hold it all yet. */
+static size_t reply_len(const rank_t *rk) {
+  switch (rk->state) {
+    case S_PING:
+      return rk->rlen >= 4 ? 4 : 0;
+    case S_INIT:
+    case S_BADD:
+      return rk->rlen >= 8 ? 8 : 0;
+    case S_XWAIT:
+    case S_BWAIT:
+      return rk->rlen >= 1 ? 1 : 0;
+    case S_XGET: {
+      size_t off = 0;
+      for (int i = 0; i < 2; i++) {
+        uint64_t l;
+        if (rk->rlen < off + 8) return 0;
+        memcpy(&l, rk->rbuf + off, 8);
+        if (l != BLOB) return (size_t)-1;
+        off += 8 + l;
+      }
+      return rk->rlen >= off ? off : 0;
+    }
+    default:
+      return (size_t)-1;
+  }
+}
+
+/* Checks the reply of the current state and moves on; -1 on a wrong reply. */
+static int advance(rank_t *rk, long r, int64_t t) {
+  switch (rk->state) {
+    case S_PING: {
+      uint32_t echo;
+      memcpy(&echo, rk->rbuf, 4);
+      if (echo != (uint32_t)r) return -1;
+      rk->state = S_INIT;
+      break;
+    }
+    case S_INIT:
+      rk->state = S_XWAIT;
+      break;
+    case S_XWAIT:
+      if (rk->rbuf[0] != 0) return -1;
+      rk->state = S_XGET;
+      break;
+    case S_XGET: {
+      uint8_t want[BLOB];
+      blob_of(want, (r - 1 + O.world) % O.world);
+      if (memcmp(rk->rbuf + 8, want, BLOB)) return -1;
+      blob_of(want, (r + 1) % O.world);
+      if (memcmp(rk->rbuf + 16 + BLOB, want, BLOB)) return -1;
+      rk->t_xchg = t;
+      rk->state = S_BADD;
+      break;
+    }
+    case S_BADD: {
+      int64_t v;
+      memcpy(&v, rk->rbuf, 8);
+      if (v < 1 || v > O.world) return -1;
+      if (v == O.world) {
+        uint8_t buf[128];
+        size_t n = 0;
+        buf[n++] = OP_SET;
+        n += put_str(buf + n, LAST_KEY, sizeof LAST_KEY - 1);
+        n += put_str(buf + n, "1", 1);
+        if (send_all(rk->fd, buf, n)) return -1;
+      }
+      rk->state = S_BWAIT;
+      break;
+    }
+    case S_BWAIT:
+      if (rk->rbuf[0] != 0) return -1;
+      rk->t_done = t;
+      rk->state = S_DONE;
+      return 0;
+    default:
+      return -1;
+  }
+  return send_step(rk, r);
+}
+
+/* Reads what the socket has and runs the state machine over whole replies. */
+static int on_readable(rank_t *rk, long r) {
+  for (;;) {
+    ssize_t got = recv(rk->fd, rk->rbuf + rk->rlen, sizeof rk->rbuf - rk->rlen, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (got == 0) errno = ECONNRESET; /* closed by the server: say so, not "wrong reply" */
+    if (got <= 0) return -1;
+    rk->rlen += (size_t)got;
+    int64_t t = now_ns();
+    for (;;) {
+      size_t need = reply_len(rk);
+      if (need == (size_t)-1) return -1;
+      if (need == 0) break;
+      if (advance(rk, r, t)) return -1;
+      memmove(rk->rbuf, rk->rbuf + need, rk->rlen - need);
+      rk->rlen -= need;
+      if (rk->state == S_DONE) return 0;
+    }
+  }
+}
+
+static int start_connect(rank_t *rk, long r, int ep, long slot) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+  if (O.nsrc) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr = O.src[r % O.nsrc]};
+    if (bind(fd, (struct sockaddr *)&a, sizeof a)) {
+      close(fd);
+      return -1;
+    }
+  }
+  const struct sockaddr_in *t = &O.targets[(r / O.per_target) % O.ntargets];
+  if (connect(fd, (const struct sockaddr *)t, sizeof *t) && errno != EINPROGRESS) {
+    close(fd);
+    return -1;
+  }
+  rk->fd = fd;
+  rk->state = S_CONNECT;
+  struct epoll_event ev = {.events = EPOLLOUT | EPOLLIN, .data.u64 = (uint64_t)slot};
+  return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
+/* One event for rank slot i; returns +1 when it finished (done or failed), else 0. */
+static int on_event(rank_t *rk, long r, long slot, int ep, uint32_t events, int *connecting) {
+  if (rk->state == S_CONNECT) {
+    int err = 0;
+    socklen_t l = sizeof err;
+    getsockopt(rk->fd, SOL_SOCKET, SO_ERROR, &err, &l);
+    if (err || !(events & EPOLLOUT)) {
+      if (!err) return 0;
+      if (++failures_told <= 5) fprintf(stderr, "scale_ranks: rank %ld: connect: %s\n", r, strerror(err));
+      rk->state = S_FAILED;
+      (*connecting)--;
+      return 1;
+    }
+    (*connecting)--;
+    rk->t_conn = now_ns();
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)slot};
+    epoll_ctl(ep, EPOLL_CTL_MOD, rk->fd, &ev);
+    rk->state = S_PING;
+    if (send_step(rk, r)) goto fail;
+    return 0;
+  }
+  if (on_readable(rk, r)) goto fail;
+  if (rk->state == S_DONE) {
+    epoll_ctl(ep, EPOLL_CTL_DEL, rk->fd, NULL);
+    return 1;
+  }
+  return 0;
+fail:
+  if (++failures_told <= 5)
+    fprintf(stderr, "scale_ranks: rank %ld failed in state %d (%s)%s\n", r, rk->state,
+            errno ? strerror(errno) : "wrong reply (a store used before? each run needs a fresh one)",
+            failures_told == 5 ? "; further failures of this process are only counted" : "");
+  rk->state = S_FAILED;
+  return 1;
+}
+
+typedef struct {
+  long ready, failed;
+  int64_t conn_max, xchg_max, done_max;
+} result_t;
+
+/* Runs ranks [lo, hi) to the end or the deadline. */
+static result_t run_ranks(long lo, long hi) {
+  long n = hi - lo;
+  rank_t *rk = calloc((size_t)n, sizeof *rk);
+  result_t res = {0};
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  if (!rk || ep < 0) {
+    res.failed = n;
+    return res;
+  }
+  long next = 0, finished = 0;
+  int connecting = 0;
+  int64_t deadline = O.t0 + (int64_t)O.timeout_s * 1000000000;
+  struct epoll_event evs[512];
+  while (finished < n && now_ns() < deadline) {
+    while (next < n && connecting < O.inflight) {
+      if (start_connect(&rk[next], lo + next, ep, next)) {
+        fprintf(stderr, "scale_ranks: rank %ld: socket/connect: %s\n", lo + next, strerror(errno));
+        rk[next].state = S_FAILED;
+        finished++;
+      } else {
+        connecting++;
+      }
+      next++;
+    }
+    int k = epoll_wait(ep, evs, 512, 100);
+    for (int i = 0; i < k; i++) {
+      long s = (long)evs[i].data.u64;
+      errno = 0;
+      finished += on_event(&rk[s], lo + s, s, ep, evs[i].events, &connecting);
+    }
+  }
+  for (long i = 0; i < n; i++) {
+    if (rk[i].state == S_DONE) {
+      res.ready++;
+      if (rk[i].t_conn - O.t0 > res.conn_max) res.conn_max = rk[i].t_conn - O.t0;
+      if (rk[i].t_xchg - O.t0 > res.xchg_max) res.xchg_max = rk[i].t_xchg - O.t0;
+      if (rk[i].t_done - O.t0 > res.done_max) res.done_max = rk[i].t_done - O.t0;
+    } else {
+      res.failed++;
+    }
+    if (rk[i].fd > 0) close(rk[i].fd);
+  }
+  close(ep);
+  free(rk);
+  return res;
+}
+
+static int parse_hostport(const char *s, struct sockaddr_in *out) {
+  char host[64];
+  const char *c = strrchr(s, ':');
+  if (!c || (size_t)(c - s) >= sizeof host) return -1;
+  memcpy(host, s, (size_t)(c - s));
+  host[c - s] = 0;
+  char *end;
+  long p = strtol(c + 1, &end, 10);
+  if (*end || p < 1 || p > 65535) return -1;
+  memset(out, 0, sizeof *out);
+  out->sin_family = AF_INET;
+  out->sin_port = htons((uint16_t)p);
+  return inet_pton(AF_INET, host, &out->sin_addr) == 1 ? 0 : -1;
+}
+
+static void usage(FILE *f) {
+  fputs(
+      "usage: scale_ranks --targets FILE|HOST:PORT[,HOST:PORT...] --world W [--first R] [--count N]\n"
+      "                   [--procs P] [--src A[,A...]] [--inflight C] [--timeout-s T]\n"
+      "  N emulated PyTorch 2.x ranks (ranks R..R+N-1 of a world of W; N defaults to W) start up\n"
+      "  against the store: connect, VALIDATE, PING, ADD init/, gloo's address SET and the ring\n"
+      "  neighbours' WAIT+MULTI_GET, the store-based barrier. Rank r uses target r/(W/targets).\n"
+      "  --targets FILE: one HOST:PORT per line. --procs: processes sharing the ranks (default:\n"
+      "  enough for 16,000 ranks each). --src: IPv4 source addresses, round robin (default: the\n"
+      "  kernel's choice). --inflight: pending connects per process (default 256).\n",
+      f);
+}
+
+static int read_targets(const char *arg) {
+  FILE *f = strchr(arg, ':') ? NULL : fopen(arg, "r");
+  char line[128];
+  const char *p = arg;
+  while (f ? fgets(line, sizeof line, f) != NULL : *p != 0) {
+    if (!f) {
+      size_t l = strcspn(p, ",");
+      if (l >= sizeof line) return -1;
+      memcpy(line, p, l);
+      line[l] = 0;
+      p += l + (p[l] == ',');
+    }
+    line[strcspn(line, "\r\n")] = 0;
+    if (!line[0]) continue;
+    if (O.ntargets == MAX_TARGETS || parse_hostport(line, &O.targets[O.ntargets])) {
+      fprintf(stderr, "scale_ranks: bad target '%s' (HOST:PORT, IPv4, at most %d)\n", line, MAX_TARGETS);
+      if (f) fclose(f);
+      return -1;
+    }
+    O.ntargets++;
+  }
+  if (f) fclose(f);
+  return O.ntargets ? 0 : -1;
+}
+
+static int parse_args(int argc, char **argv) {
+  O.inflight = 256;
+  O.timeout_s = 300;
+  O.count = -1;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help")) {
+      usage(stdout);
+      exit(0);
+    }
+    if (!v) break;
+    i++;
+    if (!strcmp(a, "--targets")) {
+      if (read_targets(v)) return -1;
+    } else if (!strcmp(a, "--world")) {
+      O.world = atol(v);
+    } else if (!strcmp(a, "--first")) {
+      O.first = atol(v);
+    } else if (!strcmp(a, "--count")) {
+      O.count = atol(v);
+    } else if (!strcmp(a, "--procs")) {
+      O.procs = atoi(v);
+    } else if (!strcmp(a, "--inflight")) {
+      O.inflight = atoi(v);
+    } else if (!strcmp(a, "--timeout-s")) {
+      O.timeout_s = atoi(v);
+    } else if (!strcmp(a, "--src")) {
+      for (const char *p = v; *p && O.nsrc < MAX_SRC;) {
+        char ip[32];
+        size_t l = strcspn(p, ",");
+        if (l >= sizeof ip) return -1;
+        memcpy(ip, p, l);
+        ip[l] = 0;
+        if (inet_pton(AF_INET, ip, &O.src[O.nsrc++]) != 1) return -1;
+        p += l + (p[l] == ',');
+      }
+    } else {
+      fprintf(stderr, "scale_ranks: unknown flag %s\n", a);
+      return -1;
+    }
+  }
+  if (O.count < 0) O.count = O.world - O.first;
+  if (!O.ntargets || O.world < 2 || O.first < 0 || O.count < 1 || O.first + O.count > O.world ||
+      O.inflight < 1 || O.timeout_s < 1)
+    return -1;
+  if (O.procs < 1) O.procs = (int)((O.count + 15999) / 16000);
+  O.per_target = (O.world + O.ntargets - 1) / O.ntargets;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (parse_args(argc, argv)) {
+    usage(stderr);
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  O.t0 = now_ns();
+  int pfd[2];
+  if (pipe(pfd)) return 2;
+  long per = (O.count + O.procs - 1) / O.procs;
+  for (int p = 0; p < O.procs; p++) {
+    long lo = O.first + p * per, hi = lo + per > O.first + O.count ? O.first + O.count : lo + per;
+    if (lo >= hi) break;
+    pid_t c = fork();
+    if (c == 0) {
+      close(pfd[0]);
+      result_t r = run_ranks(lo, hi);
+      if (write(pfd[1], &r, sizeof r) != (ssize_t)sizeof r) _exit(2);
+      _exit(0);
+    }
+    if (c < 0) return 2;
+  }
+  close(pfd[1]);
+  result_t all = {0}, r;
+  while (read(pfd[0], &r, sizeof r) == (ssize_t)sizeof r) {
+    all.ready += r.ready;
+    all.failed += r.failed;
+    if (r.conn_max > all.conn_max) all.conn_max = r.conn_max;
+    if (r.xchg_max > all.xchg_max) all.xchg_max = r.xchg_max;
+    if (r.done_max > all.done_max) all.done_max = r.done_max;
+  }
+  while (wait(NULL) > 0) {
+  }
+  struct rusage ru;
+  getrusage(RUSAGE_CHILDREN, &ru);
+  double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+               ru.ru_stime.tv_usec / 1e6;
+  printf("ranks=%ld ready=%ld failed=%ld connected_s=%.3f exchanged_s=%.3f ready_s=%.3f clients_cpu_s=%.2f\n",
+         O.count, all.ready, all.failed, all.conn_max / 1e9, all.xchg_max / 1e9, all.done_max / 1e9, cpu);
+  return all.ready == O.count ? 0 : 1;
+}
