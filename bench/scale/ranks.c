@@ -8,8 +8,8 @@
  *   ADD "init/" 1                                     TCPStore(world_size=W) (§1.8)
  *   SET  /default_pg/0//cpu//0/<r> = <blob>           gloo's TCP address (§1.10, 2.6 keys)
  *   WAIT + MULTI_GET of the blobs of ranks r-1, r+1   the address exchange, lazily (see below)
- *   ADD  /default_pg/store_based_barrier_key:0 1      the store-based barrier (TORCH_DIST_INIT_BARRIER=1:
- *   the last rank SETs ...:last_worker; all WAIT it     §1.10, 2.6)
+ *   ADD  /default_pg/store_based_barrier_key:0 1      the store-based barrier of 2.6 with
+ *   the last rank SETs ...:last_worker; all WAIT it     TORCH_DIST_INIT_BARRIER=1 (§1.10)
  *
  * The address exchange reads the two ring neighbours' blobs, as gloo's lazy init
  * (TORCH_GLOO_LAZY_INIT) does for a ring collective; gloo's full mesh reads all W-1 blobs on
@@ -48,7 +48,14 @@
 #define MAX_SRC 16
 #define BLOB 64 /* a gloo 2.6 blob is about this size for IPv4 */
 
-enum { OP_VALIDATE = 0x00, OP_SET = 0x01, OP_ADD = 0x04, OP_WAIT = 0x06, OP_MGET = 0x0A, OP_PING = 0x0D };
+enum {
+  OP_VALIDATE = 0x00,
+  OP_SET = 0x01,
+  OP_ADD = 0x04,
+  OP_WAIT = 0x06,
+  OP_MGET = 0x0A,
+  OP_PING = 0x0D
+};
 enum { S_CONNECT, S_PING, S_INIT, S_XWAIT, S_XGET, S_BADD, S_BWAIT, S_DONE, S_FAILED };
 
 typedef struct {
@@ -153,8 +160,7 @@ static int send_step(rank_t *rk, long r) {
       if (send_all(rk->fd, buf, n)) return -1;
       return send_wait_or_mget(rk->fd, OP_WAIT, r);
     }
-    case S_XGET:
-      return send_wait_or_mget(rk->fd, OP_MGET, r);
+    case S_XGET: return send_wait_or_mget(rk->fd, OP_MGET, r);
     case S_BADD:
       buf[n++] = OP_ADD;
       n += put_str(buf + n, BARRIER_KEY, sizeof BARRIER_KEY - 1);
@@ -165,8 +171,7 @@ static int send_step(rank_t *rk, long r) {
       n += put_u64(buf + n, 1);
       n += put_str(buf + n, LAST_KEY, sizeof LAST_KEY - 1);
       break;
-    default:
-      return 0;
+    default: return 0;
   }
   return send_all(rk->fd, buf, n);
 }
@@ -174,14 +179,11 @@ static int send_step(rank_t *rk, long r) {
 /* How many bytes the reply of the current state takes, or 0 if rbuf does not hold it all yet. */
 static size_t reply_len(const rank_t *rk) {
   switch (rk->state) {
-    case S_PING:
-      return rk->rlen >= 4 ? 4 : 0;
+    case S_PING: return rk->rlen >= 4 ? 4 : 0;
     case S_INIT:
-    case S_BADD:
-      return rk->rlen >= 8 ? 8 : 0;
+    case S_BADD: return rk->rlen >= 8 ? 8 : 0;
     case S_XWAIT:
-    case S_BWAIT:
-      return rk->rlen >= 1 ? 1 : 0;
+    case S_BWAIT: return rk->rlen >= 1 ? 1 : 0;
     case S_XGET: {
       size_t off = 0;
       for (int i = 0; i < 2; i++) {
@@ -193,8 +195,7 @@ static size_t reply_len(const rank_t *rk) {
       }
       return rk->rlen >= off ? off : 0;
     }
-    default:
-      return (size_t)-1;
+    default: return (size_t)-1;
   }
 }
 
@@ -208,9 +209,7 @@ static int advance(rank_t *rk, long r, int64_t t) {
       rk->state = S_INIT;
       break;
     }
-    case S_INIT:
-      rk->state = S_XWAIT;
-      break;
+    case S_INIT: rk->state = S_XWAIT; break;
     case S_XWAIT:
       if (rk->rbuf[0] != 0) return -1;
       rk->state = S_XGET;
@@ -245,8 +244,7 @@ static int advance(rank_t *rk, long r, int64_t t) {
       rk->t_done = t;
       rk->state = S_DONE;
       return 0;
-    default:
-      return -1;
+    default: return -1;
   }
   return send_step(rk, r);
 }
@@ -305,7 +303,8 @@ static int on_event(rank_t *rk, long r, long slot, int ep, uint32_t events, int 
     getsockopt(rk->fd, SOL_SOCKET, SO_ERROR, &err, &l);
     if (err || !(events & EPOLLOUT)) {
       if (!err) return 0;
-      if (++failures_told <= 5) fprintf(stderr, "scale_ranks: rank %ld: connect: %s\n", r, strerror(err));
+      if (++failures_told <= 5)
+        fprintf(stderr, "scale_ranks: rank %ld: connect: %s\n", r, strerror(err));
       rk->state = S_FAILED;
       (*connecting)--;
       return 1;
@@ -326,9 +325,10 @@ static int on_event(rank_t *rk, long r, long slot, int ep, uint32_t events, int 
   return 0;
 fail:
   if (++failures_told <= 5)
-    fprintf(stderr, "scale_ranks: rank %ld failed in state %d (%s)%s\n", r, rk->state,
-            errno ? strerror(errno) : "wrong reply (a store used before? each run needs a fresh one)",
-            failures_told == 5 ? "; further failures of this process are only counted" : "");
+    fprintf(
+        stderr, "scale_ranks: rank %ld failed in state %d (%s)%s\n", r, rk->state,
+        errno ? strerror(errno) : "wrong reply (a store used before? each run needs a fresh one)",
+        failures_told == 5 ? "; further failures of this process are only counted" : "");
   rk->state = S_FAILED;
   return 1;
 }
@@ -403,7 +403,8 @@ static int parse_hostport(const char *s, struct sockaddr_in *out) {
 
 static void usage(FILE *f) {
   fputs(
-      "usage: scale_ranks --targets FILE|HOST:PORT[,HOST:PORT...] --world W [--first R] [--count N]\n"
+      "usage: scale_ranks --targets FILE|HOST:PORT[,HOST:PORT...] --world W [--first R] [--count "
+      "N]\n"
       "                   [--procs P] [--src A[,A...]] [--inflight C] [--timeout-s T]\n"
       "  N emulated PyTorch 2.x ranks (ranks R..R+N-1 of a world of W; N defaults to W) start up\n"
       "  against the store: connect, VALIDATE, PING, ADD init/, gloo's address SET and the ring\n"
@@ -429,7 +430,8 @@ static int read_targets(const char *arg) {
     line[strcspn(line, "\r\n")] = 0;
     if (!line[0]) continue;
     if (O.ntargets == MAX_TARGETS || parse_hostport(line, &O.targets[O.ntargets])) {
-      fprintf(stderr, "scale_ranks: bad target '%s' (HOST:PORT, IPv4, at most %d)\n", line, MAX_TARGETS);
+      fprintf(stderr, "scale_ranks: bad target '%s' (HOST:PORT, IPv4, at most %d)\n", line,
+              MAX_TARGETS);
       if (f) fclose(f);
       return -1;
     }
@@ -526,7 +528,10 @@ int main(int argc, char **argv) {
   getrusage(RUSAGE_CHILDREN, &ru);
   double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
                ru.ru_stime.tv_usec / 1e6;
-  printf("ranks=%ld ready=%ld failed=%ld connected_s=%.3f exchanged_s=%.3f ready_s=%.3f clients_cpu_s=%.2f\n",
-         O.count, all.ready, all.failed, all.conn_max / 1e9, all.xchg_max / 1e9, all.done_max / 1e9, cpu);
+  printf(
+      "ranks=%ld ready=%ld failed=%ld connected_s=%.3f exchanged_s=%.3f ready_s=%.3f "
+      "clients_cpu_s=%.2f\n",
+      O.count, all.ready, all.failed, all.conn_max / 1e9, all.xchg_max / 1e9, all.done_max / 1e9,
+      cpu);
   return all.ready == O.count ? 0 : 1;
 }
