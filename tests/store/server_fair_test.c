@@ -12,19 +12,20 @@
  *     this count); the old server read up to 4 MB per recv and ran every request in it before
  *     looking at anyone else (106 to 123 ms a PING here);
  *   - a client (another process) that registers 6 WAITs of 131072 missing keys and hangs up, over
- *     and over: registering and tearing down go a share per loop turn, so an honest PING's p99
- *     stays under 100 ms in one of 3 tries (about 5 ms here alone, up to 46 ms on a loaded CI
- *     machine; 208 to 235 ms, every try, when each WAIT is registered, and all six torn down, in
- *     one turn).
+ *     and over: registering and tearing down go a share per loop turn, so the server's CPU time
+ *     between an honest PING and its echo (per-thread schedstat, so load changes the wall time,
+ *     not this) stays small at p99; a server doing a whole WAIT in one turn runs it first.
  * Bounded in time: every read has a deadline, the pipeliner is killed at the end. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -227,20 +228,24 @@ static void test_pipeliner_fairness(void) {
  * the default connection budget; the PING echo sent after them says they are in), then closes
  * the connection so they are torn down, over and over. */
 #define BIG_WAITS 6
+static void enc_big_waits(enc_t *m, int waits, const char *tag) {
+  char key[48];
+  for (int w = 0; w < waits; w++) {
+    enc_u8(m, 0x06); /* WAIT, 2.x */
+    enc_u64(m, KEYS);
+    for (int i = 0; i < KEYS; i++) {
+      snprintf(key, sizeof key, "/never-%s%d-%06d", tag, w, i);
+      enc_cstr(m, key);
+    }
+  }
+}
+
 static pid_t spawn_big_waiter(int port) {
   pid_t pid = fork();
   CHECK(pid >= 0);
   if (pid) return pid;
   enc_t m = {0};
-  char key[32];
-  for (int w = 0; w < BIG_WAITS; w++) {
-    enc_u8(&m, 0x06); /* WAIT, 2.x */
-    enc_u64(&m, KEYS);
-    for (int i = 0; i < KEYS; i++) {
-      snprintf(key, sizeof key, "/never-%d-%06d", w, i);
-      enc_cstr(&m, key);
-    }
-  }
+  enc_big_waits(&m, BIG_WAITS, "");
   for (uint32_t n = 1;; n++) {
     conn_t c = conn_open(port, 1, "big-waiter");
     send_raw(&c, m.p, m.len);
@@ -249,50 +254,90 @@ static pid_t spawn_big_waiter(int port) {
   }
 }
 
-/* One measurement: the p99 of PINGS honest PINGs while the big waiter runs. */
-static double big_wait_p99(int attempt) {
+/* What registering one WAIT of KEYS missing keys costs this server alone, in server CPU ms: the
+ * work a server that does a whole WAIT in one turn makes every other client wait behind. It
+ * scales with the build (a sanitizer's slowdown) and the machine as the measurement does. */
+static double one_wait_cpu_ms(const server_proc_t *sp) {
+  conn_t c = conn_open(sp->port, 1, "calibration");
+  enc_t m = {0};
+  enc_big_waits(&m, 1, "calibration-");
+  wait_quiet(sp->pid);
+  int64_t c0 = proc_cpu_ns(sp->pid);
+  send_raw(&c, m.p, m.len);
+  expect_ping(&c, 99);
+  double ms = (double)(proc_cpu_ns(sp->pid) - c0) / 1e6;
+  free(m.p);
+  conn_close(&c);
+  wait_quiet(sp->pid); /* its teardown, before the measurement starts */
+  return ms;
+}
+
+/* One measurement: for each of PINGS honest PINGs while the big waiter runs, the server's CPU
+ * time between the PING's send and its echo (what the server ran for others before answering:
+ * a busy machine stretches the wall time, not this); returns the p99 in ms. */
+static double big_wait_cpu_p99(int attempt, double *one_wait_ms) {
   enum { PINGS = 300 };
   server_proc_t sp = spawn_server(0, 0);
+  *one_wait_ms = one_wait_cpu_ms(&sp);
   conn_t honest = conn_open(sp.port, 1, "honest");
   double cpu0 = proc_cpu_ms(sp.pid);
   pid_t bw = spawn_big_waiter(sp.port);
   /* Until the server is busy with the waits. */
   while (proc_cpu_ms(sp.pid) - cpu0 < 200) sleep_ms(10);
-  static double ms[PINGS];
+  static double cpu[PINGS], wall[PINGS];
+  /* The pinger runs real-time while it measures, so it reads the echo as soon as it arrives:
+   * otherwise a loaded machine that leaves it waiting for a core lets the server run more of the
+   * waiter's work inside the window (root may; without it, a nice of -20, else as it is). */
+  struct sched_param rt = {.sched_priority = 1}, normal = {.sched_priority = 0};
+  int realtime = sched_setscheduler(0, SCHED_FIFO, &rt) == 0;
+  if (!realtime && setpriority(PRIO_PROCESS, 0, -20) != 0)
+    TEST_LOG("neither SCHED_FIFO nor nice -20 allowed: the pinger runs at its normal priority");
   for (int i = 0; i < PINGS; i++) {
-    ms[i] = ping_ms(&honest, (uint32_t)i);
+    int64_t c0 = proc_cpu_ns(sp.pid);
+    wall[i] = ping_ms(&honest, (uint32_t)i);
+    cpu[i] = (double)(proc_cpu_ns(sp.pid) - c0) / 1e6;
     sleep_ms(2);
   }
+  if (realtime) sched_setscheduler(0, SCHED_OTHER, &normal);
+  setpriority(PRIO_PROCESS, 0, 0);
   kill(bw, SIGKILL);
   int st;
   waitpid(bw, &st, 0);
-  qsort(ms, PINGS, sizeof ms[0], cmp_double);
-  double med = ms[PINGS / 2], p99 = ms[PINGS * 99 / 100];
+  qsort(cpu, PINGS, sizeof cpu[0], cmp_double);
+  qsort(wall, PINGS, sizeof wall[0], cmp_double);
+  double p99 = cpu[PINGS * 99 / 100];
   TEST_LOG(
-      "attempt %d: PING while another client registers and drops %d WAITs of %d keys: median "
-      "%.2f ms, p99 %.2f ms, max %.2f ms",
-      attempt, BIG_WAITS, KEYS, med, p99, ms[PINGS - 1]);
+      "attempt %d: PING while another client registers and drops %d WAITs of %d keys: server CPU "
+      "before the echo median %.2f ms, p99 %.2f ms, max %.2f ms (wall: median %.2f, p99 %.2f "
+      "ms); one such WAIT alone: %.1f ms",
+      attempt, BIG_WAITS, KEYS, cpu[PINGS / 2], p99, cpu[PINGS - 1], wall[PINGS / 2],
+      wall[PINGS * 99 / 100], *one_wait_ms);
   expect_ping(&honest, 7);
   conn_close(&honest);
   stop_server(&sp);
   return p99;
 }
 
-/* A server that registers or tears down a whole WAIT in one loop turn stalls every other client
- * for that turn: p99 208 to 235 ms here, every time. This one gives about 5 ms alone and up to
- * 46 ms on a CI machine running other tests beside it, so the bound is 100 ms and a load spike
- * gets two more tries; the one-turn server fails all three. */
+/* A server that registers or tears down a whole WAIT in one loop turn runs that turn before an
+ * honest request that arrives meanwhile, so the p99 of the server CPU before the echo is at least
+ * a large part of a WAIT's registration or teardown: 354 to 398 ms (TURN_WAIT_KEYS and
+ * TURN_REAP_LINKS made unbounded, under load 12 on 2 cores) where one WAIT alone costs about
+ * 290 ms. This one runs a share per turn: p99 3 to 18 ms under the same load. The bound is a
+ * quarter of one WAIT's registration measured alone in the same run (so a sanitizer's slowdown
+ * scales both); a second try covers a stray page-fault storm. */
 static void test_big_wait_fairness(void) {
-  double p99 = 0;
-  for (int attempt = 1; attempt <= 3; attempt++) {
-    p99 = big_wait_p99(attempt);
-    if (p99 <= 100.0) return;
+  double p99 = 0, one = 0;
+  for (int attempt = 1; attempt <= 2; attempt++) {
+    p99 = big_wait_cpu_p99(attempt, &one);
+    if (p99 <= one / 4) return;
   }
   TEST_FAIL(
-      "an honest PING took %.1f ms at p99 (3 attempts) while %d WAITs of %d keys were registered "
-      "and torn down again and again (bound 100 ms; a server doing each in one loop turn gives "
-      "about 210 ms, this one about 5 ms)",
-      p99, BIG_WAITS, KEYS);
+      "the server ran %.1f ms of CPU (p99, 2 attempts) before answering an honest PING while %d "
+      "WAITs of %d keys were registered and torn down again and again, more than a quarter of "
+      "what one such WAIT costs alone (%.1f ms): WAITs are registered or torn down in one loop "
+      "turn instead of a "
+      "share per turn",
+      p99, BIG_WAITS, KEYS, one);
 }
 
 int main(int argc, char **argv) {

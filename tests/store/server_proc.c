@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "server_proc.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -98,4 +99,24 @@ double proc_cpu_ms(pid_t pid) {
   if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
     TEST_FAIL("%s: cannot read utime and stime from '%s'", path, buf);
   return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+int64_t proc_cpu_ns(pid_t pid) {
+  char path[96], buf[128];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) TEST_FAIL("open %s: %s", path, strerror(errno));
+  int64_t sum = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%.16s/schedstat", (int)pid, e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue; /* the thread ended between readdir and open */
+    long long ns = 0;
+    if (fgets(buf, sizeof buf, f) && sscanf(buf, "%lld", &ns) == 1) sum += ns;
+    fclose(f);
+  }
+  closedir(d);
+  return sum;
 }

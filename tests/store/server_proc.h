@@ -5,6 +5,7 @@
 #define TDIST_TESTS_STORE_SERVER_PROC_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* SANITIZED: built with ASan or TSan (they reserve more address space than the cap allows). */
@@ -37,5 +38,9 @@ size_t proc_mem(pid_t pid, const char *field);
 
 /* User plus system CPU time the process has used, in milliseconds (/proc/<pid>/stat). */
 double proc_cpu_ms(pid_t pid);
+
+/* CPU time all threads of the process have run, in nanoseconds (the first field of each
+ * /proc/<pid>/task/<tid>/schedstat): precise where proc_cpu_ms counts clock ticks. */
+int64_t proc_cpu_ns(pid_t pid);
 
 #endif
