@@ -90,7 +90,8 @@ static double remaining_s(int64_t deadline) {
 static int barrier(agent_t *a, int64_t deadline) {
   agent_kube_jobset_t js;
   char err[600];
-  AGENT_INFO("in-place restart attempt %" PRId64 ": waiting at the barrier for the JobSet's "
+  AGENT_INFO("in-place restart attempt %" PRId64
+             ": waiting at the barrier for the JobSet's "
              "currentInPlaceRestartAttempt to reach it (every pod annotated)",
              a->jip.attempt);
   for (;;) {
@@ -113,13 +114,13 @@ static int barrier(agent_t *a, int64_t deadline) {
     if (agent_now_ns() >= deadline) {
       char msg[1400], cur[32] = "unset";
       if (js.has_current) snprintf(cur, sizeof cur, "%" PRId64, js.current);
-      snprintf(msg, sizeof msg,
-               "--jobset-in-place-restart: the barrier was not lifted within --rdzv-timeout %.0f "
-               "s: the JobSet's currentInPlaceRestartAttempt is %s, this pod's attempt %" PRId64
-               " (JobSet lifts it once every pod of the JobSet is annotated with the same "
-               "attempt: are they all running, and is JobSet's InPlaceRestart feature gate on?)%s%s",
-               a->cfg.rdzv_timeout_s, cur, a->jip.attempt, err[0] ? "; last API error: " : "",
-               err);
+      snprintf(
+          msg, sizeof msg,
+          "--jobset-in-place-restart: the barrier was not lifted within --rdzv-timeout %.0f "
+          "s: the JobSet's currentInPlaceRestartAttempt is %s, this pod's attempt %" PRId64
+          " (JobSet lifts it once every pod of the JobSet is annotated with the same "
+          "attempt: are they all running, and is JobSet's InPlaceRestart feature gate on?)%s%s",
+          a->cfg.rdzv_timeout_s, cur, a->jip.attempt, err[0] ? "; last API error: " : "", err);
       AGENT_ERROR("%s", msg);
       agent_set_error(a, msg);
       a->jip.final = 1;
@@ -159,10 +160,11 @@ int agent_jobset_begin(agent_t *a) {
   while ((rc = agent_kube_patch_attempt(&a->jip.kc, a->jip.attempt, remaining_s(deadline), err,
                                         sizeof err)))
     if ((code = retry_wait(a, rc, err, deadline, &backoff))) return code;
-  AGENT_INFO("pod %s/%s annotated " AGENT_KUBE_ATTEMPT_KEY "=%" PRId64 " (JobSet %s: current %s%" PRId64
-             ")",
-             a->jip.kc.namespace_, a->jip.kc.pod, a->jip.attempt, a->jip.kc.jobset,
-             js.has_current ? "" : "unset ", js.has_current ? js.current : 0);
+  char cur[32] = "unset";
+  if (js.has_current) snprintf(cur, sizeof cur, "%" PRId64, js.current);
+  AGENT_INFO("pod %s/%s annotated " AGENT_KUBE_ATTEMPT_KEY "=%" PRId64
+             " (JobSet %s: currentInPlaceRestartAttempt %s)",
+             a->jip.kc.namespace_, a->jip.kc.pod, a->jip.attempt, a->jip.kc.jobset, cur);
   a->jip.w = agent_kube_watcher_start(&a->jip.kc, &js, err, sizeof err);
   if (!a->jip.w) {
     AGENT_ERROR("--jobset-in-place-restart: %s", err);
@@ -192,7 +194,8 @@ int agent_jobset_poll(agent_t *a) {
     char msg[400];
     snprintf(msg, sizeof msg,
              "the JobSet restarts its pods in place (previousInPlaceRestartAttempt %" PRId64
-             " >= this pod's attempt %" PRId64 "): stopping the workers and exiting with "
+             " >= this pod's attempt %" PRId64
+             "): stopping the workers and exiting with "
              "IN_PLACE_RESTART_EXIT_CODE %d",
              js.previous, a->jip.attempt, a->jip.exit_code);
     AGENT_WARN("%s", msg);
@@ -211,10 +214,11 @@ int agent_jobset_exit_code(agent_t *a, int rc) {
    * decision), a barrier never lifted. */
   if (rc == AGENT_EXIT_OK || a->stop_sig || rc == AGENT_EXIT_USAGE || a->abort_code || a->jip.final)
     return rc;
-  AGENT_WARN("giving the restart to JobSet: exiting with IN_PLACE_RESTART_EXIT_CODE %d instead of "
-             "%d, so the kubelet restarts this container in place and the JobSet restarts the "
-             "group (failurePolicy.maxRestarts)",
-             a->jip.exit_code, rc);
+  AGENT_WARN(
+      "giving the restart to JobSet: exiting with IN_PLACE_RESTART_EXIT_CODE %d instead of "
+      "%d, so the kubelet restarts this container in place and the JobSet restarts the "
+      "group (failurePolicy.maxRestarts)",
+      a->jip.exit_code, rc);
   return a->jip.exit_code;
 }
 

@@ -71,8 +71,7 @@ static int jnull(const yaml_node_t *n) {
 
 /* A string scalar into out (cap bytes, NUL-terminated). 0; 1 absent or null; -1 wrong kind or
  * too long (err names field). */
-static int jstr(yaml_node_t *n, const char *field, char *out, size_t cap, char *err,
-                size_t ecap) {
+static int jstr(yaml_node_t *n, const char *field, char *out, size_t cap, char *err, size_t ecap) {
   out[0] = 0;
   if (!n || jnull(n)) return 1;
   if (n->type != YAML_SCALAR_NODE) {
@@ -182,5 +181,19 @@ int agent_kube_parse_event(const char *json, size_t len, char *type, size_t type
   }
 out:
   jdoc_free(&d);
+  return rc;
+}
+
+int agent_kube_parse_status_message(const char *json, size_t len, char *out, size_t cap) {
+  jdoc_t d;
+  char err[200];
+  int rc = -1;
+  out[0] = 0;
+  if (jdoc_load(&d, json, len, err, sizeof err) == 0 &&
+      jstr(jget(&d.doc, yaml_document_get_root_node(&d.doc), "message"), "message", out, cap, err,
+           sizeof err) == 0)
+    rc = 0;
+  jdoc_free(&d);
+  if (rc) out[0] = 0;
   return rc;
 }

@@ -13,7 +13,7 @@
 
 #include "operator-agent/common/param.h"
 
-#define RBAC_HINT                                                                            \
+#define RBAC_HINT                                                                                \
   "the pod's service account needs patch on pods and get/list/watch on jobsets.jobset.x-k8s.io " \
   "in its namespace (see k8s/jobset/in-place/rbac.yaml)"
 
@@ -22,8 +22,7 @@ static int valid_name(const char *s) {
   size_t n = strlen(s);
   if (n < 1 || n > 253) return 0;
   for (; *s; s++)
-    if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '.' || *s == '-'))
-      return 0;
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '.' || *s == '-')) return 0;
   return 1;
 }
 
@@ -76,8 +75,8 @@ int agent_kube_cfg_load(agent_kube_cfg_t *c, char *err, size_t cap) {
                "kubelet sets them; TDIST_KUBE_API_URL names the API server otherwise)");
       return -1;
     }
-    snprintf(c->api_url, sizeof c->api_url, strchr(h, ':') ? "https://[%s]:%s" : "https://%s:%s",
-             h, p);
+    snprintf(c->api_url, sizeof c->api_url, strchr(h, ':') ? "https://[%s]:%s" : "https://%s:%s", h,
+             p);
   }
   size_t n = strlen(c->api_url);
   while (n && c->api_url[n - 1] == '/') c->api_url[--n] = 0;
@@ -158,31 +157,22 @@ static int on_progress(void *ctx, curl_off_t a, curl_off_t b_, curl_off_t c, cur
   return b->stop && atomic_load(b->stop) ? 1 : 0;
 }
 
-/* The message of a Status answer, if the body is one ({"message": ...}); else the body's start. */
+/* The message of a Status answer, if the body is one; else the body's start. Printable only. */
 static void answer_text(const body_t *b, char *out, size_t cap) {
-  const char *m = b->buf ? strstr(b->buf, "\"message\":\"") : NULL;
-  if (m) {
-    m += 11;
-    size_t n = 0;
-    while (m[n] && m[n] != '"' && n < 200) n++;
-    snprintf(out, cap, "%.*s", (int)n, m);
-  } else {
+  if (!b->buf || agent_kube_parse_status_message(b->buf, b->len, out, cap))
     snprintf(out, cap, "%.200s", b->buf ? b->buf : "");
-  }
   for (char *p = out; *p; p++)
-    if ((unsigned char)*p < 0x20) *p = ' ';
+    if ((unsigned char)*p < 0x20 || (unsigned char)*p == 0x7f) *p = ' ';
 }
 
 /* One request. method GET/PATCH; body NULL or JSON (content type ctype). On 2xx: 0 and *b holds
  * the answer (the caller frees b->buf); else an AGENT_KUBE_* code and err. */
-static int request(const agent_kube_cfg_t *c, const char *method, const char *url,
-                   const char *body, const char *ctype, double timeout_s, body_t *b, char *err,
-                   size_t cap) {
+static int request(const agent_kube_cfg_t *c, const char *method, const char *url, const char *body,
+                   const char *ctype, double timeout_s, body_t *b, char *err, size_t cap) {
   char token[65536 / 8], path[600], e2[400];
   snprintf(path, sizeof path, "%s/token", c->sa_dir);
   if (read_small(path, token, sizeof token, e2, sizeof e2)) {
-    snprintf(err, cap, "%s (the service account token; TDIST_KUBE_SA_DIR names the directory)",
-             e2);
+    snprintf(err, cap, "%s (the service account token; TDIST_KUBE_SA_DIR names the directory)", e2);
     return AGENT_KUBE_ERR;
   }
   char *auth = NULL;
@@ -251,8 +241,15 @@ static int request(const agent_kube_cfg_t *c, const char *method, const char *ur
   if (code >= 200 && code < 300) return 0;
   char text[256];
   answer_text(b, text, sizeof text);
-  if (code == 401 || code == 403) {
-    snprintf(err, cap, "%s %s: HTTP %ld (%s): %s", method, url, code, text, RBAC_HINT);
+  if (code == 401) {
+    snprintf(err, cap,
+             "%s %s: HTTP 401 (%s): the API server refused the token in %s/token (is the service "
+             "account token mounted and current?); and %s",
+             method, url, text, c->sa_dir, RBAC_HINT);
+    return AGENT_KUBE_DENIED;
+  }
+  if (code == 403) {
+    snprintf(err, cap, "%s %s: HTTP 403 (%s): %s", method, url, text, RBAC_HINT);
     return AGENT_KUBE_DENIED;
   }
   if (code == 404) {
@@ -330,8 +327,8 @@ static int on_event(void *ctx, const char *line, size_t len) {
 }
 
 int agent_kube_watch_jobset(const agent_kube_cfg_t *c, char rv[64], int watch_s,
-                            void (*on_object)(void *ctx, const agent_kube_jobset_t *js),
-                            void *ctx, atomic_int *stop, char *err, size_t cap) {
+                            void (*on_object)(void *ctx, const agent_kube_jobset_t *js), void *ctx,
+                            atomic_int *stop, char *err, size_t cap) {
   char url[1400];
   snprintf(url, sizeof url,
            "%s" AGENT_KUBE_JOBSET_API

@@ -31,16 +31,16 @@
 
 /* Where the configuration comes from; all copied. */
 typedef struct {
-  char api_url[512];   /* no trailing slash */
-  char sa_dir[512];    /* token, ca.crt, namespace */
+  char api_url[512]; /* no trailing slash */
+  char sa_dir[512];  /* token, ca.crt, namespace */
   char namespace_[254];
-  char jobset[254];    /* JOBSET_NAME */
-  char pod[254];       /* POD_NAME */
+  char jobset[254]; /* JOBSET_NAME */
+  char pod[254];    /* POD_NAME */
 } agent_kube_cfg_t;
 
 /* What the protocol reads of a JobSet. */
 typedef struct {
-  int disabled;           /* the annotation jobset.sigs.k8s.io/disable-in-place-restart is set */
+  int disabled;              /* the annotation jobset.sigs.k8s.io/disable-in-place-restart is set */
   char restart_strategy[32]; /* spec.failurePolicy.restartStrategy; "" when unset */
   int has_current, has_previous; /* status.{current,previous}InPlaceRestartAttempt present */
   int64_t current, previous;
@@ -66,6 +66,10 @@ int agent_kube_parse_jobset(const char *json, size_t len, agent_kube_jobset_t *o
 int agent_kube_parse_event(const char *json, size_t len, char *type, size_t type_cap,
                            agent_kube_jobset_t *js, int *code, char *err, size_t cap);
 
+/* The message of a Kubernetes Status answer ({"kind":"Status","message":...}) into out (cap
+ * bytes). 0, or -1 (not a Status with a message that fits: out ""). Pure. */
+int agent_kube_parse_status_message(const char *json, size_t len, char *out, size_t cap);
+
 /* Results of the calls below: 0 = OK, else one of these (err says more). */
 enum {
   AGENT_KUBE_ERR = -1,      /* transport, TLS, bad answer */
@@ -85,12 +89,13 @@ int agent_kube_get_jobset(const agent_kube_cfg_t *cfg, double timeout_s, agent_k
 int agent_kube_patch_attempt(const agent_kube_cfg_t *cfg, int64_t attempt, double timeout_s,
                              char *err, size_t cap);
 
-/* WATCHes the JobSet from resource_version (updated to the last one seen; fieldSelector metadata.name, timeoutSeconds
- * watch_s: the server ends the watch then and the caller reconnects), calling on_object for each
- * ADDED/MODIFIED object, under an overall deadline of watch_s + 30 s. Returns when the server
- * ends the stream (0), on an error, GONE, or STOPPED (polled at least once a second). The
- * callback runs on the calling thread. */
-int agent_kube_watch_jobset(const agent_kube_cfg_t *cfg, char resource_version[64], int watch_s, void (*on_object)(void *ctx, const agent_kube_jobset_t *js),
-                            void *ctx, atomic_int *stop, char *err, size_t cap);
+/* WATCHes the JobSet from resource_version (updated to the last one seen; fieldSelector
+ * metadata.name, timeoutSeconds watch_s: the server ends the watch then and the caller reconnects),
+ * calling on_object for each ADDED/MODIFIED object, under an overall deadline of watch_s + 30 s.
+ * Returns when the server ends the stream (0), on an error, GONE, or STOPPED (polled at least once
+ * a second). The callback runs on the calling thread. */
+int agent_kube_watch_jobset(const agent_kube_cfg_t *cfg, char resource_version[64], int watch_s,
+                            void (*on_object)(void *ctx, const agent_kube_jobset_t *js), void *ctx,
+                            atomic_int *stop, char *err, size_t cap);
 
 #endif
