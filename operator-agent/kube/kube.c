@@ -45,9 +45,10 @@ static int read_small(const char *path, char *out, size_t cap, char *err, size_t
   return 0;
 }
 
-static int env_name(const char *var, const char *how, char *out, size_t cap, char *err,
-                    size_t ecap) {
-  const char *v = getenv(var);
+/* v: the value of the variable var (read by the caller: a literal getenv, see
+ * //tests/common:param_tree_test). */
+static int env_name(const char *var, const char *v, const char *how, char *out, size_t cap,
+                    char *err, size_t ecap) {
   if (!v || !*v) {
     snprintf(err, ecap, "%s is not set: %s", var, how);
     return -1;
@@ -95,12 +96,12 @@ int agent_kube_cfg_load(agent_kube_cfg_t *c, char *err, size_t cap) {
     snprintf(err, cap, "%s: '%.80s' is not a namespace name", path, c->namespace_);
     return -1;
   }
-  if (env_name("JOBSET_NAME",
+  if (env_name("JOBSET_NAME", getenv("JOBSET_NAME"),
                "set it from the pod's label jobset.sigs.k8s.io/jobset-name (downward API, "
                "k8s/jobset/in-place)",
                c->jobset, sizeof c->jobset, err, cap) ||
-      env_name("POD_NAME", "set it from metadata.name (downward API)", c->pod, sizeof c->pod, err,
-               cap))
+      env_name("POD_NAME", getenv("POD_NAME"), "set it from metadata.name (downward API)", c->pod,
+               sizeof c->pod, err, cap))
     return -1;
   return 0;
 }

@@ -102,8 +102,8 @@ static void check_events(void) {
   int code;
   char ev[sizeof kJobSet + 64];
   snprintf(ev, sizeof ev, "{\"type\":\"MODIFIED\",\"object\":%s}", kJobSet);
-  CHECK_EQ_INT(agent_kube_parse_event(ev, strlen(ev), type, sizeof type, &js, &code, err, sizeof err),
-               0);
+  CHECK_EQ_INT(
+      agent_kube_parse_event(ev, strlen(ev), type, sizeof type, &js, &code, err, sizeof err), 0);
   CHECK_STR(type, "MODIFIED");
   CHECK_EQ_INT(js.current, 2);
   const char *gone = "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"code\":410}}";
@@ -113,8 +113,8 @@ static void check_events(void) {
   CHECK_STR(type, "ERROR");
   CHECK_EQ_INT(code, 410);
   const char *bm = "{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"77\"}}}";
-  CHECK_EQ_INT(agent_kube_parse_event(bm, strlen(bm), type, sizeof type, &js, &code, err, sizeof err),
-               0);
+  CHECK_EQ_INT(
+      agent_kube_parse_event(bm, strlen(bm), type, sizeof type, &js, &code, err, sizeof err), 0);
   CHECK_STR(js.resource_version, "77");
   const char *odd = "{\"type\":\"SURPRISE\",\"object\":{}}";
   CHECK_EQ_INT(
@@ -133,9 +133,29 @@ static void check_events(void) {
   TEST_LOG("events: MODIFIED, ERROR 410, BOOKMARK, unknown, no type; Status messages");
 }
 
-static const char *const kTokens[] = {"{", "}", "[", "]", ",", ":", "\"", "\\", "null", "-1",
-                                      "1e9", "&a", "*a", "!!str", "\t", "\n", "#", "%YAML 1.1\n",
-                                      "---", "...", "'", "\\u0000", "99999999999999999999"};
+static const char *const kTokens[] = {"{",
+                                      "}",
+                                      "[",
+                                      "]",
+                                      ",",
+                                      ":",
+                                      "\"",
+                                      "\\",
+                                      "null",
+                                      "-1",
+                                      "1e9",
+                                      "&a",
+                                      "*a",
+                                      "!!str",
+                                      "\t",
+                                      "\n",
+                                      "#",
+                                      "%YAML 1.1\n",
+                                      "---",
+                                      "...",
+                                      "'",
+                                      "\\u0000",
+                                      "99999999999999999999"};
 
 static void check_mutations(void) {
   test_rng_init("kube_json_test", 35);
