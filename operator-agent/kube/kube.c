@@ -15,7 +15,7 @@
 
 #define RBAC_HINT                                                                                \
   "the pod's service account needs patch on pods and get/list/watch on jobsets.jobset.x-k8s.io " \
-  "in its namespace (see k8s/jobset/in-place/rbac.yaml)"
+  "in its namespace (see k8s/jobset-in-place/rbac.yaml)"
 
 /* A Kubernetes object name (DNS subdomain): 1..253 of [a-z0-9.-]. */
 static int valid_name(const char *s) {
@@ -97,8 +97,8 @@ int agent_kube_cfg_load(agent_kube_cfg_t *c, char *err, size_t cap) {
     return -1;
   }
   if (env_name("JOBSET_NAME", getenv("JOBSET_NAME"),
-               "set it from the pod's label jobset.sigs.k8s.io/jobset-name (downward API, "
-               "k8s/jobset/in-place)",
+               "set it from the pod annotation jobset.sigs.k8s.io/jobset-name (downward API, "
+               "k8s/jobset-in-place)",
                c->jobset, sizeof c->jobset, err, cap) ||
       env_name("POD_NAME", getenv("POD_NAME"), "set it from metadata.name (downward API)", c->pod,
                sizeof c->pod, err, cap))
@@ -207,6 +207,11 @@ static int request(const agent_kube_cfg_t *c, const char *method, const char *ur
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https");
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+  /* A watch is quiet for minutes: keepalive probes find a connection that died without a FIN
+   * (an API server or node gone) in about a minute, not at the watch's deadline. */
+  curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
+  curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1000));
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, b);

@@ -18,6 +18,8 @@ here they set status "failed" for the test to read.
 Faults for the tests: mode "deny" (403 to every request), "badjson" (a JobSet GET answers text
 that is not JSON), "hang" (requests are read and never answered until the server stops); a wrong
 token gets 401. hold = True keeps the barrier up (current is not set) until released.
+watch_faults: a list the next watches take one each from: "gone" (an ERROR event, Status code
+410: the resourceVersion is too old), "badevent" (a line that is not JSON).
 
 The CA and the server's certificate (SAN IP 127.0.0.1) are made with openssl at start.
 Used by jobset_inplace_test.py. Python 3 standard library only (and openssl on PATH).
@@ -33,8 +35,14 @@ from urllib.parse import parse_qs, urlparse
 ATTEMPT_KEY = "jobset.sigs.k8s.io/in-place-restart-attempt"
 
 
+_CERTS = {}
+
+
 def make_certs(d):
-    """A CA and a server certificate for 127.0.0.1 under d: (ca.crt, server.crt, server.key)."""
+    """A CA and a server certificate for 127.0.0.1 under d: (ca.crt, server.crt, server.key).
+    Made once per process (RSA key generation is the slow part) and reused by later servers."""
+    if "certs" in _CERTS:
+        return _CERTS["certs"]
     ca_key, ca_crt = os.path.join(d, "ca.key"), os.path.join(d, "ca.crt")
     key, csr, crt = (os.path.join(d, n) for n in ("server.key", "server.csr", "server.crt"))
     ext = os.path.join(d, "san.ext")
@@ -47,6 +55,7 @@ def make_certs(d):
         "/CN=127.0.0.1")
     run("openssl", "x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key,
         "-CAcreateserial", "-out", crt, "-days", "2", "-extfile", ext)
+    _CERTS["certs"] = (ca_crt, crt, key)
     return ca_crt, crt, key
 
 
@@ -67,6 +76,7 @@ class ApiServer:
         self.hold = False
         self.stopping = False
         self.patches, self.requests = [], []
+        self.watch_faults = []
         self.pods = {p: {"annotations": {}, "phase": "Running"} for p in pods}
         self.failed = None
         fp = {"maxRestarts": max_restarts}
@@ -260,6 +270,16 @@ class ApiServer:
         h.send_header("Content-Type", "application/json")
         h.send_header("Connection", "close")
         h.end_headers()
+        with self.cv:
+            fault = self.watch_faults.pop(0) if self.watch_faults else None
+        if fault == "gone":
+            h.wfile.write(json.dumps({"type": "ERROR", "object": {
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired",
+                "message": "too old resource version", "code": 410}}).encode() + b"\n")
+            return
+        if fault == "badevent":
+            h.wfile.write(b'{"type": "MODIFIED", "object": {"metadata": \n')
+            return
         h.wfile.flush()
         import time
         end = time.monotonic() + timeout

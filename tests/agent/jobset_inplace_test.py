@@ -15,6 +15,8 @@ strategy) come from tests/k8s/controllers.yaml (jobset:), which cites JobSet's s
      other two agents stop their workers and exit 42; restarted they PATCH "1" and the job ends.
   c. bypass: restartStrategy Recreate, and InPlaceRestart with the disable annotation: no PATCH,
      the worker starts at once, /barrier-is-down 200, /status says bypass.
+  e. the watch: an ERROR event with code 410 (re-list), then a line that is not JSON (an error,
+     a backoff, a re-list); the agent still sees the barrier lifted and its job ends with 0.
   d. bad answers: 403 and 401 (exit 64, the message names the URL and the RBAC needed), bad JSON
      and an API server that never answers (exit 69 at --rdzv-timeout, the error named), a bad
      IN_PLACE_RESTART_EXIT_CODE (exit 64).
@@ -331,12 +333,36 @@ def scenario_d():
         want=("IN_PLACE_RESTART_EXIT_CODE='0'", "1..255"))
 
 
+def scenario_e():
+    srv = jobset_apiserver.ApiServer(os.path.join(T, "ca-e"), NS, JS, [pod_name(0)])
+    srv.hold = True
+    srv.watch_faults = ["gone", "badevent"]
+    try:
+        a = Agent("e", 0, srv, ["--standalone"])
+        a.start()
+        js_get = ("GET", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/%s/jobsets/%s" % (NS, JS))
+        # the first GET, one after the 410, one after the bad event; then a third watch waits
+        ok = wait_for(lambda: srv.requests.count(js_get) >= 3 and not srv.watch_faults, 60)
+        # released before or after the third watch connects: either way it gets the new version
+        srv.release()
+        started = wait_for(lambda: starts("e"), 60)
+        touch("e", "finish")
+        rc = a.wait(60)
+        log = open(a.err).read()
+        check(ok and started and rc == 0 and "watch event: bad JSON" in log,
+              "e. a 410 and a bad watch event: re-listed (%d GETs of the JobSet), the barrier "
+              "lifted, exit %s; the bad event logged: %s" % (srv.requests.count(js_get), rc,
+                                                             "watch event: bad JSON" in log))
+    finally:
+        srv.stop()
+
+
 def main():
     with open(os.path.join(T, "worker.sh"), "w") as f:
         f.write(WORKER)
     os.chmod(os.path.join(T, "worker.sh"), 0o755)
     try:
-        for sc in (scenario_a, scenario_b, scenario_c, scenario_d):
+        for sc in (scenario_a, scenario_b, scenario_c, scenario_e, scenario_d):
             t0 = time.monotonic()
             sc()
             print("(%s: %.0f s)" % (sc.__name__, time.monotonic() - t0), flush=True)
