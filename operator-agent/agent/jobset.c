@@ -130,7 +130,7 @@ static int barrier(agent_t *a, int64_t deadline) {
 }
 
 int agent_jobset_begin(agent_t *a) {
-  if (!a->cfg.jobset_in_place_restart) return 0;
+  if (!a->cfg.jobset_inplace) return 0;
   char err[900];
   agent_state_lock(&a->st);
   a->st.jip_enabled = 1;

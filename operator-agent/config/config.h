@@ -33,27 +33,27 @@ typedef struct {
 
 typedef struct {
   /* --- job shape --- */
-  int nnodes_min, nnodes_max;  /* --nnodes N or MIN:MAX; default 1:1 */
-  int spares;                  /* --spares K: standby pods, node ranks nnodes_max.. ; default 0 */
-  int spares_in_nnodes;        /* --spares-in-nnodes: the nnodes given counts the spares too (a
-                                * Trainer v2 numNodes); cleared once nnodes is reduced to the
-                                * active nodes by the loader, so the effective configuration
-                                * shows nnodes active + spares standbys */
-  int nproc_per_node;          /* --nproc-per-node N|cpu|gpu|auto; default 1. cpu = online CPUs;
-                                * gpu = number of /dev/nvidia<N> (error if none); auto = gpu if any,
-                                * else cpu */
-  int node_rank;               /* --node-rank; -1 = discover (JOB_COMPLETION_INDEX, hostname) */
-  char *master_addr;           /* --master-addr; NULL = discover by DNS from the scheme */
-  int master_port;             /* --master-port; default 29500 (standalone: 0 = ephemeral) */
-  char *run_id;                /* --rdzv-id / --run-id; default "none" (standalone: random uuid4) */
-  int max_restarts;            /* --max-restarts; default 0 */
-  int jobset_in_place_restart; /* --jobset-in-place-restart: JobSet's in-place restart protocol
-                                * (operator-agent/kube/jip.h); default off */
-  double monitor_interval_s;   /* --monitor-interval seconds; default 0.1 */
-  int standalone;              /* --standalone: nnodes 1, node rank 0, store on 127.0.0.1 */
-  char *role;                  /* --role; default "default" */
-  char *backend; /* --backend gloo|nccl|mpi; default "gloo"; exported as TDIST_BACKEND;
-                  * mpi: the agent is its workers' PMIx server */
+  int nnodes_min, nnodes_max; /* --nnodes N or MIN:MAX; default 1:1 */
+  int spares;                 /* --spares K: standby pods, node ranks nnodes_max.. ; default 0 */
+  int spares_in_nnodes;       /* --spares-in-nnodes: the nnodes given counts the spares too (a
+                               * Trainer v2 numNodes); cleared once nnodes is reduced to the
+                               * active nodes by the loader, so the effective configuration
+                               * shows nnodes active + spares standbys */
+  int nproc_per_node;         /* --nproc-per-node N|cpu|gpu|auto; default 1. cpu = online CPUs;
+                               * gpu = number of /dev/nvidia<N> (error if none); auto = gpu if any,
+                               * else cpu */
+  int node_rank;              /* --node-rank; -1 = discover (JOB_COMPLETION_INDEX, hostname) */
+  char *master_addr;          /* --master-addr; NULL = discover by DNS from the scheme */
+  int master_port;            /* --master-port; default 29500 (standalone: 0 = ephemeral) */
+  char *run_id;               /* --rdzv-id / --run-id; default "none" (standalone: random uuid4) */
+  int max_restarts;           /* --max-restarts; default 0 */
+  int jobset_inplace;         /* --jobset-in-place-restart: JobSet's in-place restart protocol
+                               * (agent/jobset.c); default off */
+  double monitor_interval_s;  /* --monitor-interval seconds; default 0.1 */
+  int standalone;             /* --standalone: nnodes 1, node rank 0, store on 127.0.0.1 */
+  char *role;                 /* --role; default "default" */
+  char *backend;              /* --backend gloo|nccl|mpi; default "gloo"; exported as TDIST_BACKEND;
+                               * mpi: the agent is its workers' PMIx server */
 
   /* --- rendezvous timing --- */
   double rdzv_timeout_s; /* --rdzv-timeout: give up joining / reaching the master; default 900 */

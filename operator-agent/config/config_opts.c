@@ -68,7 +68,7 @@ const cfg_opt_t agent_cfg__opts[CFG_NOPTS] = {
                                   "giving up, 0..1000000."},
     [CFG_JOBSET_IN_PLACE_RESTART] = {
         .flag = "jobset-in-place-restart", .yaml = "jobset_in_place_restart", .type = CFG_T_BOOL,
-        .off = OFF(jobset_in_place_restart), .def = "off",
+        .off = OFF(jobset_inplace), .def = "off",
         .help = "JobSet's in-place restart protocol (JobSet failurePolicy restartStrategy "
                 "InPlaceRestart): before the first rendezvous, annotate this pod "
                 "(JOBSET_NAME, POD_NAME, the service account's namespace and token) and wait at "
