@@ -142,7 +142,7 @@ main() {
     --build-arg "TDIST_IMAGE=tdist:$version" --build-arg "PYTORCH_IMAGE=localhost/debian-pytorch:1.13"
   build "tdist-torch26:$version" "$root/docker/torch/Dockerfile" "$root/docker/torch" \
     --build-arg "TDIST_IMAGE=tdist:$version" --build-arg "PYTORCH_IMAGE=localhost/debian-pytorch:2.6" \
-    --build-arg "TDIST_PACKAGES=libmicrohttpd12t64 libyaml-0-2 libpmix2t64"
+    --build-arg "TDIST_PACKAGES=libmicrohttpd12t64 libyaml-0-2 libpmix2t64 libcurl4t64"
 }
 
 main "$@"

@@ -263,7 +263,9 @@ int main(int argc, char **argv) {
       tdist_version(), agent_nnodes_str(&a->cfg, nn, sizeof nn), a->cfg.nproc_per_node,
       a->cfg.max_restarts, a->cfg.run_id, a->cfg.standalone ? ", standalone" : "");
   int rc = setup(a);
+  if (!rc) rc = agent_jobset_begin(a);
   if (!rc) rc = agent_run(a);
+  rc = agent_jobset_exit_code(a, rc);
   if (rc == 0)
     agent_set_state(a, AGENT_STATE_SUCCEEDED);
   else
@@ -277,6 +279,7 @@ int main(int argc, char **argv) {
     else if (agent_run_dir_remove(a->run_dir, err, sizeof err))
       AGENT_WARN("cannot remove the run directory: %s", err);
   }
+  agent_jobset_end(a);
   AGENT_INFO("exiting with code %d", rc);
   agent_storehost_drop(&a->sh, &a->rd);
   agent_http_stop(a->http);

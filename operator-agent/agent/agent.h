@@ -7,6 +7,8 @@
  *             store first) until this agent is a member; standbys; a store host giving way
  *   round.c   the round runner: starts the workers with the rendezvous result, monitors them,
  *             the restart policy and the exit codes (agent_run)
+ *   jobset.c  --jobset-in-place-restart: JobSet's in-place restart protocol (the barrier before
+ *             the first rendezvous, the group restart seen while running, the exit code)
  *
  * with operator-agent/storehost/ (hosting and reaching the agents' store, failover),
  * rendezvous/ (the store protocol), supervisor/ (the workers, progress), pmix/ (--backend mpi).
@@ -26,6 +28,8 @@
 
 #include "operator-agent/config/config.h"
 #include "operator-agent/http/http.h"
+#include "operator-agent/kube/kube.h"
+#include "operator-agent/kube/watcher.h"
 #include "operator-agent/pmix/pmix.h"
 #include "operator-agent/rendezvous/rdzv.h"
 #include "operator-agent/state/state.h"
@@ -59,6 +63,20 @@ typedef enum {
   AGENT_RDZV_OUT_YIELD       /* this store host gave way to the other host, which runs the job */
 } agent_rdzv_outcome_t;
 
+/* --jobset-in-place-restart (jobset.c). */
+typedef struct {
+  agent_kube_cfg_t kc;
+  agent_kube_watcher_t *w; /* NULL: off, bypassed, or not started yet */
+  int active;              /* annotated and watching: the protocol applies */
+  int restart_now;         /* the JobSet restarts the group: exit with exit_code */
+  int final;               /* the exit code stands (the barrier timed out) */
+  int exit_code;           /* IN_PLACE_RESTART_EXIT_CODE, default 1 */
+  int64_t attempt;         /* this pod's in-place restart attempt */
+  int restart_base;        /* added to TORCHELASTIC_RESTART_COUNT: attempt * (max_restarts + 1) */
+  uint64_t seen;           /* the watcher's count of objects last published */
+  char last_err[600];      /* the watcher's error last logged */
+} agent_jip_t;
+
 typedef struct {
   agent_cfg_t cfg;
   agent_state_t st;
@@ -85,6 +103,7 @@ typedef struct {
   int64_t err_next_log_ns; /* and when it may be logged again */
   int abort_code;          /* ROUND_ABORTED: the exit code (the rank's MPI_Abort status) */
   agent_pmix_t *pmix;      /* --backend mpi: the PMIx server of the workers (pmix.h) */
+  agent_jip_t jip;         /* --jobset-in-place-restart */
 } agent_t;
 
 static inline int64_t agent_now_ns(void) {
@@ -132,5 +151,20 @@ void agent_driver_publish_standbys(agent_t *a);
 /* Reaches the store, runs rendezvous and rounds with the restart policy until the job ends or
  * this agent gives up: the exit code (agent_exit_t, a worker's code, or 128 + a signal). */
 int agent_run(agent_t *a);
+
+/* jobset.c (--jobset-in-place-restart; each a no-op when it is off) */
+/* Before the first rendezvous: reads the JobSet; unless it bypasses the protocol, annotates this
+ * pod with its attempt and waits at the barrier (--rdzv-timeout) until the JobSet lifts it. 0:
+ * go on; else the exit code. */
+int agent_jobset_begin(agent_t *a);
+/* One look at the watched JobSet (from agent_loop_wait): 1 once the JobSet restarts the group
+ * (previousInPlaceRestartAttempt >= this pod's attempt): the agent must stop and exit. */
+int agent_jobset_poll(agent_t *a);
+/* The exit code to use instead of rc: IN_PLACE_RESTART_EXIT_CODE when the JobSet restarts the
+ * group, or when the agent gives up (restarts used up, a rendezvous that cannot complete, a
+ * failure) under the protocol; else rc. */
+int agent_jobset_exit_code(agent_t *a, int rc);
+/* Stops the watcher. */
+void agent_jobset_end(agent_t *a);
 
 #endif

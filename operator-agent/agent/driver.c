@@ -18,7 +18,7 @@ static void publish_round(agent_t *a) {
   a->st.group_rank = a->rd.group_rank;
   a->st.group_world_size = (int)a->rd.nmembers;
   a->st.world_size = a->rd.world_size;
-  a->st.restart_count = a->rd.attempt;
+  a->st.restart_count = a->rd.attempt + a->jip.restart_base;
   agent_member_info_t *m = calloc((size_t)(a->rd.nmembers ? a->rd.nmembers : 1), sizeof *m);
   if (m) {
     for (int64_t i = 0; i < a->rd.nmembers; i++) {

@@ -94,6 +94,12 @@ void agent_loop_wait(agent_t *a, int timeout_ms) {
     }
   }
   if (agent_workers_reap(&a->ws) > 0) agent_workers_publish(&a->ws, &a->st);
+  /* JobSet's group restart (jobset.c) stops the agent as a SIGTERM would, by every path that
+   * already handles one; the exit code is JobSet's (agent_jobset_exit_code). */
+  if (!a->stop_sig && agent_jobset_poll(a)) {
+    a->stop_sig = SIGTERM;
+    agent_workers_signal(&a->ws, SIGTERM);
+  }
   agent_state_lock(&a->st);
   a->st.loop_tick_ns = agent_now_ns();
   agent_state_unlock(&a->st);

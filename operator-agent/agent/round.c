@@ -96,7 +96,7 @@ static int start_workers(agent_t *a, round_outcome_t *out) {
                               .world_size = a->rd.world_size,
                               .group_rank = a->rd.group_rank,
                               .group_world_size = (int)a->rd.nmembers,
-                              .attempt = a->rd.attempt,
+                              .attempt = a->rd.attempt + a->jip.restart_base,
                               .master_addr = a->sh.master_ip,
                               .master_port = a->rd.worker_store.port,
                               .run_dir = a->run_dir};

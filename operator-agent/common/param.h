@@ -37,7 +37,11 @@ typedef envparam_type_t agent_param_type_t;
   X(PYTHON, STR, "python3", NULL, 1, AGENT_PARAM_PATH_MAX_LEN, NULL,                              \
     "Interpreter tdist-agent runs a worker command ending in .py with (as PYTHON -u x.py).")      \
   X(STALL_REPORT_SECONDS, DOUBLE, "5", NULL, 0.001, 86400, NULL,                                  \
-    "Seconds a collective may be in flight before tdist-agent reports its group as stuck.")
+    "Seconds a collective may be in flight before tdist-agent reports its group as stuck.")      \
+  X(KUBE_API_URL, STR, NULL, "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT", 1, 511, \
+    NULL, "Kubernetes API server tdist-agent calls for --jobset-in-place-restart (for tests).")   \
+  X(KUBE_SA_DIR, STR, "/var/run/secrets/kubernetes.io/serviceaccount", NULL, 1, 511, NULL,        \
+    "Directory with the service account's token, ca.crt and namespace (--jobset-in-place-restart).")
 /* clang-format on */
 
 typedef enum {

@@ -47,6 +47,8 @@ typedef struct {
   int master_port;            /* --master-port; default 29500 (standalone: 0 = ephemeral) */
   char *run_id;               /* --rdzv-id / --run-id; default "none" (standalone: random uuid4) */
   int max_restarts;           /* --max-restarts; default 0 */
+  int jobset_inplace;         /* --jobset-in-place-restart: JobSet's in-place restart protocol
+                               * (agent/jobset.c); default off */
   double monitor_interval_s;  /* --monitor-interval seconds; default 0.1 */
   int standalone;             /* --standalone: nnodes 1, node rank 0, store on 127.0.0.1 */
   char *role;                 /* --role; default "default" */

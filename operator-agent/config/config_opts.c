@@ -66,6 +66,18 @@ const cfg_opt_t agent_cfg__opts[CFG_NOPTS] = {
                           .max = 1000000, .off = OFF(max_restarts), .metavar = "N", .def = "0",
                           .help = "Restarts of the whole worker group after a failure before "
                                   "giving up, 0..1000000."},
+    [CFG_JOBSET_IN_PLACE_RESTART] = {
+        .flag = "jobset-in-place-restart", .yaml = "jobset_in_place_restart", .type = CFG_T_BOOL,
+        .off = OFF(jobset_inplace), .def = "off",
+        .help = "JobSet's in-place restart protocol (JobSet failurePolicy restartStrategy "
+                "InPlaceRestart): before the first rendezvous, annotate this pod "
+                "(JOBSET_NAME, POD_NAME, the service account's namespace and token) and wait at "
+                "the barrier until the JobSet lifts it; when --max-restarts is used up, a "
+                "rendezvous cannot complete, or the JobSet restarts the group, exit with "
+                "IN_PLACE_RESTART_EXIT_CODE (default 1) so the kubelet restarts the container in "
+                "place. /barrier-is-down answers 200 once the barrier is lifted. A JobSet without "
+                "InPlaceRestart, or annotated jobset.sigs.k8s.io/disable-in-place-restart, "
+                "bypasses it. See docs/orchestrators.md."},
     [CFG_MONITOR_INTERVAL] = {.flag = "monitor-interval", .yaml = "monitor_interval",
                               .pet = "PET_MONITOR_INTERVAL", .type = CFG_T_DUR, .min = 1,
                               .off = OFF(monitor_interval_s), .metavar = "DURATION",

@@ -352,6 +352,31 @@ static enum MHD_Result serve_readyz(agent_http_t *h, struct MHD_Connection *c) {
                                              : "not ready: the agent is starting\n");
 }
 
+/* JobSet's in-place restart barrier, the startup probe's path (JobSet's reference agent:
+ * DefaultStartupProbePath): 200 once the barrier is lifted, or when there is none. */
+static enum MHD_Result serve_barrier(agent_http_t *h, struct MHD_Connection *c) {
+  agent_state_lock(h->st);
+  int on = h->st->jip_enabled, down = h->st->jip_barrier_down, bypass = h->st->jip_bypass;
+  int64_t attempt = h->st->jip_attempt, cur = h->st->jip_current;
+  agent_state_unlock(h->st);
+  if (!on)
+    return reply_static(c, MHD_HTTP_OK, CT_TEXT,
+                        "ok: no barrier (--jobset-in-place-restart is off)\n");
+  if (down)
+    return reply_static(c, MHD_HTTP_OK, CT_TEXT,
+                        bypass ? "ok: no barrier (the JobSet does not use InPlaceRestart)\n"
+                               : "ok: the barrier is down\n");
+  if (attempt < 0)
+    return reply_static(c, MHD_HTTP_SERVICE_UNAVAILABLE, CT_TEXT,
+                        "barrier up: reading the JobSet and annotating this pod\n");
+  char cs[32] = "unset";
+  if (cur >= 0) snprintf(cs, sizeof cs, "%lld", (long long)cur);
+  return reply_printf(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+                      "barrier up: waiting for the JobSet's currentInPlaceRestartAttempt to reach "
+                      "this pod's attempt %lld (now %s)\n",
+                      (long long)attempt, cs);
+}
+
 static const char kNotAllowed[] = "method not allowed; use GET or HEAD\n";
 
 static const char kIndex[] =
@@ -361,6 +386,8 @@ static const char kIndex[] =
     "<li><a href=\"/status\">/status</a> state, members and workers (JSON)</li>\n"
     "<li><a href=\"/healthz\">/healthz</a> liveness</li>\n"
     "<li><a href=\"/readyz\">/readyz</a> readiness</li>\n"
+    "<li><a href=\"/barrier-is-down\">/barrier-is-down</a> JobSet's in-place restart "
+    "barrier</li>\n"
     "</ul></body></html>\n";
 
 /* MHD calls this once when the headers are in (*con_cls NULL), then once per chunk of body, then
@@ -373,7 +400,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
   static int marker;
   agent_http_t *h = cls;
   if (*con_cls == NULL) conn_headers_done(h, c);
-  enum { P_NONE, P_HEALTHZ, P_READYZ, P_METRICS, P_STATUS, P_INDEX } path = P_NONE;
+  enum { P_NONE, P_HEALTHZ, P_READYZ, P_METRICS, P_STATUS, P_INDEX, P_BARRIER } path = P_NONE;
   if (!strcmp(url, "/healthz"))
     path = P_HEALTHZ;
   else if (!strcmp(url, "/readyz"))
@@ -384,10 +411,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     path = P_STATUS;
   else if (!strcmp(url, "/"))
     path = P_INDEX;
+  else if (!strcmp(url, "/barrier-is-down"))
+    path = P_BARRIER;
 
   if (path == P_NONE)
     return reply_static(c, MHD_HTTP_NOT_FOUND, CT_TEXT,
-                        "not found; the agent serves /healthz /readyz /metrics /status /\n");
+                        "not found; the agent serves /healthz /readyz /metrics /status "
+                        "/barrier-is-down /\n");
   if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
     return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, CT_TEXT, kNotAllowed, sizeof kNotAllowed - 1, 0,
                  "GET, HEAD");
@@ -413,6 +443,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
       body = agent_status_render(h->st, &len);
       return reply_rendered(c, CT_JSON, body, len);
     case P_INDEX: return reply_static(c, MHD_HTTP_OK, CT_HTML, kIndex);
+    case P_BARRIER: return serve_barrier(h, c);
     default: break;
   }
   return MHD_NO;

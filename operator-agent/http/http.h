@@ -17,7 +17,9 @@
  *                  "members":[{"node_rank","group_rank","addr","host"}],
  *                  "spares","standbys_live","standbys":[{"node_rank","addr","host"}],
  *                  "workers":[{"local_rank","global_rank","pid","state","exit_code"}],
- *                  "last_error"}
+ *                  "jobset_in_place_restart":null (flag off) or {"bypass","barrier_down",
+ *                   "attempt","current","previous"} (this pod's attempt, the JobSet's status;
+ *                   null when unset), "last_error"}
  *                 Numbers are the struct's values as they are (-1 = not known yet for node_rank,
  *                 group_rank and round; pid 0 = not started). A worker's exit_code is null until
  *                 it has exited: it is a number only when pid > 0 and its state is succeeded,
@@ -26,7 +28,11 @@
  *                 agents of the round (waiters that start no workers) and "standbys_live" how
  *                 many of them still heartbeat; elsewhere [] and null. A standby's own "state"
  *                 is "standby" (group_rank -1, no members). Strings are made valid UTF-8 (malformed
- * bytes become U+FFFD). GET /         a small HTML page linking the above. HEAD is answered like
+ * bytes become U+FFFD).
+ *   GET /barrier-is-down  JobSet's in-place restart barrier (the startup probe's path): 200 once
+ *                 lifted, or when --jobset-in-place-restart is off or bypassed; else 503 saying
+ *                 what it waits for.
+ *   GET /         a small HTML page linking the above. HEAD is answered like
  * GET without a body. A path that is none of these: 404 whatever the method; a known path with
  * another method: 405 with an "Allow: GET, HEAD" header. The query string is ignored. Every answer
  * carries "Cache-Control: no-store". Reads agent_state_t under its lock only.

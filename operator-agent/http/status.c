@@ -75,7 +75,22 @@ static void render(agent_buf_t *b, const agent_state_t *st) {
     else
       agent_buf_puts(b, ",\"exit_code\":null}");
   }
-  agent_buf_puts(b, "],\"last_error\":");
+  agent_buf_puts(b, "],\"jobset_in_place_restart\":");
+  if (!st->jip_enabled) {
+    agent_buf_puts(b, "null");
+  } else {
+    agent_buf_printf(b, "{\"bypass\":%s,\"barrier_down\":%s", st->jip_bypass ? "true" : "false",
+                     st->jip_barrier_down ? "true" : "false");
+    const int64_t v[3] = {st->jip_attempt, st->jip_current, st->jip_previous};
+    static const char *const k[3] = {"attempt", "current", "previous"};
+    for (int i = 0; i < 3; i++)
+      if (v[i] < 0)
+        agent_buf_printf(b, ",\"%s\":null", k[i]);
+      else
+        agent_buf_printf(b, ",\"%s\":%" PRId64, k[i], v[i]);
+    agent_buf_puts(b, "}");
+  }
+  agent_buf_puts(b, ",\"last_error\":");
   if (st->last_error[0])
     JSON_FIELD(b, st, last_error);
   else

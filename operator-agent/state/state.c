@@ -13,6 +13,7 @@ void agent_state_init(agent_state_t *st) {
   st->node_rank = -1;
   st->round = -1;
   st->group_rank = -1;
+  st->jip_attempt = st->jip_current = st->jip_previous = -1;
 }
 
 void agent_state_destroy(agent_state_t *st) {

@@ -115,6 +115,13 @@ typedef struct {
    * store ("ranks 3,5 stuck in all_reduce #1234 for 140 s, others at #1235"); "" = unknown. */
   char progress_summary[1024];
   int64_t progress_unix; /* when it was computed (0 = never) */
+
+  /* --jobset-in-place-restart (agent/jobset.c): JobSet's in-place restart protocol. */
+  int jip_enabled;      /* the flag is on */
+  int jip_bypass;       /* the JobSet does not use it: no barrier */
+  int jip_barrier_down; /* the barrier is lifted (/barrier-is-down answers 200) */
+  int64_t jip_attempt;  /* this pod's in-place restart attempt (its annotation); -1: none yet */
+  int64_t jip_current, jip_previous; /* the JobSet's status; -1: unset */
 } agent_state_t;
 
 void agent_state_init(agent_state_t *st);

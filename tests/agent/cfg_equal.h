@@ -35,6 +35,7 @@ static inline int cfg_equal(const agent_cfg_t *a, const agent_cfg_t *b, char *wh
   CFG_EQ_NUM_(master_port)
   CFG_EQ_STR_(run_id)
   CFG_EQ_NUM_(max_restarts)
+  CFG_EQ_NUM_(jobset_inplace)
   CFG_EQ_NUM_(monitor_interval_s)
   CFG_EQ_NUM_(standalone)
   CFG_EQ_STR_(role)

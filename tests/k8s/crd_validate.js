@@ -127,13 +127,25 @@ function ajvMessage(e) {
   return `${e.instancePath || "/"}: ${e.message}${e.params && e.params.allowedValues ? " " + JSON.stringify(e.params.allowedValues) : ""}`;
 }
 
+// A container's restartPolicyRules (Kubernetes 1.34, alpha feature ContainerRestartRules: the
+// action the kubelet takes on an exit code, which JobSet's in-place restart uses) is newer than
+// the core schemas of kubernetes-models 4.5.1 (no such field there): it is checked by the CRD's own
+// copy of the pod schema (JobSet v0.12.0's CRD has it, with its enums), and taken off the copy that
+// goes to checkSchema. Nothing else is taken off.
+function withoutRestartRules(spec) {
+  const copy = JSON.parse(JSON.stringify(spec || {}));
+  const pod = ((copy.template || {}).spec) || {};
+  for (const c of [...(pod.containers || []), ...(pod.initContainers || [])]) delete c.restartPolicyRules;
+  return copy;
+}
+
 // Core objects embedded in a custom resource, as [where, object] for validate.js's checkSchema.
 function embeddedCore(obj) {
   const out = [];
   const jobTemplates = (rjs, where) => (rjs || []).forEach((rj, i) => {
     const t = rj.template || {};
     out.push([`${where}/replicatedJobs/${i}/template`, { apiVersion: "batch/v1", kind: "Job",
-      metadata: { name: rj.name || "x", ...(t.metadata || {}) }, spec: t.spec || {} }]);
+      metadata: { name: rj.name || "x", ...(t.metadata || {}) }, spec: withoutRestartRules(t.spec) }]);
   });
   const spec = obj.spec || {};
   if (obj.kind === "JobSet") jobTemplates(spec.replicatedJobs, "/spec");
@@ -186,6 +198,8 @@ const MUTATIONS = [
   ["JobSet", "unknown field /spec/replicatedJobs/0/template/spec/template/spec/containers/0/imagePullPolcy",
     (o) => (ctrOf(podOf(o)).imagePullPolcy = "Never")],
   ["JobSet", "/spec/replicatedJobs/0/template: schema:", (o) => (podOf(o).containers[0].ports[0].containerPort = "29500")],
+  ["JobSet", "unknown field /spec/replicatedJobs/0/template/spec/template/spec/containers/0/restartPolicyRules/0/exitCode",
+    (o) => (ctrOf(podOf(o)).restartPolicyRules = [{ action: "Restart", exitCode: 1 }])],
   ["ClusterTrainingRuntime", "unknown field /spec/mlPolicy/torch/elasticPolicy", (o) => (o.spec.mlPolicy.torch.elasticPolicy = { maxNodes: 3 })],
   ["ClusterTrainingRuntime", "must have required property 'name'", (o) => delete o.spec.template.spec.replicatedJobs[0].name],
   ["ClusterTrainingRuntime", "/spec/template/spec/replicatedJobs/0/template: schema:",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The manifests for Kubeflow Trainer v2 (k8s/trainer), JobSet (k8s/jobset) and Volcano
-# (k8s/volcano), checked as render_test checks k8s/base and its overlays:
+# The manifests for Kubeflow Trainer v2 (k8s/trainer), JobSet (k8s/jobset, and
+# k8s/jobset-in-place: with JobSet's in-place restart protocol) and Volcano (k8s/volcano), checked as render_test checks k8s/base and its overlays:
 #   1. each renders with `kubectl kustomize`;
 #   2. every Trainer, JobSet and Volcano object (and the sample TrainJob) validates against its
 #      published CRD's schema, unknown fields rejected, with the core objects they embed checked
@@ -90,7 +90,7 @@ main() {
   cp -rL "$k8s_src" "$T/k8s"
 
   # 1. Render.
-  for n in trainer jobset volcano; do render "$n"; done
+  for n in trainer jobset jobset-in-place volcano; do render "$n"; done
   cp "$T/k8s/trainer/example/trainjob.yaml" "$T/trainjob.yaml"
 
   # 2. The CRDs' schemas.
@@ -100,7 +100,7 @@ main() {
     nm=""
   fi
   export NODE_PATH="$nm"
-  local docs=("$T/trainer.yaml" "$T/jobset.yaml" "$T/volcano.yaml" "$T/trainjob.yaml")
+  local docs=("$T/trainer.yaml" "$T/jobset.yaml" "$T/jobset-in-place.yaml" "$T/volcano.yaml" "$T/trainjob.yaml")
   # One run (the schemas take seconds to compile): each object's check, then its mutations.
   if node "$CRDV" --self-test "$CRDS" "${docs[@]}" >"$T/crd.out" 2>&1; then
     pass "CRD schemas, unknown fields, embedded core objects: $(grep -c '^ok: [^ ]*\.yaml' "$T/crd.out") objects valid"
@@ -148,8 +148,11 @@ yaml.safe_dump_all(docs, open(sys.argv[2], "w"))
 EOF
   "$PY" "$SHAPE" trainer "$T/trainer-spare.yaml" "$T/tj-spare.yaml" "$T/s-trainer-spare.yaml"
   "$PY" "$SHAPE" jobset "$T/jobset.yaml" "$T/s-jobset.yaml"
+  "$PY" "$SHAPE" jobset "$T/jobset-in-place.yaml" "$T/s-jobset-in-place.yaml"
   "$PY" "$SHAPE" volcano "$T/volcano.yaml" "$T/s-volcano.yaml"
-  for n in trainer trainer-auto trainer-gpu trainer-spare jobset volcano; do check_pods "$n" "$T/s-$n.yaml"; done
+  for n in trainer trainer-auto trainer-gpu trainer-spare jobset jobset-in-place volcano; do
+    check_pods "$n" "$T/s-$n.yaml"
+  done
   for i in 0 1 2; do
     expect trainer-spare "$i" node_rank "$i"
     expect trainer-spare "$i" nnodes 2
@@ -170,6 +173,8 @@ EOF
     expect volcano "$i" nnodes 2
     expect volcano "$i" master_addr tdist-train-master-0.tdist-train
     expect volcano "$i" master_port 29500
+    # k8s/jobset-in-place: JobSet's in-place restart protocol on, by TDIST_JOBSET_IN_PLACE_RESTART.
+    expect jobset-in-place "$i" jobset_in_place_restart True
   done
   # A bad agent.yaml in the Trainer pod: exit 64, which the Job's podFailurePolicy and the
   # JobSet's FailJobSet rule turn into a failed TrainJob without retries.
