@@ -44,12 +44,12 @@ typedef struct {
 typedef struct {
   /* inputs */
   int global_rank, local_rank;
-  pid_t pid;       /* 0: not running (exited, not started): never named, never waiting */
-  int64_t t_ns;    /* CLOCK_MONOTONIC of the sample */
-  uint64_t ticks;  /* user + system CPU, clock ticks */
-  char state;      /* stat state */
-  uint64_t io;     /* rchar + wchar */
-  int libtdist;    /* 1: the rank keeps a libtdist statistics file (fields below valid) */
+  pid_t pid;      /* 0: not running (exited, not started): never named, never waiting */
+  int64_t t_ns;   /* CLOCK_MONOTONIC of the sample */
+  uint64_t ticks; /* user + system CPU, clock ticks */
+  char state;     /* stat state */
+  uint64_t io;    /* rchar + wchar */
+  int libtdist;   /* 1: the rank keeps a libtdist statistics file (fields below valid) */
   uint64_t cur_seq, last_seq;
   double collective_s; /* age of the collective in flight (cur_seq != 0) */
   /* detector state */

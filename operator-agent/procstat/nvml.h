@@ -18,10 +18,10 @@ agent_nvml_t *agent_nvml_open(const char *lib, char *why, size_t cap);
 
 typedef struct {
   pid_t pid;
-  int gpu;             /* device index */
-  uint64_t mem_bytes;  /* used GPU memory */
+  int gpu;            /* device index */
+  uint64_t mem_bytes; /* used GPU memory */
   int have_mem, have_util;
-  double util;         /* SM utilisation 0..1 over the last sampling period */
+  double util; /* SM utilisation 0..1 over the last sampling period */
 } agent_gpu_use_t;
 
 /* Every compute process on every device (up to max): the number written, or -1 with why set. */

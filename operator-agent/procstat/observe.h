@@ -22,10 +22,10 @@
 typedef struct agent_obs_s agent_obs_t;
 
 typedef struct {
-  double interval_s; /* sampling period: --monitor-interval */
-  double stall_s;    /* TDIST_STALL_REPORT_SECONDS */
-  double deadline_s; /* TDIST_PROGRESS_DEADLINE_SECONDS, 0 = off */
-  const char *nvml_lib; /* NULL = "libnvidia-ml.so.1" (tests name a missing one) */
+  double interval_s;     /* sampling period: --monitor-interval */
+  double stall_s;        /* TDIST_STALL_REPORT_SECONDS */
+  double deadline_s;     /* TDIST_PROGRESS_DEADLINE_SECONDS, 0 = off */
+  const char *nvml_lib;  /* NULL = "libnvidia-ml.so.1" (tests name a missing one) */
   const char *proc_root; /* NULL = "/proc" */
 } agent_obs_cfg_t;
 

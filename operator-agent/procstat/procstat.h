@@ -15,16 +15,16 @@
 /* One sample of one process. Counters are the process's own since it started (a restarted
  * worker is a new process: they start again from 0, Prometheus' counter reset). */
 typedef struct {
-  int64_t t_ns;               /* CLOCK_MONOTONIC when it was read */
-  uint64_t utime_ticks;       /* stat field 14, all threads, clock ticks (sysconf(_SC_CLK_TCK)) */
-  uint64_t stime_ticks;       /* stat field 15 */
-  uint64_t rss_bytes;         /* status VmRSS */
-  uint64_t threads;           /* status Threads */
-  char state;                 /* stat field 3: 'R' 'S' 'D' 'T' 't' 'Z' 'X' 'I' ... */
-  uint64_t vcsw, ivcsw;       /* status voluntary_/nonvoluntary_ctxt_switches */
-  uint64_t rchar, wchar;      /* io: bytes through read(2)/write(2) and kin (files, pipes,
-                               * sockets), as the process asked for them */
-  int have_io;                /* 0 when /proc/PID/io could not be read (permission) */
+  int64_t t_ns;          /* CLOCK_MONOTONIC when it was read */
+  uint64_t utime_ticks;  /* stat field 14, all threads, clock ticks (sysconf(_SC_CLK_TCK)) */
+  uint64_t stime_ticks;  /* stat field 15 */
+  uint64_t rss_bytes;    /* status VmRSS */
+  uint64_t threads;      /* status Threads */
+  char state;            /* stat field 3: 'R' 'S' 'D' 'T' 't' 'Z' 'X' 'I' ... */
+  uint64_t vcsw, ivcsw;  /* status voluntary_/nonvoluntary_ctxt_switches */
+  uint64_t rchar, wchar; /* io: bytes through read(2)/write(2) and kin (files, pipes,
+                          * sockets), as the process asked for them */
+  int have_io;           /* 0 when /proc/PID/io could not be read (permission) */
 } agent_proc_sample_t;
 
 /* Parsers: 0 and the fields set, or -1 (the text is not what the kernel writes). len is the

@@ -64,9 +64,9 @@ typedef struct {
   double cpu_user_s, cpu_system_s;
   uint64_t rss_bytes, threads, vcsw, ivcsw, read_bytes, write_bytes;
   int have_io;
-  char state;             /* /proc stat state letter */
-  char stall_reason[16];  /* "" = not named by the hang detector, else its reason */
-  int ngpus;              /* GPU use (NVML), one entry per device the process is on */
+  char state;            /* /proc stat state letter */
+  char stall_reason[16]; /* "" = not named by the hang detector, else its reason */
+  int ngpus;             /* GPU use (NVML), one entry per device the process is on */
   int gpu[AGENT_RANK_MAX_GPUS], gpu_have_mem[AGENT_RANK_MAX_GPUS];
   int gpu_have_util[AGENT_RANK_MAX_GPUS];
   uint64_t gpu_mem_bytes[AGENT_RANK_MAX_GPUS];
@@ -141,7 +141,7 @@ typedef struct {
   int nrank_procs;
   double sample_cpu_s;
   char *hang_json;
-  int gpu_monitoring;       /* 1: NVML loaded */
+  int gpu_monitoring;           /* 1: NVML loaded */
   char gpu_monitoring_why[256]; /* why not, when 0 ("" before the observer starts) */
 } agent_state_t;
 
