@@ -116,8 +116,7 @@ int agent_procstat_parse_status(const char *text, size_t len, agent_proc_sample_
 
 int agent_procstat_parse_io(const char *text, size_t len, agent_proc_sample_t *s) {
   uint64_t r, w;
-  if (status_field(text, len, "rchar", 0, &r) || status_field(text, len, "wchar", 0, &w))
-    return -1;
+  if (status_field(text, len, "rchar", 0, &r) || status_field(text, len, "wchar", 0, &w)) return -1;
   s->rchar = r;
   s->wchar = w;
   s->have_io = 1;
@@ -173,8 +172,8 @@ int agent_procstat_read(const char *proc_root, pid_t pid, agent_proc_sample_t *s
   if (agent_procstat_parse_status(buf, (size_t)n, &x)) return -EPROTO;
   snprintf(path, sizeof path, "%s/%d/io", root, (int)pid);
   n = read_proc_file(path, buf, cap);
-  if (n == -ESRCH) return -ESRCH;
-  /* io needs ptrace read access (a worker that changed its credentials): go on without it. */
+  /* io needs ptrace read access (a worker that changed its credentials) and a kernel with task
+   * I/O accounting: go on without it (a process that vanished just now is seen next time). */
   if (n > 0 && agent_procstat_parse_io(buf, (size_t)n, &x)) return -EPROTO;
   *s = x;
   return 0;

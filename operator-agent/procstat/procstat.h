@@ -35,7 +35,7 @@ int agent_procstat_parse_io(const char *text, size_t len, agent_proc_sample_t *s
 
 /* Reads and parses /proc/<pid>/{stat,status,io} (under proc_root, NULL = "/proc"), using buf
  * (cap >= 4096) as scratch. 0 with *s complete (have_io 0 when only io was unreadable);
- * -ESRCH when the process is gone (also when it vanished between two files); -EPROTO when a
+ * -ESRCH when the process is gone (also when it vanished between stat and status); -EPROTO when a
  * file did not parse; another -errno for an unexpected open/read failure. */
 int agent_procstat_read(const char *proc_root, pid_t pid, agent_proc_sample_t *s, char *buf,
                         size_t cap);
