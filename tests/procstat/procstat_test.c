@@ -238,12 +238,14 @@ static void case_parsers(void) {
   CHECK_EQ_INT(parse_copy(0, neg, strlen(neg), &s), -1);
   const char *big = "7 (a) S 1 2 3 4 -1 6 7 8 9 10 99999999999999999999999 17 -3 -4 20 3\n";
   CHECK_EQ_INT(parse_copy(0, big, strlen(big), &s), -1);
-  const char *st = "Name:\tx\nThreads:\t5\nVmRSS:\t   100 kB\nvoluntary_ctxt_switches:\t7\n"
-                   "nonvoluntary_ctxt_switches:\t8\n";
+  const char *st =
+      "Name:\tx\nThreads:\t5\nVmRSS:\t   100 kB\nvoluntary_ctxt_switches:\t7\n"
+      "nonvoluntary_ctxt_switches:\t8\n";
   CHECK_EQ_INT(parse_copy(1, st, strlen(st), &s), 0);
   CHECK(s.threads == 5 && s.rss_bytes == 102400 && s.vcsw == 7 && s.ivcsw == 8);
-  const char *bad_rss = "Name:\tx\nThreads:\t5\nVmRSS:\t100 MB\nvoluntary_ctxt_switches:\t7\n"
-                        "nonvoluntary_ctxt_switches:\t8\n";
+  const char *bad_rss =
+      "Name:\tx\nThreads:\t5\nVmRSS:\t100 MB\nvoluntary_ctxt_switches:\t7\n"
+      "nonvoluntary_ctxt_switches:\t8\n";
   CHECK_EQ_INT(parse_copy(1, bad_rss, strlen(bad_rss), &s), -1);
 
   /* every prefix of the real texts: before the last needed field, a failure */
@@ -287,8 +289,7 @@ static void case_parsers(void) {
             len--;
           }
           break;
-        default:
-          len = at;
+        default: len = at;
       }
     }
     memset(&s, 0, sizeof s);
