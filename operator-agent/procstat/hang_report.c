@@ -191,7 +191,8 @@ void agent_obs_report(agent_obs_t *o, int n, int first, int64_t now_ns) {
   char shape[sizeof o->shape];
   shape_of(o, n, first, shape, sizeof shape);
   int changed = strcmp(shape, o->shape) != 0;
-  if (!changed && !o->refresh && (first < 0 || now_ns - o->report_ns < 5000000000LL)) return;
+  if (!changed && !o->refresh && (first < 0 || now_ns - o->report_ns < OBS_REPORT_REFRESH_NS))
+    return;
   o->refresh = 0;
   o->report_ns = now_ns;
   snprintf(o->shape, sizeof o->shape, "%s", shape);

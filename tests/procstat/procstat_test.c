@@ -3,8 +3,8 @@
  *   CPU time after spinning, each checked against an independent reading (this file's own
  *   sscanf of /proc/self/status and io, getrusage);
  *   threads: the listing names every thread with its comm and state, sorted, and counts them;
- *   gone: a reaped child is -ESRCH (stat and the thread listing); a zombie reads as state Z
- *   with no memory;
+ *   gone: a reaped child is -ESRCH (stat, files kept open across the reaping, the thread
+ *   listing); a zombie reads as state Z with no memory;
  *   fake /proc trees: stat that does not parse is -EPROTO, io missing leaves have_io 0;
  *   parsers: comm with spaces and parentheses, every prefix of real texts (exact-length heap
  *   copies: ASan sees any read past the end), numbers that overflow, negative CPU ticks, and
@@ -163,7 +163,16 @@ static void case_gone(void) {
   }
   CHECK(s.state == 'Z');
   CHECK_EQ_UINT(s.rss_bytes, 0);
+  /* files kept open across the reaping: bound to the process, -ESRCH after it */
+  agent_proc_files_t f = AGENT_PROC_FILES_INIT;
+  CHECK_EQ_INT(agent_procstat_open(&f, NULL, c), 0);
+  CHECK_EQ_INT(agent_procstat_sample(&f, &s, buf, sizeof buf), 0);
   CHECK(waitpid(c, NULL, 0) == c);
+  CHECK_EQ_INT(agent_procstat_sample(&f, &s, buf, sizeof buf), -ESRCH);
+  agent_procstat_close(&f);
+  agent_procstat_close(&f);
+  CHECK_EQ_INT(agent_procstat_open(&f, NULL, c), -ESRCH);
+  CHECK_EQ_INT(f.fd[0], -1);
   CHECK_EQ_INT(agent_procstat_read(NULL, c, &s, buf, sizeof buf), -ESRCH);
   agent_thread_info_t t[2];
   int total;
