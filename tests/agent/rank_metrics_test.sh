@@ -4,7 +4,7 @@
 # 4 workers; rank 3 exits at once, ranks 0-2 touch 48 MiB, write 300,000 bytes, start 3 threads
 # and wait on a FIFO. Checked:
 #   a. /metrics has the tdist_rank_* series of ranks 0-2 and none of rank 3; each value against
-#      the test's own reading of /proc and ps: threads (4, and ps' NLWP), resident memory (>= 48
+#      the test's own reading of /proc and ps: threads (>= 4 and = NLWP), resident memory (>= 48
 #      MiB, within 2 MiB of VmRSS), bytes written (= /proc/PID/io wchar, >= 300,000), CPU seconds
 #      (within 0.05 s of /proc/PID/stat), state S, context switches; promtool check metrics
 #      passes; tdist_agent_sample_seconds_total is there;
@@ -114,7 +114,8 @@ for rank in range(3):
     cpu_user, cpu_sys = int(after[11]) / hz, int(after[12]) / hz
     ps = subprocess.run(["ps", "-o", "nlwp=,rss=", "-p", pid], capture_output=True, text=True).stdout.split()
     checks = [
-        ("threads", get("tdist_rank_threads", rank), threads == 4 and int(ps[0]) == 4 and get("tdist_rank_threads", rank) == 4),
+        # 3 started + main (+ a sanitizer's own thread where the worker is built with one)
+        ("threads", get("tdist_rank_threads", rank), threads >= 4 and int(ps[0]) == threads and get("tdist_rank_threads", rank) == threads),
         ("rss", get("tdist_rank_resident_memory_bytes", rank), get("tdist_rank_resident_memory_bytes", rank) >= 48 << 20 and abs(get("tdist_rank_resident_memory_bytes", rank) - vmrss) <= 2 << 20 and abs(int(ps[1]) * 1024 - vmrss) <= 2 << 20),
         ("write", get("tdist_rank_io_bytes_total", rank, ',direction="write"'), get("tdist_rank_io_bytes_total", rank, ',direction="write"') == int(io["wchar"]) and int(io["wchar"]) >= 300000),
         ("read", get("tdist_rank_io_bytes_total", rank, ',direction="read"'), get("tdist_rank_io_bytes_total", rank, ',direction="read"') <= int(io["rchar"])),
@@ -161,9 +162,9 @@ roles = {r["rank"]: r for r in h["ranks"]}
 assert roles[1]["role"] == "holding" and roles[1]["state"] == "T", roles[1]
 assert roles[0]["role"] == "waiting" and roles[2]["role"] == "waiting", roles
 for r in h["ranks"]:
-    assert r["threads_total"] == 4 and len(r["threads"]) == 4, r
+    assert r["threads_total"] >= 4 and len(r["threads"]) == r["threads_total"], r
     comms = sorted(t["comm"] for t in r["threads"])
-    assert comms[1:] == ["rpw-0", "rpw-1", "rpw-2"], comms
+    assert [c for c in comms if c.startswith("rpw-")] == ["rpw-0", "rpw-1", "rpw-2"], comms
     main = r["threads"][0]
     print(r["rank"], r["role"], main["comm"], main["state"], main["wchan"])
     assert "wchan" in main and main["state"] == ("T" if r["rank"] == 1 else "S"), main
