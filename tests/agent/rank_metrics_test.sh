@@ -149,7 +149,7 @@ fi
 
 # ---- c. all waiting: no hang ----
 h=$(get a /status | $PY -c 'import json,sys; print(json.load(sys.stdin)["hang"])')
-[ "$h" = None ] && pass "c. every rank waiting is not a hang" || fail "c. hang while all wait: $h"
+if [ "$h" = None ]; then pass "c. every rank waiting is not a hang"; else fail "c. hang while all wait: $h"; fi
 
 # ---- d. a stopped rank ----
 kill -STOP "${P[1]}"
@@ -194,7 +194,11 @@ kill -TERM "$APID"
 wait "$APID"
 rc=$?
 left=$(pgrep -f "$WORKER" | wc -l)
-[ "$rc" = 143 ] && [ "$left" = 0 ] && pass "agent a exits 143, no worker left" || fail "agent a: exit $rc, $left worker(s) left"
+if [ "$rc" = 143 ] && [ "$left" = 0 ]; then
+  pass "agent a exits 143, no worker left"
+else
+  fail "agent a: exit $rc, $left worker(s) left"
+fi
 
 # ---- f. the user's deadline ----
 TDIST_PROGRESS_DEADLINE_SECONDS=2 TDIST_STALL_REPORT_SECONDS=3600 start_agent f
