@@ -66,6 +66,7 @@ static const char *why_text(agent_stall_reason_t r) {
       return "is in uninterruptible sleep (state D: I/O or a driver)";
     case AGENT_STALL_SPINNING: return "runs (CPU moving) while its peers wait (CPU flat)";
     case AGENT_STALL_COLLECTIVE: return "waits in a collective";
+    case AGENT_STALL_BEHIND: return "has not reached the collective its local peers wait in";
     case AGENT_STALL_DEADLINE:
       return "made no progress (no I/O, no collective) within the deadline";
     default: return "";

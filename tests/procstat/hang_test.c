@@ -164,6 +164,29 @@ static void case_collective(void) {
   CHECK_EQ_INT(s.named, 1);
   CHECK_EQ_INT(s.r[1].reason, AGENT_STALL_SPINNING);
   CHECK(s.r[0].waiting && s.r[2].waiting);
+  TEST_CASE("a libtdist rank behind the collective its peers wait in, CPU flat (sleeping)");
+  sim_init(&s, 3, 1.0, 0);
+  for (int i = 0; i < 3; i++) s.r[i].libtdist = 1;
+  s.r[0].cur_seq = s.r[1].cur_seq = 20;
+  s.r[0].last_seq = s.r[1].last_seq = 19;
+  s.r[2].last_seq = 19; /* not in a collective: it has not reached #20 */
+  int z[N] = {0, 0, 0};
+  for (int k = 0; k < 15; k++) {
+    s.r[0].collective_s = s.r[1].collective_s = 0.1 * (k + 1);
+    step(&s, z, NULL);
+    if (k < 9) CHECK_EQ_INT(s.named, 0);
+  }
+  CHECK_EQ_INT(s.named, 1);
+  CHECK_EQ_INT(s.first, 2);
+  CHECK_EQ_INT(s.r[2].reason, AGENT_STALL_BEHIND);
+  CHECK_STR(agent_stall_reason_name(s.r[2].reason), "behind");
+  CHECK(s.r[0].waiting && s.r[1].waiting);
+  TEST_CASE("a libtdist rank that entered the stuck collective late is not behind");
+  s.r[2].cur_seq = 20;
+  s.r[2].collective_s = 0.2;
+  step(&s, z, NULL);
+  CHECK_EQ_INT(s.r[2].reason, AGENT_STALL_NONE);
+  CHECK_EQ_INT(s.r[0].reason, AGENT_STALL_COLLECTIVE);
   TEST_CASE("libtdist ranks in a collective, nobody here holding them");
   sim_init(&s, 2, 1.0, 0);
   for (int i = 0; i < 2; i++) {
