@@ -80,13 +80,16 @@ void agent_obs_destroy(agent_obs_t *o) {
 }
 
 void agent_obs_set_hang_hooks(agent_obs_t *o, const agent_hang_hooks_t *h) {
+  if (!o) return;
   if (h)
     o->hooks = *h;
   else
     memset(&o->hooks, 0, sizeof o->hooks);
 }
 
-void agent_obs_refresh(agent_obs_t *o) { o->refresh = 1; }
+void agent_obs_refresh(agent_obs_t *o) {
+  if (o) o->refresh = 1;
+}
 
 /* Room for n workers (grows only). 0, or -1 when memory runs out. */
 static int reserve(agent_obs_t *o, int n) {
