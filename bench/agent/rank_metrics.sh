@@ -5,7 +5,7 @@
 #
 #   bash bench/agent/rank_metrics.sh                   N = 8 and 32 sleeping workers, 20 s each;
 #                                                      the C example job 3 times each way
-#   bash bench/agent/rank_metrics.sh --ranks "8 64" --seconds 30 --repeats 5
+#   bash bench/agent/rank_metrics.sh --ranks "8 64" --seconds 30 --repeats 5 --steps 20000
 #
 # 1. Agent CPU per rank per sample: tdist-agent --standalone with N workers that sleep, the
 #    default --monitor-interval (0.1 s), with sampling (TDIST_RANK_METRICS=1, the default) and
@@ -13,17 +13,18 @@
 #    agent's own CPU time (utime+stime of /proc/AGENT/stat) and the sampler's own counter
 #    (tdist_agent_sample_seconds_total, thread CPU time around each sample). Per rank per
 #    sample = CPU / (samples x N), samples = window / 0.1 s.
-# 2. Step time of a job: examples/train/train (2 ranks, gloo, 20000 steps, no sleeps) under the
+# 2. Step time of a job: examples/train/train (2 ranks, gloo, 100000 steps, no sleeps) under the
 #    agent with and without sampling, alternated; step time = (agent exit - first step) / steps.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-ranks="8 32" seconds=20 repeats=3 steps=20000
+ranks="8 32" seconds=20 repeats=3 steps=100000
 while (($#)); do
   case "$1" in
     --ranks) ranks="${2:?--ranks needs a list}"; shift ;;
     --seconds) seconds="${2:?--seconds needs a number}"; shift ;;
     --repeats) repeats="${2:?--repeats needs a number}"; shift ;;
+    --steps) steps="${2:?--steps needs a number}"; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "rank_metrics.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -44,6 +45,9 @@ build() {
   bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
   cp "$bin/operator-agent/tdist-agent" "$bin/examples/train/train" "$tmp/"
 }
+
+# calc EXPR: EXPR evaluated in floating point (awk; no bc on a bare machine).
+calc() { awk "BEGIN { printf \"%.9f\", $1 }"; }
 
 # cpu_s PID: user + system CPU seconds of the process.
 cpu_s() {
@@ -73,7 +77,7 @@ agent_cost() {
   kill -TERM "$apid"
   wait "$apid" || true
   apid=""
-  echo "$(echo "$c1 - $c0" | bc -l) $(echo "$s1 - $s0" | bc -l) $(echo "$t1 - $t0" | bc -l)"
+  echo "$(calc "$c1 - $c0") $(calc "$s1 - $s0") $(calc "$t1 - $t0")"
 }
 
 # step_ms ON: the train job's mean step time in ms, with sampling ON (1) or not (0).
@@ -85,7 +89,7 @@ step_ms() {
     >/dev/null 2>"$tmp/train.err" || { tail -5 "$tmp/train.err" >&2; return 1; }
   end="$(date +%s.%N)"
   first="$(awk '{ print $4 }' "$tmp/events" | sort -n | head -1)"
-  echo "($end - $first) * 1000 / $steps" | bc -l
+  calc "($end - $first) * 1000 / $steps"
 }
 
 build
@@ -97,11 +101,11 @@ printf '%6s %8s %16s %16s %18s %18s\n' ranks samples "agent CPU on s" "agent CPU
 for n in $ranks; do
   read -r con son won < <(agent_cost "$n" 1)
   read -r coff _ woff < <(agent_cost "$n" 0)
-  samples="$(echo "$won / 0.1" | bc -l)"
+  samples="$(calc "$won / 0.1")"
   printf '%6d %8.0f %16.3f %16.3f %15.1f us %15.1f us\n' "$n" "$samples" "$con" \
-    "$(echo "$coff * $won / $woff" | bc -l)" \
-    "$(echo "($con - $coff * $won / $woff) * 1000000 / ($samples * $n)" | bc -l)" \
-    "$(echo "$son * 1000000 / ($samples * $n)" | bc -l)"
+    "$(calc "$coff * $won / $woff")" \
+    "$(calc "($con - $coff * $won / $woff) * 1000000 / ($samples * $n)")" \
+    "$(calc "$son * 1000000 / ($samples * $n)")"
 done
 echo
 echo "step time of examples/train/train, 2 ranks, $steps steps (ms per step; alternated):"
