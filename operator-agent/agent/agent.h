@@ -31,6 +31,7 @@
 #include "operator-agent/kube/kube.h"
 #include "operator-agent/kube/watcher.h"
 #include "operator-agent/pmix/pmix.h"
+#include "operator-agent/procstat/observe.h"
 #include "operator-agent/rendezvous/rdzv.h"
 #include "operator-agent/state/state.h"
 #include "operator-agent/storehost/storehost.h"
@@ -104,6 +105,7 @@ typedef struct {
   int abort_code;          /* ROUND_ABORTED: the exit code (the rank's MPI_Abort status) */
   agent_pmix_t *pmix;      /* --backend mpi: the PMIx server of the workers (pmix.h) */
   agent_jip_t jip;         /* --jobset-in-place-restart */
+  agent_obs_t *obs;        /* per-rank process metrics and hang reports (observe.h); NULL: none */
 } agent_t;
 
 static inline int64_t agent_now_ns(void) {

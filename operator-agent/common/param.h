@@ -41,7 +41,13 @@ typedef envparam_type_t agent_param_type_t;
   X(KUBE_API_URL, STR, NULL, "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT", 1, 511, \
     NULL, "Kubernetes API server tdist-agent calls for --jobset-in-place-restart (for tests).")   \
   X(KUBE_SA_DIR, STR, "/var/run/secrets/kubernetes.io/serviceaccount", NULL, 1, 511, NULL,        \
-    "Directory with the service account's token, ca.crt and namespace (--jobset-in-place-restart).")
+    "Directory with the service account's token, ca.crt and namespace (--jobset-in-place-restart).") \
+  X(PROGRESS_DEADLINE_SECONDS, DOUBLE, "0", "0 (off)", 0, 86400, NULL,                            \
+    "Seconds a worker may go without progress (no byte read or written, no collective done) before tdist-agent names it as hung.")                                                        \
+  X(NVML_LIBRARY, STR, "libnvidia-ml.so.1", NULL, 1, AGENT_PARAM_PATH_MAX_LEN, NULL,              \
+    "The NVML library tdist-agent opens for the workers' GPU metrics (absent: no GPU series).")    \
+  X(RANK_METRICS, INT, "1", NULL, 0, 1, NULL,                                                     \
+    "0: tdist-agent does not sample its workers' /proc (no tdist_rank_* process series, no hang reports but libtdist's).")
 /* clang-format on */
 
 typedef enum {

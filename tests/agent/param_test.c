@@ -26,6 +26,11 @@ static const expect_t k_expect[] = {
     {"TDIST_LOG_LEVEL", 'e', "info", "error|warn|warning|info|debug"},
     {"TDIST_PYTHON", 's', "python3", "1..4095"},
     {"TDIST_STALL_REPORT_SECONDS", 'd', "5", "0.001..86400"},
+    {"TDIST_KUBE_API_URL", 's', NULL, "1..511"},
+    {"TDIST_KUBE_SA_DIR", 's', "/var/run/secrets/kubernetes.io/serviceaccount", "1..511"},
+    {"TDIST_PROGRESS_DEADLINE_SECONDS", 'd', "0", "0..86400"},
+    {"TDIST_NVML_LIBRARY", 's', "libnvidia-ml.so.1", "1..4095"},
+    {"TDIST_RANK_METRICS", 'i', "1", "0..1"},
 };
 #define NEXPECT (sizeof k_expect / sizeof k_expect[0])
 
@@ -76,9 +81,10 @@ static void check_table(void) {
                 : d->type == AGENT_PARAM_ENUM   ? 'e'
                                                 : 's';
     CHECK(type == e->type);
-    CHECK(d->dflt && !strcmp(d->dflt, e->dflt));
+    CHECK(!d->dflt == !e->dflt && (!d->dflt || !strcmp(d->dflt, e->dflt)));
     CHECK(d->help && strlen(d->help) > 10);
-    parse_ok(e->name, d->dflt); /* every default is valid */
+    if (!d->dflt) CHECK(d->dflt_doc && *d->dflt_doc); /* environment.md says what unset means */
+    if (d->dflt) parse_ok(e->name, d->dflt);          /* every default is valid */
   }
 }
 
