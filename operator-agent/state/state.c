@@ -13,12 +13,14 @@ void agent_state_init(agent_state_t *st) {
   st->node_rank = -1;
   st->round = -1;
   st->group_rank = -1;
+  st->strag_rank = st->strag_leader = -1;
 }
 
 void agent_state_destroy(agent_state_t *st) {
   free(st->members);
   free(st->standbys);
   free(st->workers);
+  free(st->strag_caused_s);
   pthread_mutex_destroy(&st->mu);
 }
 

@@ -115,6 +115,15 @@ typedef struct {
    * store ("ranks 3,5 stuck in all_reduce #1234 for 140 s, others at #1235"); "" = unknown. */
   char progress_summary[1024];
   int64_t progress_unix; /* when it was computed (0 = never) */
+
+  /* Node 0 only (strag_known 1 there once the workers ran): stragglers, from the durations of
+   * every rank's collectives (operator-agent/supervisor/straggler.h), copied in after each
+   * publication. strag_rank -1 = none named; strag_caused_s: strag_world entries (owned; replace
+   * under the lock), the wait each global rank caused, in rank-seconds, since the agent started. */
+  int strag_known, strag_rank, strag_leader, strag_world;
+  uint64_t strag_since_seq, strag_named_after, strag_analysed, strag_analysed_total;
+  double strag_since_unix, strag_share, strag_mean_wait_s;
+  double *strag_caused_s;
 } agent_state_t;
 
 void agent_state_init(agent_state_t *st);

@@ -1,0 +1,84 @@
+/* Stragglers: which rank the others wait for, from the world-group collectives' durations each
+ * rank records in its flight recorder (include/tdist/stats.h), published by every agent
+ * (arrivals/<r>/<g>, progress_publish.c) and combined on node 0. Pure computation and text; no
+ * store calls, no clock reads (callers pass the time), one thread.
+ *
+ * Clocks: a symmetric collective (all_reduce, all_gather, reduce_scatter, all_to_all, barrier)
+ * completes on no rank before the last rank has arrived, and on every rank soon after; so a rank's
+ * own duration end - start is how long it waited for the last one plus the transfer, and the rank
+ * with the shortest duration is the one that arrived last. Everything here uses only durations
+ * measured on one clock each (CLOCK_MONOTONIC inside libtdist): no clock of one node is ever
+ * compared with another node's, so clock skew between nodes does not matter.
+ *
+ * Per collective seen from every rank of the world:
+ *   last     = the rank with the shortest duration (lowest rank on a tie);
+ *   caused   = sum over the other ranks i of (duration_i - duration_last): the rank-seconds the
+ *              others spent waiting for `last` (tdist_rank_wait_caused_seconds_total{rank}).
+ * The straggler rule, evaluated after every analysed collective over the last AGENT_STRAG_WINDOW
+ * analysed collectives (once at least AGENT_STRAG_MIN_WINDOW are there): with W_r the wait caused
+ * by r in the window, W the sum over all ranks and n the collectives in the window,
+ *   share_r = W_r / W,  mean_r = W_r / (n * (world - 1))  (the average wait of each other rank,
+ *   per collective, for r);
+ *   no straggler named: the rank with the largest W_r is named when share >= AGENT_STRAG_SHARE_ON
+ *   and mean >= AGENT_STRAG_MEAN_ON_S;
+ *   rank s named: it stays named while share_s >= AGENT_STRAG_SHARE_OFF and mean_s >=
+ *   AGENT_STRAG_MEAN_OFF_S; when it falls below either, the largest is named if it passes the
+ *   "on" test, else nobody.
+ */
+#ifndef TDIST_AGENT_STRAGGLER_H
+#define TDIST_AGENT_STRAGGLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define AGENT_STRAG_WINDOW 64
+#define AGENT_STRAG_MIN_WINDOW 16
+#define AGENT_STRAG_SHARE_ON 0.5
+#define AGENT_STRAG_SHARE_OFF 0.3
+#define AGENT_STRAG_MEAN_ON_S 0.001
+#define AGENT_STRAG_MEAN_OFF_S 0.0005
+/* At most this many flight entries per rank in one publication (the newest ones). */
+#define AGENT_STRAG_MAX_PUBLISH 128
+/* The largest world this accepts (as progress.c's summary). */
+#define AGENT_STRAG_MAX_WORLD 65536
+
+/* 1 for the collective types whose completion on any rank needs every rank's arrival. */
+int agent_strag_symmetric_op(int op);
+
+typedef struct agent_strag agent_strag_t;
+
+/* What the rule says now (a copy; see agent_strag_view). */
+typedef struct {
+  int straggler;       /* global rank, -1 = none */
+  uint64_t since_seq;  /* the collective after which it was named (0 = none) */
+  uint64_t named_after; /* collectives analysed in this round when it was named */
+  double share, mean_wait_s; /* of the straggler, or of the leading rank when none is named */
+  int leader;          /* the rank with the largest wait caused in the window, -1 = none */
+  uint64_t analysed;   /* collectives analysed in this round */
+  uint64_t analysed_total; /* in all rounds */
+} agent_strag_state_t;
+
+/* world in 1..AGENT_STRAG_MAX_WORLD; NULL when out of memory or out of range. */
+agent_strag_t *agent_strag_create(int world);
+void agent_strag_destroy(agent_strag_t *s);
+/* A new round: the workers start again at sequence number 1. Forgets the collectives not yet
+ * complete, the window and the straggler; keeps the wait-caused totals. */
+void agent_strag_new_round(agent_strag_t *s);
+
+/* One flight entry of rank `rank`: collective `seq` of type op, dur_ns long. Entries of ranks out
+ * of range, of other types, seen before (the same seq from the same rank) or older than the
+ * oldest seq still tracked are ignored. When the entry completes seq (every rank seen), it is
+ * analysed and the rule evaluated. Returns 1 when it completed a collective, else 0. */
+int agent_strag_feed(agent_strag_t *s, int rank, uint64_t seq, int op, int64_t dur_ns);
+
+/* Parses an arrivals line (agent_arrivals_local's format, progress.h) and feeds every entry.
+ * Returns the number of entries fed, or -1 at the first malformed token (the entries before it
+ * are fed). */
+int agent_strag_feed_line(agent_strag_t *s, const char *line);
+
+void agent_strag_view(const agent_strag_t *s, agent_strag_state_t *out);
+int agent_strag_world(const agent_strag_t *s);
+/* The wait caused by each rank, in seconds, since the agent started: world entries. */
+const double *agent_strag_caused(const agent_strag_t *s);
+
+#endif
