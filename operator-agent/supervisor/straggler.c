@@ -19,15 +19,16 @@ typedef struct {
 
 typedef struct {
   int last;
-  double caused;
+  int64_t caused_ns;
   uint64_t seq;
 } win_t;
 
 struct agent_strag {
   int world, nslots;
   slot_t *slot;
-  int64_t *dur; /* nslots x world, -1 = not seen */
-  double *caused_total, *acc; /* world each; acc: scratch of evaluate(), all zero between calls */
+  int64_t *dur;         /* nslots x world, -1 = not seen */
+  double *caused_total; /* world entries, seconds */
+  int64_t *acc;         /* world entries: scratch of evaluate(), all zero between calls */
   win_t win[AGENT_STRAG_WINDOW];
   int win_n, win_next;
   agent_strag_state_t st;
@@ -43,10 +44,8 @@ int agent_strag_symmetric_op(int op) {
     case 6:
     case 7:
     case 8:
-    case 9:
-      return 1;
-    default:
-      return 0;
+    case 9: return 1;
+    default: return 0;
   }
 }
 
@@ -88,27 +87,40 @@ void agent_strag_new_round(agent_strag_t *s) {
   s->st.analysed_total = total;
 }
 
+typedef unsigned __int128 u128;
+
+/* w >= pct % of total */
+static int share_at_least(int64_t w, int64_t total, int pct) {
+  return total > 0 && (u128)w * 100 >= (u128)total * (u128)pct;
+}
+
+/* w >= mean_ns x n x (world - 1) */
+static int mean_at_least(int64_t w, int n, int world, int64_t mean_ns) {
+  return (u128)w >= (u128)mean_ns * (u128)n * (u128)(world - 1);
+}
+
 /* The rule of straggler.h over the window, after a collective numbered seq was added. */
 static void evaluate(agent_strag_t *s, uint64_t seq) {
   if (s->world < 2 || s->win_n < AGENT_STRAG_MIN_WINDOW) return;
-  double total = 0;
+  int64_t total = 0;
   int leader = -1;
   for (int i = 0; i < s->win_n; i++) {
     const win_t *w = &s->win[i];
-    s->acc[w->last] += w->caused;
-    total += w->caused;
+    s->acc[w->last] += w->caused_ns;
+    total += w->caused_ns;
   }
   for (int i = 0; i < s->win_n; i++) {
     int r = s->win[i].last;
     if (leader < 0 || s->acc[r] > s->acc[leader] || (s->acc[r] == s->acc[leader] && r < leader))
       leader = r;
   }
-  double denom = (double)s->win_n * (double)(s->world - 1);
-  double lw = s->acc[leader], cur_w = s->st.straggler >= 0 ? s->acc[s->st.straggler] : 0;
+  int64_t lw = s->acc[leader], cur_w = s->st.straggler >= 0 ? s->acc[s->st.straggler] : 0;
   for (int i = 0; i < s->win_n; i++) s->acc[s->win[i].last] = 0;
-  int on = total > 0 && lw / total >= AGENT_STRAG_SHARE_ON && lw / denom >= AGENT_STRAG_MEAN_ON_S;
-  int keep = s->st.straggler >= 0 && total > 0 && cur_w / total >= AGENT_STRAG_SHARE_OFF &&
-             cur_w / denom >= AGENT_STRAG_MEAN_OFF_S;
+  int n = s->win_n;
+  int on = share_at_least(lw, total, AGENT_STRAG_SHARE_ON_PCT) &&
+           mean_at_least(lw, n, s->world, AGENT_STRAG_MEAN_ON_NS);
+  int keep = s->st.straggler >= 0 && share_at_least(cur_w, total, AGENT_STRAG_SHARE_OFF_PCT) &&
+             mean_at_least(cur_w, n, s->world, AGENT_STRAG_MEAN_OFF_NS);
   if (!keep) {
     int was = s->st.straggler;
     s->st.straggler = on ? leader : -1;
@@ -119,9 +131,9 @@ static void evaluate(agent_strag_t *s, uint64_t seq) {
     if (s->st.straggler < 0) s->st.since_seq = s->st.named_after = 0;
   }
   s->st.leader = total > 0 ? leader : -1;
-  double w = keep ? cur_w : lw; /* the straggler's, or the leader's when none is named */
-  s->st.share = total > 0 ? w / total : 0;
-  s->st.mean_wait_s = w / denom;
+  int64_t w = keep ? cur_w : lw; /* the straggler's, or the leader's when none is named */
+  s->st.share = total > 0 ? (double)w / (double)total : 0;
+  s->st.mean_wait_s = (double)w / 1e9 / ((double)n * (double)(s->world - 1));
 }
 
 /* Every rank's duration of the slot's collective is there: who arrived last, the wait it
@@ -130,12 +142,12 @@ static void analyse(agent_strag_t *s, slot_t *sl, const int64_t *d) {
   int last = 0;
   for (int r = 1; r < s->world; r++)
     if (d[r] < d[last]) last = r;
-  double caused = 0;
-  for (int r = 0; r < s->world; r++) caused += (double)(d[r] - d[last]) / 1e9;
-  s->caused_total[last] += caused;
+  int64_t caused = 0;
+  for (int r = 0; r < s->world; r++) caused += d[r] - d[last];
+  s->caused_total[last] += (double)caused / 1e9;
   win_t *w = &s->win[s->win_next];
   w->last = last;
-  w->caused = caused;
+  w->caused_ns = caused;
   w->seq = sl->seq;
   s->win_next = (s->win_next + 1) % AGENT_STRAG_WINDOW;
   if (s->win_n < AGENT_STRAG_WINDOW) s->win_n++;
@@ -145,8 +157,9 @@ static void analyse(agent_strag_t *s, slot_t *sl, const int64_t *d) {
 }
 
 int agent_strag_feed(agent_strag_t *s, int rank, uint64_t seq, int op, int64_t dur_ns) {
-  if (rank < 0 || rank >= s->world || !seq || !agent_strag_symmetric_op(op) || dur_ns < 0)
-    return 0;
+  if (rank < 0 || rank >= s->world || !seq || !agent_strag_symmetric_op(op) || dur_ns < 0) return 0;
+  /* Capped so that sums over a window of any world fit in 63 bits (64 x 65536 x 600 s). */
+  if (dur_ns > AGENT_STRAG_MAX_DUR_NS) dur_ns = AGENT_STRAG_MAX_DUR_NS;
   slot_t *sl = &s->slot[seq % (uint64_t)s->nslots];
   int64_t *d = s->dur + (size_t)(seq % (uint64_t)s->nslots) * (size_t)s->world;
   if (sl->seq > seq) return 0; /* older than what this slot tracks now: given up */

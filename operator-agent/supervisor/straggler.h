@@ -19,11 +19,12 @@
  * by r in the window, W the sum over all ranks and n the collectives in the window,
  *   share_r = W_r / W,  mean_r = W_r / (n * (world - 1))  (the average wait of each other rank,
  *   per collective, for r);
- *   no straggler named: the rank with the largest W_r is named when share >= AGENT_STRAG_SHARE_ON
- *   and mean >= AGENT_STRAG_MEAN_ON_S;
- *   rank s named: it stays named while share_s >= AGENT_STRAG_SHARE_OFF and mean_s >=
- *   AGENT_STRAG_MEAN_OFF_S; when it falls below either, the largest is named if it passes the
+ *   no straggler named: the rank with the largest W_r (the lowest such rank on a tie) is named
+ *   when share >= AGENT_STRAG_SHARE_ON_PCT % and mean >= AGENT_STRAG_MEAN_ON_NS;
+ *   rank s named: it stays named while share_s >= AGENT_STRAG_SHARE_OFF_PCT % and mean_s >=
+ *   AGENT_STRAG_MEAN_OFF_NS; when it falls below either, the largest is named if it passes the
  *   "on" test, else nobody.
+ * All of it in integer nanoseconds (the comparisons cross-multiplied), so the verdict is exact.
  */
 #ifndef TDIST_AGENT_STRAGGLER_H
 #define TDIST_AGENT_STRAGGLER_H
@@ -33,10 +34,12 @@
 
 #define AGENT_STRAG_WINDOW 64
 #define AGENT_STRAG_MIN_WINDOW 16
-#define AGENT_STRAG_SHARE_ON 0.5
-#define AGENT_STRAG_SHARE_OFF 0.3
-#define AGENT_STRAG_MEAN_ON_S 0.001
-#define AGENT_STRAG_MEAN_OFF_S 0.0005
+#define AGENT_STRAG_SHARE_ON_PCT 50      /* share >= 50% */
+#define AGENT_STRAG_SHARE_OFF_PCT 30     /* share >= 30% */
+#define AGENT_STRAG_MEAN_ON_NS 1000000LL /* mean >= 1 ms */
+#define AGENT_STRAG_MEAN_OFF_NS 500000LL /* mean >= 0.5 ms */
+/* Longer durations count as this long (10 minutes: a hang, the stall report's business). */
+#define AGENT_STRAG_MAX_DUR_NS (600LL * 1000000000LL)
 /* At most this many flight entries per rank in one publication (the newest ones). */
 #define AGENT_STRAG_MAX_PUBLISH 128
 /* The largest world this accepts (as progress.c's summary). */
@@ -49,13 +52,13 @@ typedef struct agent_strag agent_strag_t;
 
 /* What the rule says now (a copy; see agent_strag_view). */
 typedef struct {
-  int straggler;       /* global rank, -1 = none */
-  uint64_t since_seq;  /* the collective after which it was named (0 = none) */
-  uint64_t named_after; /* collectives analysed in this round when it was named */
+  int straggler;             /* global rank, -1 = none */
+  uint64_t since_seq;        /* the collective after which it was named (0 = none) */
+  uint64_t named_after;      /* collectives analysed in this round when it was named */
   double share, mean_wait_s; /* of the straggler, or of the leading rank when none is named */
-  int leader;          /* the rank with the largest wait caused in the window, -1 = none */
-  uint64_t analysed;   /* collectives analysed in this round */
-  uint64_t analysed_total; /* in all rounds */
+  int leader;                /* the rank with the largest wait caused in the window, -1 = none */
+  uint64_t analysed;         /* collectives analysed in this round */
+  uint64_t analysed_total;   /* in all rounds */
 } agent_strag_state_t;
 
 /* world in 1..AGENT_STRAG_MAX_WORLD; NULL when out of memory or out of range. */

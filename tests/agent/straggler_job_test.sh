@@ -125,4 +125,4 @@ else
 fi
 stop_job
 
-agent_test_end straggler_test
+agent_test_end straggler_job_test
