@@ -55,6 +55,8 @@ void agent_status_render_stragglers(agent_buf_t *b, agent_state_t *st) {
   agent_buf_double(b, st->strag_share);
   agent_buf_puts(b, ",\"mean_wait_seconds\":");
   agent_buf_double(b, st->strag_mean_wait_s);
+  agent_buf_puts(b, ",\"held\":");
+  agent_buf_double(b, st->strag_held);
   agent_buf_printf(b,
                    ",\"collectives_analysed\":%" PRIu64 ",\"collectives_analysed_total\":%" PRIu64
                    ",\"wait_caused_seconds\":[",

@@ -122,7 +122,7 @@ typedef struct {
    * under the lock), the wait each global rank caused, in rank-seconds, since the agent started. */
   int strag_known, strag_rank, strag_leader, strag_world;
   uint64_t strag_since_seq, strag_named_after, strag_analysed, strag_analysed_total;
-  double strag_since_unix, strag_share, strag_mean_wait_s;
+  double strag_since_unix, strag_share, strag_mean_wait_s, strag_held;
   double *strag_caused_s;
 } agent_state_t;
 

@@ -137,6 +137,7 @@ static void stragglers_update(agent_progress_pub_t *p, tdist_store_t *store, int
   st->strag_since_unix = p->strag_since_unix;
   st->strag_share = v.share;
   st->strag_mean_wait_s = v.mean_wait_s;
+  st->strag_held = v.held;
   if (caused) {
     free(st->strag_caused_s);
     st->strag_caused_s = caused;

@@ -94,9 +94,13 @@ static int share_at_least(int64_t w, int64_t total, int pct) {
   return total > 0 && (u128)w * 100 >= (u128)total * (u128)pct;
 }
 
-/* w >= mean_ns x n x (world - 1) */
-static int mean_at_least(int64_t w, int n, int world, int64_t mean_ns) {
-  return (u128)w >= (u128)mean_ns * (u128)n * (u128)(world - 1);
+/* The collectives of the window in which r arrived last and caused at least wait_ns x
+ * (world - 1). */
+static int held(const agent_strag_t *s, int r, int64_t wait_ns) {
+  int n = 0;
+  u128 min = (u128)wait_ns * (u128)(s->world - 1);
+  for (int i = 0; i < s->win_n; i++) n += s->win[i].last == r && (u128)s->win[i].caused_ns >= min;
+  return n;
 }
 
 /* The rule of straggler.h over the window, after a collective numbered seq was added. */
@@ -117,10 +121,12 @@ static void evaluate(agent_strag_t *s, uint64_t seq) {
   int64_t lw = s->acc[leader], cur_w = s->st.straggler >= 0 ? s->acc[s->st.straggler] : 0;
   for (int i = 0; i < s->win_n; i++) s->acc[s->win[i].last] = 0;
   int n = s->win_n;
+  int lheld = held(s, leader, AGENT_STRAG_WAIT_ON_NS);
   int on = share_at_least(lw, total, AGENT_STRAG_SHARE_ON_PCT) &&
-           mean_at_least(lw, n, s->world, AGENT_STRAG_MEAN_ON_NS);
-  int keep = s->st.straggler >= 0 && share_at_least(cur_w, total, AGENT_STRAG_SHARE_OFF_PCT) &&
-             mean_at_least(cur_w, n, s->world, AGENT_STRAG_MEAN_OFF_NS);
+           lheld * 100 >= n * AGENT_STRAG_HELD_ON_PCT;
+  int keep =
+      s->st.straggler >= 0 && share_at_least(cur_w, total, AGENT_STRAG_SHARE_OFF_PCT) &&
+      held(s, s->st.straggler, AGENT_STRAG_WAIT_OFF_NS) * 100 >= n * AGENT_STRAG_HELD_OFF_PCT;
   if (!keep) {
     int was = s->st.straggler;
     s->st.straggler = on ? leader : -1;
@@ -134,6 +140,7 @@ static void evaluate(agent_strag_t *s, uint64_t seq) {
   int64_t w = keep ? cur_w : lw; /* the straggler's, or the leader's when none is named */
   s->st.share = total > 0 ? (double)w / (double)total : 0;
   s->st.mean_wait_s = (double)w / 1e9 / ((double)n * (double)(s->world - 1));
+  s->st.held = (double)(keep ? held(s, s->st.straggler, AGENT_STRAG_WAIT_ON_NS) : lheld) / n;
 }
 
 /* Every rank's duration of the slot's collective is there: who arrived last, the wait it
@@ -143,7 +150,8 @@ static void analyse(agent_strag_t *s, slot_t *sl, const int64_t *d) {
   for (int r = 1; r < s->world; r++)
     if (d[r] < d[last]) last = r;
   int64_t caused = 0;
-  for (int r = 0; r < s->world; r++) caused += d[r] - d[last];
+  for (int r = 0; r < s->world; r++)
+    if (d[r] - d[last] > d[last]) caused += d[r] - 2 * d[last];
   s->caused_total[last] += (double)caused / 1e9;
   win_t *w = &s->win[s->win_next];
   w->last = last;

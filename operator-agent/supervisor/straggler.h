@@ -12,18 +12,27 @@
  *
  * Per collective seen from every rank of the world:
  *   last     = the rank with the shortest duration (lowest rank on a tie);
- *   caused   = sum over the other ranks i of (duration_i - duration_last): the rank-seconds the
- *              others spent waiting for `last` (tdist_rank_wait_caused_seconds_total{rank}).
+ *   caused   = sum over the other ranks i of max(0, duration_i - 2 x duration_last): the
+ *              rank-seconds the others spent waiting for `last`
+ *              (tdist_rank_wait_caused_seconds_total{rank}). The shortest duration is the
+ *              transfer itself; ranks also finish apart by up to about that much for reasons
+ *              of the algorithm's own (a tree's root finishes a hop before its leaves, so its
+ *              duration is systematically the shortest), so only what exceeds it counts.
  * The straggler rule, evaluated after every analysed collective over the last AGENT_STRAG_WINDOW
  * analysed collectives (once at least AGENT_STRAG_MIN_WINDOW are there): with W_r the wait caused
  * by r in the window, W the sum over all ranks and n the collectives in the window,
- *   share_r = W_r / W,  mean_r = W_r / (n * (world - 1))  (the average wait of each other rank,
- *   per collective, for r);
+ *   share_r = W_r / W;
+ *   held_r(T) = the fraction of the n collectives in which r arrived last and the others waited
+ *   for it at least T each on average (caused >= T x (world - 1));
  *   no straggler named: the rank with the largest W_r (the lowest such rank on a tie) is named
- *   when share >= AGENT_STRAG_SHARE_ON_PCT % and mean >= AGENT_STRAG_MEAN_ON_NS;
- *   rank s named: it stays named while share_s >= AGENT_STRAG_SHARE_OFF_PCT % and mean_s >=
- *   AGENT_STRAG_MEAN_OFF_NS; when it falls below either, the largest is named if it passes the
- *   "on" test, else nobody.
+ *   when share >= AGENT_STRAG_SHARE_ON_PCT % and held(AGENT_STRAG_WAIT_ON_NS) >=
+ *   AGENT_STRAG_HELD_ON_PCT %;
+ *   rank s named: it stays named while share_s >= AGENT_STRAG_SHARE_OFF_PCT % and
+ *   held_s(AGENT_STRAG_WAIT_OFF_NS) >= AGENT_STRAG_HELD_OFF_PCT %; when it falls below either,
+ *   the largest is named if it passes the "on" test, else nobody.
+ * The held condition is what a straggler is: the rank the others wait for in most collectives.
+ * One long pause (a page-in, a rank descheduled for 100 ms) makes a large share of a window's
+ * wait but holds up one collective, and names nobody.
  * All of it in integer nanoseconds (the comparisons cross-multiplied), so the verdict is exact.
  */
 #ifndef TDIST_AGENT_STRAGGLER_H
@@ -34,10 +43,12 @@
 
 #define AGENT_STRAG_WINDOW 64
 #define AGENT_STRAG_MIN_WINDOW 16
-#define AGENT_STRAG_SHARE_ON_PCT 50      /* share >= 50% */
-#define AGENT_STRAG_SHARE_OFF_PCT 30     /* share >= 30% */
-#define AGENT_STRAG_MEAN_ON_NS 1000000LL /* mean >= 1 ms */
-#define AGENT_STRAG_MEAN_OFF_NS 500000LL /* mean >= 0.5 ms */
+#define AGENT_STRAG_SHARE_ON_PCT 50
+#define AGENT_STRAG_SHARE_OFF_PCT 30
+#define AGENT_STRAG_HELD_ON_PCT 50
+#define AGENT_STRAG_HELD_OFF_PCT 30
+#define AGENT_STRAG_WAIT_ON_NS 1000000LL /* 1 ms */
+#define AGENT_STRAG_WAIT_OFF_NS 500000LL /* 0.5 ms */
 /* Longer durations count as this long (10 minutes: a hang, the stall report's business). */
 #define AGENT_STRAG_MAX_DUR_NS (600LL * 1000000000LL)
 /* At most this many flight entries per rank in one publication (the newest ones). */
@@ -55,7 +66,8 @@ typedef struct {
   int straggler;             /* global rank, -1 = none */
   uint64_t since_seq;        /* the collective after which it was named (0 = none) */
   uint64_t named_after;      /* collectives analysed in this round when it was named */
-  double share, mean_wait_s; /* of the straggler, or of the leading rank when none is named */
+  double share, mean_wait_s; /* of the straggler, or of the leading rank when none is named: */
+  double held;               /* mean_wait_s = W_r / (n x (world - 1)); held: held_r(WAIT_ON) */
   int leader;                /* the rank with the largest wait caused in the window, -1 = none */
   uint64_t analysed;         /* collectives analysed in this round */
   uint64_t analysed_total;   /* in all rounds */

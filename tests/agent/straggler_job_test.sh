@@ -84,7 +84,7 @@ assert g["named_after"] <= 40, "named after %d analysed collectives" % g["named_
 w = g["wait_caused_seconds"]
 assert len(w) == 4, w
 assert w[2] > 0 and w[2] >= 0.5 * sum(w), w
-assert g["mean_wait_seconds"] >= 0.001 and g["share"] >= 0.5, g
+assert g["held"] >= 0.5 and g["share"] >= 0.5 and g["mean_wait_seconds"] >= 0.001, g
 PYEOF
   then pass "a. node 0 names rank 2 the straggler after a few tens of collectives"
   else fail "a. /status stragglers: $(tail -1 "$T/a.seen")"; fi
@@ -114,8 +114,9 @@ import json, sys
 seen = [json.loads(l) for l in open(sys.argv[1]) if l.strip() != "null"]
 named = [g for g in seen if g["straggler"] is not None]
 last = seen[-1]
-print("after %d collectives: leader %s, share %.2f, mean wait %.3f ms" % (
-    last["collectives_analysed"], last["leader"], last["share"], last["mean_wait_seconds"] * 1e3))
+print("after %d collectives: leader %s, share %.2f, held %.2f, mean wait %.3f ms" % (
+    last["collectives_analysed"], last["leader"], last["share"], last["held"],
+    last["mean_wait_seconds"] * 1e3))
 assert not named, "named: %s" % json.dumps(named[0])
 PYEOF
   then pass "b. no rank slowed: none named over 300 collectives"

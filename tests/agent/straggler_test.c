@@ -7,9 +7,9 @@
  *   durations), the wait it caused the sum of the others' arrival gaps, the rule recomputed from
  *   scratch over the window each time;
  *   fixed: a rank slowed by 5 ms is named after AGENT_STRAG_MIN_WINDOW collectives, hysteresis
- *   both ways, a new round, world 1, malformed lines, ranks and types out of range;
- *   local: the arrivals line from crafted statistics files: only new, completed, successful,
- *   symmetric world-group entries, the cursor, a new process, sampling past
+ *   both ways, one long pause names nobody, a new round, world 1, malformed lines, ranks and types
+ * out of range; local: the arrivals line from crafted statistics files: only new, completed,
+ * successful, symmetric world-group entries, the cursor, a new process, sampling past
  *   AGENT_STRAG_MAX_PUBLISH, a short buffer; the line read back by agent_strag_feed_line. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -35,21 +35,25 @@ static long long g_analysed, g_namings, g_unnamings; /* over the random cases: p
 
 typedef struct {
   int world, straggler;
-  int n;                /* collectives analysed */
-  int last[4096];       /* per analysed collective: who arrived last */
+  int n;                  /* collectives analysed */
+  int last[4096];         /* per analysed collective: who arrived last */
   long long caused[4096]; /* ... and the wait it caused, ns */
   unsigned long long seq[4096];
   unsigned long long since_seq;
   double total[MAXW];
 } model_t;
 
-/* arrival_us[r]: when rank r arrived (any common clock: the model may use it). */
-static void model_collective(model_t *m, unsigned long long seq, const long long *arrival_us) {
+/* arrival_us[r]: when rank r arrived (any common clock: the model may use it); xfer_us: how long
+ * the transfer took once the last one was there (a wait shorter than that does not count). */
+static void model_collective(model_t *m, unsigned long long seq, const long long *arrival_us,
+                             long long xfer_us) {
   int last = 0;
   for (int r = 0; r < m->world; r++)
     if (arrival_us[r] > arrival_us[last]) last = r;
   long long caused = 0;
-  for (int r = 0; r < m->world; r++) caused += (arrival_us[last] - arrival_us[r]) * 1000;
+  for (int r = 0; r < m->world; r++)
+    if (arrival_us[last] - arrival_us[r] > xfer_us)
+      caused += (arrival_us[last] - arrival_us[r] - xfer_us) * 1000;
   CHECK(m->n < 4096);
   m->last[m->n] = last;
   m->caused[m->n] = caused;
@@ -69,12 +73,16 @@ static void model_collective(model_t *m, unsigned long long seq, const long long
   int lead = -1;
   for (int r = 0; r < m->world; r++)
     if (in[r] && (lead < 0 || w[r] > w[lead])) lead = r;
-  long long waiters = (long long)k * (m->world - 1);
+  /* held(r, T): collectives of the window where r was last and each other rank waited >= T. */
+  int held_on = 0, held_off = 0, s = m->straggler;
+  for (int i = from; i < m->n; i++) {
+    held_on += m->last[i] == lead && m->caused[i] >= AGENT_STRAG_WAIT_ON_NS * (m->world - 1);
+    held_off += m->last[i] == s && m->caused[i] >= AGENT_STRAG_WAIT_OFF_NS * (m->world - 1);
+  }
   int on = sum > 0 && 100 * w[lead] >= AGENT_STRAG_SHARE_ON_PCT * sum &&
-           w[lead] >= AGENT_STRAG_MEAN_ON_NS * waiters;
-  int s = m->straggler;
+           100 * held_on >= AGENT_STRAG_HELD_ON_PCT * k;
   int keep = s >= 0 && sum > 0 && 100 * w[s] >= AGENT_STRAG_SHARE_OFF_PCT * sum &&
-             w[s] >= AGENT_STRAG_MEAN_OFF_NS * waiters;
+             100 * held_off >= AGENT_STRAG_HELD_OFF_PCT * k;
   if (keep) return;
   g_namings += on && lead != s;
   g_unnamings += !on && s >= 0;
@@ -103,6 +111,7 @@ static void check_against(const agent_strag_t *s, const model_t *m) {
 typedef struct {
   long long arrival[MAXC][MAXW], dur_us[MAXC][MAXW];
   int op[MAXC];
+  long long xfer_us[MAXC];
   char lost[MAXC][MAXW];
 } job_t;
 
@@ -125,7 +134,7 @@ static void make_job(job_t *j, int world, int nc) {
       if (j->arrival[c][r] > mx) mx = j->arrival[c][r];
       j->lost[c][r] = rnd_below(60) == 0;
     }
-    long long xfer = rnd_in(5, 200);
+    long long xfer = j->xfer_us[c] = rnd_in(5, 200);
     for (int r = 0; r < world; r++) j->dur_us[c][r] = mx - j->arrival[c][r] + xfer;
   }
 }
@@ -212,7 +221,8 @@ static void random_case(int iter) {
       for (int e = 0; e < ne; e++) {
         int c = ents[e].c;
         if (j.op[c] == 1) continue;
-        if (++seen[c] == world) model_collective(m, (unsigned long long)c + 1, j.arrival[c]);
+        if (++seen[c] == world)
+          model_collective(m, (unsigned long long)c + 1, j.arrival[c], j.xfer_us[c]);
       }
       check_against(s, m);
       free(prev[g]);
@@ -251,8 +261,8 @@ static void fixed_cases(void) {
   CHECK_EQ_UINT(v.named_after, AGENT_STRAG_MIN_WINDOW);
   CHECK_EQ_UINT(v.since_seq, AGENT_STRAG_MIN_WINDOW);
   CHECK(v.share == 1.0);
-  CHECK(v.mean_wait_s > 0.00499 && v.mean_wait_s < 0.00501);
-  CHECK(agent_strag_caused(s)[2] > 3 * 0.005 * 16 - 1e-9);
+  CHECK(v.mean_wait_s > 0.00494 && v.mean_wait_s < 0.00496); /* 5 ms less the 50 us transfer */
+  CHECK(agent_strag_caused(s)[2] > 3 * 0.00495 * 16 - 1e-9);
 
   TEST_CASE("hysteresis: a share between the two thresholds keeps it");
   /* 64 collectives: rank 2 last in 26 (40% of the wait), rank 1 in 38 (60%: it passes the
@@ -265,11 +275,17 @@ static void fixed_cases(void) {
   for (int i = 0; i < WIN; i++) feed_one(s, 4, seq++, 1, 3000);
   agent_strag_view(s, &v);
   CHECK_EQ_INT(v.straggler, 1);
-  TEST_CASE("below the mean threshold: nobody");
+  TEST_CASE("waits under the threshold: nobody");
   for (int i = 0; i < WIN; i++) feed_one(s, 4, seq++, 1, 100);
   agent_strag_view(s, &v);
   CHECK_EQ_INT(v.straggler, -1);
   CHECK_EQ_INT(v.leader, 1);
+  TEST_CASE("one long pause is most of the wait but names nobody");
+  for (int i = 0; i < WIN; i++) feed_one(s, 4, seq++, i == 40 ? 3 : i % 4, i == 40 ? 300000 : 900);
+  agent_strag_view(s, &v);
+  CHECK_EQ_INT(v.straggler, -1);
+  CHECK_EQ_INT(v.leader, 3);
+  CHECK(v.share > 0.8); /* 0.9 s of 1.06 s */
   TEST_CASE("a new round forgets the window, keeps the totals");
   double before = agent_strag_caused(s)[1];
   agent_strag_new_round(s);
@@ -280,7 +296,7 @@ static void fixed_cases(void) {
   CHECK_EQ_INT(feed_one(s, 4, 1, 3, 1000), 1); /* seq 1 again: a fresh collective */
 
   TEST_CASE("entries that do not count");
-  CHECK_EQ_INT(agent_strag_feed(s, 4, 2, 0, 1000), 0);  /* rank out of range */
+  CHECK_EQ_INT(agent_strag_feed(s, 4, 2, 0, 1000), 0); /* rank out of range */
   CHECK_EQ_INT(agent_strag_feed(s, -1, 2, 0, 1000), 0);
   CHECK_EQ_INT(agent_strag_feed(s, 0, 2, 1, 1000), 0);  /* broadcast: rooted */
   CHECK_EQ_INT(agent_strag_feed(s, 0, 2, 10, 1000), 0); /* send */
@@ -293,10 +309,10 @@ static void fixed_cases(void) {
   CHECK_EQ_INT(agent_strag_feed(s, 3, 2, 0, 1000), 0); /* after completion */
 
   TEST_CASE("malformed lines");
-  static const char *const bad[] = {"x",        "1",         "1/",        "1/2",     "1/2.0",
-                                    "1/2.0.",   "1/2.0.5,",  "1/2.0.5;",  "-1/2.0.5", "1/-2.0.5",
-                                    "1/2.99.5", "1/2.0.-5",  "1/ 2.0.5",  "99999999/2.0.5",
-                                    "1/2.0.5 x"};
+  static const char *const bad[] = {
+      "x",        "1",        "1/",       "1/2",      "1/2.0",    "1/2.0.",   "1/2.0.5,",
+      "1/2.0.5;", "-1/2.0.5", "1/-2.0.5", "1/2.99.5", "1/2.0.-5", "1/ 2.0.5", "99999999/2.0.5",
+      "1/2.0.5 x"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     TEST_CASE(bad[i]);
     CHECK_EQ_INT(agent_strag_feed_line(s, bad[i]), -1);
@@ -309,7 +325,8 @@ static void fixed_cases(void) {
 
   TEST_CASE("world 1: analysed, never named");
   s = agent_strag_create(1);
-  for (unsigned long long q = 1; q <= 100; q++) CHECK_EQ_INT(agent_strag_feed(s, 0, q, 0, 5000000), 1);
+  for (unsigned long long q = 1; q <= 100; q++)
+    CHECK_EQ_INT(agent_strag_feed(s, 0, q, 0, 5000000), 1);
   agent_strag_view(s, &v);
   CHECK_EQ_INT(v.straggler, -1);
   CHECK_EQ_UINT(v.analysed, 100);
