@@ -9,8 +9,9 @@
  *                 Families: see metrics.c. The restart count of the running workers is the gauge
  *                 tdist_restart_attempt (promtool's lint reserves the _count suffix).
  *   GET /status   JSON: state, round, members, workers (pids, states, exit codes), last error:
- *                 Also "ranks" (each local rank: last completed collective, the one in flight)
- *                 and "collectives" (node 0: a sentence naming ranks that hold the job up).
+ *                 Also "ranks" (each local rank: last completed collective, the one in flight),
+ *                 "collectives" (node 0: a sentence naming ranks that hold the job up) and
+ *                 "stragglers" (node 0, else null: see stragglers.c and docs/agent.md).
  *                 {"state","node_rank","run_id","role","backend","round","restart_count",
  *                  "max_restarts","group_rank","group_world_size","world_size","master_addr",
  *                  "master_port","worker_master_port","is_store_host",
