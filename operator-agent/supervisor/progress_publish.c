@@ -80,9 +80,11 @@ static void arrivals_publish(agent_progress_pub_t *p, const agent_workers_t *ws,
   /* At most AGENT_STRAG_MAX_PUBLISH entries of at most ~45 bytes per rank. */
   size_t cap = (size_t)ws->n * (AGENT_STRAG_MAX_PUBLISH * 48 + 16) + 64;
   char *line = malloc(cap), key[96];
-  if (line && agent_arrivals_local(ws, p->cur, line, cap)) {
+  size_t len = line ? agent_arrivals_local(ws, p->cur, line, cap) : 0;
+  if (len) {
     snprintf(key, sizeof key, "arrivals/%" PRId64 "/%d", round, group_rank);
-    (void)tdist_store_set(store, key, line, strlen(line)); /* best effort, as progress/ */
+    (void)tdist_store_set(store, key, line, len); /* best effort, as progress/ */
+    AGENT_DEBUG("arrivals: published %zu bytes for %d rank(s)", len, ws->n);
   }
   free(line);
 }
