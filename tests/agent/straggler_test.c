@@ -10,7 +10,9 @@
  *   both ways, one long pause names nobody, a new round, world 1, malformed lines, ranks and types
  * out of range; local: the arrivals line from crafted statistics files: only new, completed,
  * successful, symmetric world-group entries, the cursor, a new process, sampling past
- *   AGENT_STRAG_MAX_PUBLISH, a short buffer; the line read back by agent_strag_feed_line. */
+ *   AGENT_STRAG_MAX_PUBLISH, a short buffer; the line read back by agent_strag_feed_line;
+ *   http: /metrics (promtool) and /status (python3's json) with and without a straggler, and on a
+ *   node that does not compute them. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 
 #include "check.h"
 #include "http_testlib.h"
+#include "operator-agent/http/http.h"
 #include "operator-agent/supervisor/arrivals.h"
 #include "operator-agent/supervisor/straggler.h"
 #include "rng.h"
@@ -446,10 +449,85 @@ static void local_line(void) {
   TEST_CASE(NULL);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* /metrics and /status                                                                      */
+
+static const char kStragPy[] =
+    "import json, sys\n"
+    "g = json.load(open(sys.argv[1]))['stragglers']\n"
+    "print('null' if g is None else json.dumps(g, sort_keys=True))\n";
+
+static char *status_stragglers(agent_state_t *st) {
+  size_t len;
+  char *s = agent_status_render(st, &len), file[512];
+  CHECK(s != NULL);
+  snprintf(file, sizeof file, "%s/strag_status.json", test_tmpdir());
+  test_write_file(file, s, len);
+  free(s);
+  return test_python("strag_status.py", kStragPy, file);
+}
+
+static void http_render(void) {
+  TEST_CASE("http: a node that does not compute them");
+  agent_state_t st;
+  agent_state_init(&st);
+  size_t len;
+  char *m = agent_metrics_render(&st, &len);
+  CHECK(strstr(m, "straggler") == NULL && strstr(m, "wait_caused") == NULL);
+  free(m);
+  char *g = status_stragglers(&st);
+  CHECK_STR(g, "null\n");
+  free(g);
+  TEST_CASE("http: node 0, rank 2 named");
+  st.strag_known = 1;
+  st.strag_rank = st.strag_leader = 2;
+  st.strag_world = 3;
+  st.strag_caused_s = calloc(3, sizeof(double));
+  st.strag_caused_s[0] = 0.25;
+  st.strag_caused_s[2] = 12.5;
+  st.strag_since_unix = 1700000000.5;
+  st.strag_since_seq = 40;
+  st.strag_named_after = 16;
+  st.strag_analysed = 100;
+  st.strag_analysed_total = 300;
+  st.strag_share = 0.75;
+  st.strag_held = 0.5;
+  st.strag_mean_wait_s = 0.005;
+  m = agent_metrics_render(&st, &len);
+  test_promtool_check(m, len, "stragglers");
+  prom_check(m, "tdist_straggler_rank", 2);
+  prom_check(m, "tdist_rank_wait_caused_seconds_total{rank=\"0\"}", 0.25);
+  prom_check(m, "tdist_rank_wait_caused_seconds_total{rank=\"1\"}", 0);
+  prom_check(m, "tdist_rank_wait_caused_seconds_total{rank=\"2\"}", 12.5);
+  CHECK_HAS(m, "# TYPE tdist_rank_wait_caused_seconds_total counter\n");
+  CHECK_HAS(m, "# TYPE tdist_straggler_rank gauge\n");
+  free(m);
+  g = status_stragglers(&st);
+  CHECK_STR(g,
+            "{\"collectives_analysed\": 100, \"collectives_analysed_total\": 300, \"held\": 0.5, "
+            "\"leader\": 2, \"mean_wait_seconds\": 0.005, \"named_after\": 16, \"share\": 0.75, "
+            "\"since_seq\": 40, \"since_unix\": 1700000000.5, \"straggler\": 2, "
+            "\"wait_caused_seconds\": [0.25, 0, 12.5]}\n");
+  free(g);
+  TEST_CASE("http: node 0, nobody named");
+  st.strag_rank = st.strag_leader = -1;
+  m = agent_metrics_render(&st, &len);
+  prom_check(m, "tdist_straggler_rank", -1);
+  free(m);
+  g = status_stragglers(&st);
+  CHECK_HAS(g, "\"leader\": null");
+  CHECK_HAS(g, "\"named_after\": null");
+  CHECK_HAS(g, "\"since_seq\": null, \"since_unix\": null, \"straggler\": null");
+  free(g);
+  agent_state_destroy(&st);
+  TEST_CASE(NULL);
+}
+
 int main(void) {
   test_rng_init("straggler_test", 0); /* a fresh seed each run, printed */
   fixed_cases();
   local_line();
+  http_render();
   for (int i = 0; i < 300; i++) random_case(i);
   TEST_LOG("random: %lld collectives analysed, %lld namings, %lld straggler dropped", g_analysed,
            g_namings, g_unnamings);
