@@ -29,6 +29,7 @@ struct agent_strag {
   int64_t *dur;         /* nslots x world, -1 = not seen */
   double *caused_total; /* world entries, seconds */
   int64_t *acc;         /* world entries: scratch of evaluate(), all zero between calls */
+  int32_t *cnt;         /* likewise */
   win_t win[AGENT_STRAG_WINDOW];
   int win_n, win_next;
   agent_strag_state_t st;
@@ -61,7 +62,8 @@ agent_strag_t *agent_strag_create(int world) {
   s->dur = malloc((size_t)s->nslots * (size_t)world * sizeof *s->dur);
   s->caused_total = calloc((size_t)world, sizeof *s->caused_total);
   s->acc = calloc((size_t)world, sizeof *s->acc);
-  if (!s->slot || !s->dur || !s->caused_total || !s->acc) {
+  s->cnt = calloc((size_t)world, sizeof *s->cnt);
+  if (!s->slot || !s->dur || !s->caused_total || !s->acc || !s->cnt) {
     agent_strag_destroy(s);
     return NULL;
   }
@@ -75,6 +77,7 @@ void agent_strag_destroy(agent_strag_t *s) {
   free(s->dur);
   free(s->caused_total);
   free(s->acc);
+  free(s->cnt);
   free(s);
 }
 
@@ -89,11 +92,6 @@ void agent_strag_new_round(agent_strag_t *s) {
 
 typedef unsigned __int128 u128;
 
-/* w >= pct % of total */
-static int share_at_least(int64_t w, int64_t total, int pct) {
-  return total > 0 && (u128)w * 100 >= (u128)total * (u128)pct;
-}
-
 /* The collectives of the window in which r arrived last and caused at least wait_ns x
  * (world - 1). */
 static int held(const agent_strag_t *s, int r, int64_t wait_ns) {
@@ -107,26 +105,28 @@ static int held(const agent_strag_t *s, int r, int64_t wait_ns) {
 static void evaluate(agent_strag_t *s, uint64_t seq) {
   if (s->world < 2 || s->win_n < AGENT_STRAG_MIN_WINDOW) return;
   int64_t total = 0;
-  int leader = -1;
-  for (int i = 0; i < s->win_n; i++) {
+  int leader = -1, n = s->win_n;
+  u128 min_on = (u128)AGENT_STRAG_WAIT_ON_NS * (u128)(s->world - 1);
+  for (int i = 0; i < n; i++) {
     const win_t *w = &s->win[i];
     s->acc[w->last] += w->caused_ns;
+    s->cnt[w->last] += (u128)w->caused_ns >= min_on;
     total += w->caused_ns;
   }
-  for (int i = 0; i < s->win_n; i++) {
+  /* The leader: held the others up most often, then caused the most wait, then the lowest. */
+  for (int i = 0; i < n; i++) {
     int r = s->win[i].last;
-    if (leader < 0 || s->acc[r] > s->acc[leader] || (s->acc[r] == s->acc[leader] && r < leader))
+    if (leader < 0 || s->cnt[r] > s->cnt[leader] ||
+        (s->cnt[r] == s->cnt[leader] &&
+         (s->acc[r] > s->acc[leader] || (s->acc[r] == s->acc[leader] && r < leader))))
       leader = r;
   }
   int64_t lw = s->acc[leader], cur_w = s->st.straggler >= 0 ? s->acc[s->st.straggler] : 0;
-  for (int i = 0; i < s->win_n; i++) s->acc[s->win[i].last] = 0;
-  int n = s->win_n;
-  int lheld = held(s, leader, AGENT_STRAG_WAIT_ON_NS);
-  int on = share_at_least(lw, total, AGENT_STRAG_SHARE_ON_PCT) &&
-           lheld * 100 >= n * AGENT_STRAG_HELD_ON_PCT;
-  int keep =
-      s->st.straggler >= 0 && share_at_least(cur_w, total, AGENT_STRAG_SHARE_OFF_PCT) &&
-      held(s, s->st.straggler, AGENT_STRAG_WAIT_OFF_NS) * 100 >= n * AGENT_STRAG_HELD_OFF_PCT;
+  int lheld = s->cnt[leader];
+  for (int i = 0; i < n; i++) s->acc[s->win[i].last] = s->cnt[s->win[i].last] = 0;
+  int on = lheld * 100 >= n * AGENT_STRAG_HELD_ON_PCT && lheld > 0;
+  int keep = s->st.straggler >= 0 && held(s, s->st.straggler, AGENT_STRAG_WAIT_OFF_NS) * 100 >=
+                                         n * AGENT_STRAG_HELD_OFF_PCT;
   if (!keep) {
     int was = s->st.straggler;
     s->st.straggler = on ? leader : -1;

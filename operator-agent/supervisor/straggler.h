@@ -19,20 +19,21 @@
  *              of the algorithm's own (a tree's root finishes a hop before its leaves, so its
  *              duration is systematically the shortest), so only what exceeds it counts.
  * The straggler rule, evaluated after every analysed collective over the last AGENT_STRAG_WINDOW
- * analysed collectives (once at least AGENT_STRAG_MIN_WINDOW are there): with W_r the wait caused
- * by r in the window, W the sum over all ranks and n the collectives in the window,
- *   share_r = W_r / W;
- *   held_r(T) = the fraction of the n collectives in which r arrived last and the others waited
- *   for it at least T each on average (caused >= T x (world - 1));
- *   no straggler named: the rank with the largest W_r (the lowest such rank on a tie) is named
- *   when share >= AGENT_STRAG_SHARE_ON_PCT % and held(AGENT_STRAG_WAIT_ON_NS) >=
- *   AGENT_STRAG_HELD_ON_PCT %;
- *   rank s named: it stays named while share_s >= AGENT_STRAG_SHARE_OFF_PCT % and
- *   held_s(AGENT_STRAG_WAIT_OFF_NS) >= AGENT_STRAG_HELD_OFF_PCT %; when it falls below either,
- *   the largest is named if it passes the "on" test, else nobody.
- * The held condition is what a straggler is: the rank the others wait for in most collectives.
- * One long pause (a page-in, a rank descheduled for 100 ms) makes a large share of a window's
- * wait but holds up one collective, and names nobody.
+ * analysed collectives (once at least AGENT_STRAG_MIN_WINDOW are there), n of them:
+ *   held_r(T) = how many of them r arrived last at and the others waited for it at least T each
+ *   on average (caused >= T x (world - 1));
+ *   the leader: the rank with the largest held(AGENT_STRAG_WAIT_ON_NS), then the most wait
+ *   caused in the window, then the lowest rank;
+ *   no straggler named: the leader is named when held >= AGENT_STRAG_HELD_ON_PCT % of n (at most
+ *   one rank can be: 50%);
+ *   rank s named: it stays named while held_s(AGENT_STRAG_WAIT_OFF_NS) >=
+ *   AGENT_STRAG_HELD_OFF_PCT % of n; below that the leader is named if it passes the first test,
+ *   else nobody.
+ * That is what a straggler is: the rank the others wait for in most collectives. One long pause
+ * (a page-in, a rank descheduled for 100 ms) is a large share of a window's wait but holds the
+ * others up once, and names nobody; nor does it hide a straggler, as a rule on shares of the
+ * wait would while the pause is in the window. share (W_r / W, W_r the wait r caused in the
+ * window) is reported, not used.
  * All of it in integer nanoseconds (the comparisons cross-multiplied), so the verdict is exact.
  */
 #ifndef TDIST_AGENT_STRAGGLER_H
@@ -43,8 +44,6 @@
 
 #define AGENT_STRAG_WINDOW 64
 #define AGENT_STRAG_MIN_WINDOW 16
-#define AGENT_STRAG_SHARE_ON_PCT 50
-#define AGENT_STRAG_SHARE_OFF_PCT 30
 #define AGENT_STRAG_HELD_ON_PCT 50
 #define AGENT_STRAG_HELD_OFF_PCT 30
 #define AGENT_STRAG_WAIT_ON_NS 1000000LL /* 1 ms */
@@ -67,7 +66,7 @@ typedef struct {
   uint64_t since_seq;        /* the collective after which it was named (0 = none) */
   uint64_t named_after;      /* collectives analysed in this round when it was named */
   double share, mean_wait_s; /* of the straggler, or of the leading rank when none is named: */
-  double held;               /* mean_wait_s = W_r / (n x (world - 1)); held: held_r(WAIT_ON) */
+  double held;               /* mean_wait_s = W_r / (n x (world - 1)); held: held_r(WAIT_ON) / n */
   int leader;                /* the rank with the largest wait caused in the window, -1 = none */
   uint64_t analysed;         /* collectives analysed in this round */
   uint64_t analysed_total;   /* in all rounds */
