@@ -61,7 +61,8 @@ stop_job() {
 # on s (the JSON) holds, for at most 60 s; every answer is appended to $T/NAME.seen (one line
 # each). 0 when it held.
 poll_status() {
-  for _ in $(seq 600); do
+  local end=$((SECONDS + 60))
+  while [ $SECONDS -lt $end ]; do
     if curl -sf --max-time 5 "http://127.0.0.1:$P0/status" >"$T/$1.status" 2>/dev/null; then
       $PY -c 'import json,sys; s=json.load(open(sys.argv[1])); print(json.dumps(s.get("stragglers")))' \
         "$T/$1.status" >>"$T/$1.seen"
