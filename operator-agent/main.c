@@ -294,6 +294,7 @@ int main(int argc, char **argv) {
   agent_storehost_destroy(&a->sh);
   agent_workers_free(&a->ws);
   agent_obs_destroy(a->obs);
+  agent_progress_pub_close(&a->progress);
   agent_rdzv_free(&a->rd);
   agent_state_destroy(&a->st);
   agent_cfg_free(&a->cfg);

@@ -19,6 +19,7 @@
 #include "operator-agent/http/buf.h"
 #include "operator-agent/http/http.h"
 #include "operator-agent/http/ranks.h"
+#include "operator-agent/http/stragglers.h"
 
 #ifndef TDIST_GIT_REVISION
 #define TDIST_GIT_REVISION "unknown"
@@ -345,6 +346,7 @@ char *agent_metrics_render(agent_state_t *st, size_t *len) {
   render_agent(&b, &s);
   agent_metrics_render_ranks(&b, st);
   agent_metrics_render_procs(&b, st);
+  agent_metrics_render_stragglers(&b, st);
   render_process(&b);
   return agent_buf_finish(&b, len);
 }

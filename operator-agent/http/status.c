@@ -11,6 +11,7 @@
 #include "operator-agent/http/buf.h"
 #include "operator-agent/http/http.h"
 #include "operator-agent/http/ranks.h"
+#include "operator-agent/http/stragglers.h"
 
 #define JSON_FIELD(b, s, f) agent_buf_json_str((b), (s)->f, sizeof(s)->f)
 
@@ -107,6 +108,8 @@ char *agent_status_render(agent_state_t *st, size_t *len) {
   agent_status_render_ranks(&b, st);
   agent_buf_puts(&b, ",");
   agent_status_render_hang(&b, st);
+  agent_buf_puts(&b, ",");
+  agent_status_render_stragglers(&b, st);
   agent_buf_puts(&b, "}\n");
   return agent_buf_finish(&b, len);
 }

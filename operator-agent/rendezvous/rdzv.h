@@ -24,6 +24,10 @@
                             second while they run ("rank:last_seq:cur_seq:cur_op:age_ms ...";
                             agent_progress_publish, operator-agent/supervisor/progress.h); group
                             rank 0 reads them all for its summary. Not read by the rendezvous.
+   arrivals/<r>/<g>         group rank g's workers' world-group collectives completed since its
+                            previous publication, set with progress/<r>/<g>
+                            ("R/seq.op.dur_us,... ..."; operator-agent/supervisor/arrivals.h);
+                            group rank 0 reads them all to name stragglers (straggler.h).
  *
  * A round closes when MAX agents joined, or when at least MIN joined and last_call seconds passed
  * since this agent first saw MIN, and in either case only once the store host (host_rank) joined.

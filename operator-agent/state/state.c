@@ -14,6 +14,7 @@ void agent_state_init(agent_state_t *st) {
   st->round = -1;
   st->group_rank = -1;
   st->jip_attempt = st->jip_current = st->jip_previous = -1;
+  st->strag_rank = st->strag_leader = -1;
 }
 
 void agent_state_destroy(agent_state_t *st) {
@@ -22,6 +23,7 @@ void agent_state_destroy(agent_state_t *st) {
   free(st->workers);
   free(st->rank_procs);
   free(st->hang_json);
+  free(st->strag_caused_s);
   pthread_mutex_destroy(&st->mu);
 }
 

@@ -149,6 +149,14 @@ typedef struct {
   char *hang_json;
   int gpu_monitoring;           /* 1: NVML loaded */
   char gpu_monitoring_why[256]; /* why not, when 0 ("" before the observer starts) */
+  /* Node 0 only (strag_known 1 there once the workers ran): stragglers, from the durations of
+   * every rank's collectives (operator-agent/supervisor/straggler.h), copied in after each
+   * publication. strag_rank -1 = none named; strag_caused_s: strag_world entries (owned; replace
+   * under the lock), the wait each global rank caused, in rank-seconds, since the agent started. */
+  int strag_known, strag_rank, strag_leader, strag_world;
+  uint64_t strag_since_seq, strag_named_after, strag_analysed, strag_analysed_total;
+  double strag_since_unix, strag_share, strag_mean_wait_s, strag_held;
+  double *strag_caused_s;
 } agent_state_t;
 
 void agent_state_init(agent_state_t *st);

@@ -31,15 +31,33 @@ int agent_flight_dump(const agent_workers_t *ws, int node_rank, int64_t round, c
 
 /* Publication of the above through the agents' store (progress_publish.c: the only part of this
  * header that makes store calls), key progress/<r>/<g> (see rdzv.h's key list). */
+typedef struct agent_strag agent_strag_t;
+typedef struct agent_arrivals_cursor agent_arrivals_cursor_t;
+
+/* Zero-initialised with the agent; agent_progress_pub_close frees what it holds. */
 typedef struct {
   int64_t next_ns;             /* when the next publication is due (CLOCK_MONOTONIC) */
   char last_stall_shape[1024]; /* the stall last logged, without its duration */
+  /* Stragglers (arrivals.h, straggler.h): what this node published last per local rank, and on
+   * group rank 0 the job-wide computation, of round strag_round. */
+  agent_arrivals_cursor_t *cur;
+  int ncur;
+  agent_strag_t *strag;
+  int64_t strag_round;
+  int strag_named;         /* the straggler last copied into the state */
+  double strag_since_unix; /* when it was named */
 } agent_progress_pub_t;
 
-/* Every second (now_ns, CLOCK_MONOTONIC, past p->next_ns): publishes where this node's ranks are
- * as progress/<round>/<group_rank>; group rank 0 then reads every node's line, summarises the job
- * (stall_s as in agent_progress_summarize), logs a stall once per shape and puts the summary into
- * st. Best effort: a store error here is found again by the round monitor. */
+void agent_progress_pub_close(agent_progress_pub_t *p);
+
+/* Every second (now_ns, CLOCK_MONOTONIC, past p->next_ns; due at whole seconds of
+ * CLOCK_REALTIME, so that every node reads its ranks' flight recorders at about the same moment):
+ * publishes where this node's ranks are as progress/<round>/<group_rank> and their new
+ * collectives as arrivals/<round>/<group_rank> (arrivals.h); group rank 0 then reads every node's
+ * lines, summarises the job (stall_s as in agent_progress_summarize), logs a stall once per shape,
+ * feeds the arrivals to the straggler computation (straggler.h), logs a straggler when one is
+ * named, and puts both into st. Best effort: a store error here is found again by the round
+ * monitor. */
 void agent_progress_publish(agent_progress_pub_t *p, const agent_workers_t *ws,
                             tdist_store_t *store, int64_t round, int group_rank, int64_t nmembers,
                             int world_size, double stall_s, agent_state_t *st, int64_t now_ns);

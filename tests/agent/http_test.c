@@ -251,7 +251,7 @@ static void check_status_json(const char *body, size_t len, agent_state_t *st) {
       "group_rank,group_world_size,world_size,master_addr,master_port,worker_master_port,"
       "is_store_host,"
       "members,spares,standbys_live,standbys,workers,jobset_in_place_restart,last_error,ranks,"
-      "collectives,hang,gpu_monitoring\n");
+      "collectives,hang,gpu_monitoring,stragglers\n");
   agent_buf_printf(&want,
                    "node_rank %d\nround %lld\nrestart_count %d\nmax_restarts %d\ngroup_rank %d\n"
                    "group_world_size %d\nworld_size %d\nmaster_port %d\nworker_master_port %d\n"
@@ -856,8 +856,8 @@ int main(void) {
         strstr(s,
                "\"members\":[],\"spares\":0,\"standbys_live\":null,\"standbys\":[],\"workers\":[],"
                "\"jobset_in_place_restart\":null,\"last_error\":null,\"ranks\":[],\"collectives\":"
-               "null,\"hang\":null,\"gpu_monitoring\":{\"available\":false,\"reason\":null}}") !=
-            NULL);
+               "null,\"hang\":null,\"gpu_monitoring\":{\"available\":false,\"reason\":null},"
+               "\"stragglers\":null}") != NULL);
   free(s);
 
   fill_state(&st);
