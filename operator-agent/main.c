@@ -256,6 +256,11 @@ int main(int argc, char **argv) {
   a->sh.moved_from = -1;
   a->stall_s = agent_param_double(AGENT_P_STALL_REPORT_SECONDS); /* checked above */
   a->ws.first_failed = -1;
+  agent_obs_cfg_t ocfg = {.interval_s = a->cfg.monitor_interval_s,
+                          .stall_s = a->stall_s,
+                          .deadline_s = agent_param_double(AGENT_P_PROGRESS_DEADLINE_SECONDS),
+                          .nvml_lib = agent_param_str(AGENT_P_NVML_LIBRARY)};
+  a->obs = agent_obs_create(&ocfg, &a->st);
   char nn[32];
   AGENT_INFO(
       "tdist-agent %s starting: nnodes %s, nproc_per_node %d, max_restarts %d, "
@@ -282,6 +287,7 @@ int main(int argc, char **argv) {
   agent_http_stop(a->http);
   agent_storehost_destroy(&a->sh);
   agent_workers_free(&a->ws);
+  agent_obs_destroy(a->obs);
   agent_rdzv_free(&a->rd);
   agent_state_destroy(&a->st);
   agent_cfg_free(&a->cfg);

@@ -27,6 +27,7 @@
 #include "operator-agent/config/config.h"
 #include "operator-agent/http/http.h"
 #include "operator-agent/pmix/pmix.h"
+#include "operator-agent/procstat/observe.h"
 #include "operator-agent/rendezvous/rdzv.h"
 #include "operator-agent/state/state.h"
 #include "operator-agent/storehost/storehost.h"
@@ -85,6 +86,7 @@ typedef struct {
   int64_t err_next_log_ns; /* and when it may be logged again */
   int abort_code;          /* ROUND_ABORTED: the exit code (the rank's MPI_Abort status) */
   agent_pmix_t *pmix;      /* --backend mpi: the PMIx server of the workers (pmix.h) */
+  agent_obs_t *obs;        /* per-rank process metrics and hang reports (observe.h); NULL: none */
 } agent_t;
 
 static inline int64_t agent_now_ns(void) {

@@ -187,6 +187,7 @@ static round_outcome_t run_round(agent_t *a, int *local_failed) {
   for (;;) {
     agent_loop_wait(a, agent_loop_poll_ms(a));
     if (a->stop_sig) return ROUND_STOPPED;
+    agent_obs_tick(a->obs, &a->ws, agent_now_ns());
     if (a->dump_requested) {
       a->dump_requested = 0;
       dump_flight(a, "SIGUSR1");

@@ -37,7 +37,11 @@ typedef envparam_type_t agent_param_type_t;
   X(PYTHON, STR, "python3", NULL, 1, AGENT_PARAM_PATH_MAX_LEN, NULL,                              \
     "Interpreter tdist-agent runs a worker command ending in .py with (as PYTHON -u x.py).")      \
   X(STALL_REPORT_SECONDS, DOUBLE, "5", NULL, 0.001, 86400, NULL,                                  \
-    "Seconds a collective may be in flight before tdist-agent reports its group as stuck.")
+    "Seconds a collective may be in flight before tdist-agent reports its group as stuck.")     \
+  X(PROGRESS_DEADLINE_SECONDS, DOUBLE, "0", "0 (off)", 0, 86400, NULL,                            \
+    "Seconds a worker may go without progress (no byte read or written, no collective done) before tdist-agent names it as hung.")                                                        \
+  X(NVML_LIBRARY, STR, "libnvidia-ml.so.1", NULL, 1, AGENT_PARAM_PATH_MAX_LEN, NULL,              \
+    "The NVML library tdist-agent opens for the workers' GPU metrics (absent: no GPU series).")
 /* clang-format on */
 
 typedef enum {

@@ -10,7 +10,9 @@
  *                 tdist_restart_attempt (promtool's lint reserves the _count suffix).
  *   GET /status   JSON: state, round, members, workers (pids, states, exit codes), last error:
  *                 Also "ranks" (each local rank: last completed collective, the one in flight)
- *                 and "collectives" (node 0: a sentence naming ranks that hold the job up).
+ *                 and "collectives" (node 0: a sentence naming ranks that hold the job up),
+ *                 "hang" (null, or the hang detector's report: procstat/hang_report.c) and
+ *                 "gpu_monitoring" ({"available","reason"}: NVML loaded, or why not).
  *                 {"state","node_rank","run_id","role","backend","round","restart_count",
  *                  "max_restarts","group_rank","group_world_size","world_size","master_addr",
  *                  "master_port","worker_master_port","is_store_host",

@@ -344,6 +344,7 @@ char *agent_metrics_render(agent_state_t *st, size_t *len) {
   agent_buf_init(&b);
   render_agent(&b, &s);
   agent_metrics_render_ranks(&b, st);
+  agent_metrics_render_procs(&b, st);
   render_process(&b);
   return agent_buf_finish(&b, len);
 }

@@ -10,4 +10,9 @@ void agent_metrics_render_ranks(agent_buf_t *b, agent_state_t *st);
 /* Writes `"ranks":[...],"collectives":"summary"|null` (no surrounding braces or commas). */
 void agent_status_render_ranks(agent_buf_t *b, agent_state_t *st);
 
+/* procs.c: the tdist_rank_* process series (and tdist_agent_sample_seconds_total), and
+ * `"hang":{...}|null,"gpu_monitoring":{"available":bool,"reason":str|null}` for /status. */
+void agent_metrics_render_procs(agent_buf_t *b, agent_state_t *st);
+void agent_status_render_hang(agent_buf_t *b, agent_state_t *st);
+
 #endif

@@ -90,6 +90,8 @@ char *agent_status_render(agent_state_t *st, size_t *len) {
   agent_state_unlock(st);
   agent_buf_puts(&b, ",");
   agent_status_render_ranks(&b, st);
+  agent_buf_puts(&b, ",");
+  agent_status_render_hang(&b, st);
   agent_buf_puts(&b, "}\n");
   return agent_buf_finish(&b, len);
 }

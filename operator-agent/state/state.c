@@ -19,6 +19,8 @@ void agent_state_destroy(agent_state_t *st) {
   free(st->members);
   free(st->standbys);
   free(st->workers);
+  free(st->rank_procs);
+  free(st->hang_json);
   pthread_mutex_destroy(&st->mu);
 }
 

@@ -55,6 +55,24 @@ typedef struct {
   char host[64]; /* its hostname */
 } agent_member_info_t;
 
+/* One local worker's process as the observer last sampled it (operator-agent/procstat/): the
+ * tdist_rank_* process series. Counters are the process's own (a restart starts them again). */
+#define AGENT_RANK_MAX_GPUS 8
+typedef struct {
+  int local_rank, global_rank;
+  pid_t pid;
+  double cpu_user_s, cpu_system_s;
+  uint64_t rss_bytes, threads, vcsw, ivcsw, read_bytes, write_bytes;
+  int have_io;
+  char state;            /* /proc stat state letter */
+  char stall_reason[16]; /* "" = not named by the hang detector, else its reason */
+  int ngpus;             /* GPU use (NVML), one entry per device the process is on */
+  int gpu[AGENT_RANK_MAX_GPUS], gpu_have_mem[AGENT_RANK_MAX_GPUS];
+  int gpu_have_util[AGENT_RANK_MAX_GPUS];
+  uint64_t gpu_mem_bytes[AGENT_RANK_MAX_GPUS];
+  double gpu_util[AGENT_RANK_MAX_GPUS];
+} agent_rank_proc_t;
+
 #define AGENT_MAX_LOCAL_WORKERS 4096
 #define AGENT_RDZV_BUCKETS \
   12 /* rendezvous duration histogram: le = 0.01 0.05 0.1 0.25 0.5 1 2.5 5 10 30 60 120, +Inf */
@@ -115,6 +133,16 @@ typedef struct {
    * store ("ranks 3,5 stuck in all_reduce #1234 for 140 s, others at #1235"); "" = unknown. */
   char progress_summary[1024];
   int64_t progress_unix; /* when it was computed (0 = never) */
+
+  /* The observer (operator-agent/procstat/observe.h): the running workers' last samples (owned;
+   * replaced under the lock), the agent's CPU spent sampling, the /status "hang" object ("" =
+   * none; owned, AGENT_HANG_JSON_CAP bytes), and whether GPU series can be there. */
+  agent_rank_proc_t *rank_procs;
+  int nrank_procs;
+  double sample_cpu_s;
+  char *hang_json;
+  int gpu_monitoring;           /* 1: NVML loaded */
+  char gpu_monitoring_why[256]; /* why not, when 0 ("" before the observer starts) */
 } agent_state_t;
 
 void agent_state_init(agent_state_t *st);
