@@ -41,7 +41,9 @@ typedef envparam_type_t agent_param_type_t;
   X(PROGRESS_DEADLINE_SECONDS, DOUBLE, "0", "0 (off)", 0, 86400, NULL,                            \
     "Seconds a worker may go without progress (no byte read or written, no collective done) before tdist-agent names it as hung.")                                                        \
   X(NVML_LIBRARY, STR, "libnvidia-ml.so.1", NULL, 1, AGENT_PARAM_PATH_MAX_LEN, NULL,              \
-    "The NVML library tdist-agent opens for the workers' GPU metrics (absent: no GPU series).")
+    "The NVML library tdist-agent opens for the workers' GPU metrics (absent: no GPU series).")  \
+  X(PY_STACKS, ENUM, "on", NULL, 0, 0, "on|off",                                                  \
+    "off: tdist-agent neither puts its sitecustomize.py on the workers' PYTHONPATH nor takes Python stacks for hang reports.")
 /* clang-format on */
 
 typedef enum {

@@ -61,27 +61,22 @@ static double unix_of(int64_t mono_ns, int64_t now_mono_ns) {
 /* "stopped (state T)", ... for the detail sentence. */
 static const char *why_text(agent_stall_reason_t r) {
   switch (r) {
-    case AGENT_STALL_STOPPED:
-      return "is stopped (state T: SIGSTOP or a debugger)";
+    case AGENT_STALL_STOPPED: return "is stopped (state T: SIGSTOP or a debugger)";
     case AGENT_STALL_UNINTERRUPTIBLE:
       return "is in uninterruptible sleep (state D: I/O or a driver)";
-    case AGENT_STALL_SPINNING:
-      return "runs (CPU moving) while its peers wait (CPU flat)";
-    case AGENT_STALL_COLLECTIVE:
-      return "waits in a collective";
+    case AGENT_STALL_SPINNING: return "runs (CPU moving) while its peers wait (CPU flat)";
+    case AGENT_STALL_COLLECTIVE: return "waits in a collective";
     case AGENT_STALL_DEADLINE:
       return "made no progress (no I/O, no collective) within the deadline";
-    default:
-      return "";
+    default: return "";
   }
 }
 
 static void put_rank(agent_obs_t *o, out_t *b, int i, int first_member) {
   const agent_hang_rank_t *h = &o->hr[i];
-  put(b,
-      "%s{\"rank\":%d,\"local_rank\":%d,\"pid\":%d,\"role\":\"%s\",\"reason\":", first_member ? ""
-                                                                                             : ",",
-      h->global_rank, h->local_rank, (int)h->pid, h->reason ? "holding" : "waiting");
+  put(b, "%s{\"rank\":%d,\"local_rank\":%d,\"pid\":%d,\"role\":\"%s\",\"reason\":",
+      first_member ? "" : ",", h->global_rank, h->local_rank, (int)h->pid,
+      h->reason ? "holding" : "waiting");
   if (h->reason)
     put_str(b, agent_stall_reason_name(h->reason));
   else

@@ -19,8 +19,8 @@ struct agent_obs_s {
   char proc_root[256];
   agent_nvml_t *nvml;
   int nvml_warned, read_warned;
-  int cap;                /* entries in hr, cur, pub */
-  agent_hang_rank_t *hr;  /* the detector's per-rank state */
+  int cap;               /* entries in hr, cur, pub */
+  agent_hang_rank_t *hr; /* the detector's per-rank state */
   agent_proc_sample_t *cur;
   agent_rank_proc_t *pub; /* what goes to st->rank_procs */
   tdist_stats_file_t *stats;

@@ -116,8 +116,7 @@ int agent_procstat_parse_status(const char *text, size_t len, agent_proc_sample_
 
 int agent_procstat_parse_io(const char *text, size_t len, agent_proc_sample_t *s) {
   uint64_t r, w;
-  if (status_field(text, len, "rchar", 0, &r) || status_field(text, len, "wchar", 0, &w))
-    return -1;
+  if (status_field(text, len, "rchar", 0, &r) || status_field(text, len, "wchar", 0, &w)) return -1;
   s->rchar = r;
   s->wchar = w;
   s->have_io = 1;
