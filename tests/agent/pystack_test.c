@@ -233,8 +233,8 @@ static void one_python(const char *python, int idx) {
   char frdir[400];
   snprintf(frdir, sizeof frdir, "%s/fr%d", g_run, idx);
   mkdir(frdir, 0755);
-  CHECK_EQ_INT(agent_frtrace_analyze(python, g_py, prefix, 2, 60000, behind, sizeof behind,
-                                     summary, sizeof summary),
+  CHECK_EQ_INT(agent_frtrace_analyze(python, g_py, prefix, 2, 60000, behind, sizeof behind, summary,
+                                     sizeof summary),
                0);
   snprintf(code, sizeof code,
            "import pickle\n"
@@ -251,12 +251,13 @@ static void one_python(const char *python, int idx) {
   int status;
   CHECK_EQ_INT(waitpid(w, &status, 0), w);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  CHECK_EQ_INT(agent_frtrace_analyze(python, g_py, prefix, 2, 60000, behind, sizeof behind,
-                                     summary, sizeof summary),
+  CHECK_EQ_INT(agent_frtrace_analyze(python, g_py, prefix, 2, 60000, behind, sizeof behind, summary,
+                                     sizeof summary),
                1);
   CHECK_STR(behind, "1");
-  CHECK_HAS(summary, "rank 1 behind in process group 0 (last enqueued #5); rank 0 waits in "
-                     "nccl:all_reduce #6");
+  CHECK_HAS(summary,
+            "rank 1 behind in process group 0 (last enqueued #5); rank 0 waits in "
+            "nccl:all_reduce #6");
 }
 
 int main(int argc, char **argv) {
