@@ -23,9 +23,14 @@ def _tdist_register():
     if not path or not sig:
         return
     try:
+        import _signal
         import faulthandler
 
         f = open(path, "a", buffering=1)  # faulthandler keeps a reference: open for life
+        # faulthandler puts back the handler it found when the interpreter finalizes: make that
+        # "ignore", so a signal that arrives while the worker exits cannot kill it (a real-time
+        # signal's default action is to terminate).
+        _signal.signal(int(sig), _signal.SIG_IGN)
         faulthandler.register(int(sig), file=f, all_threads=True, chain=False)
         f.write("tdist: pid %d registered signal %s\n" % (os.getpid(), sig))
     except Exception as e:  # never stop the worker for this
@@ -42,13 +47,15 @@ def _tdist_chain():
             continue
         if seen:
             rest.append(p)
+    # importlib.machinery only (frozen, loaded already): importlib.util would import contextlib
+    # and collections, tens of milliseconds on a busy machine, into every interpreter.
     import importlib.machinery
-    import importlib.util
 
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is None or spec.loader is None:
+    if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
         return
-    mod = importlib.util.module_from_spec(spec)
+    mod = type(sys)(spec.name)
+    mod.__spec__, mod.__loader__, mod.__file__ = spec, spec.loader, spec.origin
     sys.modules["sitecustomize"] = mod
     spec.loader.exec_module(mod)  # its errors are reported by site.py, as without us
 

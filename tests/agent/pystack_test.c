@@ -227,6 +227,48 @@ static void one_python(const char *python, int idx) {
   wait_stack(file, off, "stopped_here", out, sizeof out);
   stop(p);
 
+  TEST_CASE("g. a gloo job signalled all along, through its exit");
+  {
+    char init[400], done[2][420];
+    pid_t g[2];
+    snprintf(init, sizeof init, "%s/gloo%d.init", g_run, idx);
+    for (int r = 0; r < 2; r++) {
+      snprintf(file, sizeof file, "%s/gloo%d.%d.txt", g_run, idx, r);
+      snprintf(done[r], sizeof done[r], "%s.done", file);
+      snprintf(code, sizeof code,
+               "import torch, torch.distributed as dist\n"
+               "dist.init_process_group('gloo', init_method='file://%s', rank=%d, world_size=2)\n"
+               "t = torch.ones(1000)\n"
+               "for i in range(2000):\n"
+               "  dist.all_reduce(t)\n"
+               "  t /= 2\n"
+               "open('%s', 'w').write('done %%g' %% float(t.sum()))\n",
+               init, r, done[r]);
+      g[r] = start_py(python, g_py, file, code);
+    }
+    int st[2] = {-1, -1}, left = 2, sent = 0;
+    for (int i = 0; left && i < 6000; i++) { /* 120 s at most; a signal per rank per 20 ms */
+      for (int r = 0; r < 2; r++) {
+        if (st[r] != -1) continue;
+        if (agent_pystack_catches(g[r], agent_pystack_signal()) &&
+            kill(g[r], agent_pystack_signal()) == 0)
+          sent++;
+        if (waitpid(g[r], &st[r], WNOHANG) == g[r])
+          left--;
+        else
+          st[r] = -1;
+      }
+      usleep(20000);
+    }
+    for (int r = 0; r < 2; r++) {
+      if (st[r] == -1) stop(g[r]);
+      CHECK(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0); /* not killed by the signal */
+      wait_file_has(done[r], "done 1000");
+    }
+    TEST_LOG("  %d signals sent to the two ranks while they ran", sent);
+    CHECK_CMP_INT(sent, >, 2);
+  }
+
   TEST_CASE("f. the flight-recorder analyzer");
   char prefix[400], behind[64], summary[1024];
   snprintf(prefix, sizeof prefix, "%s/fr%d/nccl_trace_rank_", g_run, idx);
