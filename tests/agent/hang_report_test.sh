@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The hang report for an unmodified PyTorch job (issue 37's acceptance), with the PyTorch of
 # $TDIST_TORCH (1.13 or 2.6, tests/testlib/torch.sh): two agents on this host as two nodes x 2
-# workers run hang_ddp.py (DDP on gloo, nothing of tdist in it) with a 2 s stall threshold; once
-# every rank is in its training loop:
+# workers run hang_ddp.py (DDP on gloo, nothing of tdist in it) with a 2 s stall threshold, in one
+# job (each node judges its own ranks); once every rank is in its training loop:
 #   a. rank 2 (node 1's local rank 0) is stopped with SIGSTOP: node 1's /status "hang" names rank 2,
 #      reason "stopped", its threads with their state and wchan; rank 3's Python stack (taken
 #      without stopping it) is there, and rank 2's is pending with the reason (a stopped process
 #      runs no handler: its stack comes when it is continued);
-#   b. rank 1 (node 0's local rank 1) spins in Python (TDIST_TEST_SPIN_RANK): node 0's /status
+#   b. rank 1 (node 0's local rank 1) spins in Python (TDIST_TEST_SPIN_RANK), in the same job:
+#      node 0's /status
 #      names rank 1, reason "spinning", and its Python stack shows tdist_test_spin_forever; rank
 #      0's stack shows where it waits (DDP's backward);
-# in both the other ranks are not stopped (state S or R, alive), and /metrics of each node has
+# the other ranks are not stopped (state S or R, alive), and /metrics of each node has
 # the process series of both its ranks. The time from "every rank training" to the report is
 # printed (never asserted: CI is loaded); each wait has a deadline.
 #   args: AGENT HANG_DDP_SCRIPT
@@ -120,11 +121,11 @@ out(theirs.get("status") == "taken" and peer_needle in (theirs.get("stacks") or 
 PYEOF
 }
 
-# check_others CASE_LETTER RANK: every rank but RANK is alive and not stopped.
+# check_others CASE_LETTER "RANKS": every rank but those is alive and not stopped.
 check_others() {
   local r p s bad=""
   for r in 0 1 2 3; do
-    [ "$r" = "$2" ] && continue
+    case " $2 " in *" $r "*) continue ;; esac
     p="$(pid_of_rank $r)"
     s="$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)"
     case "$s" in S | R) ;; *) bad="$bad rank $r (pid $p) state '$s'" ;; esac
@@ -166,41 +167,33 @@ stop_job() {
   done
 }
 
-# a. rank 2 stopped.
-start_job a
+# One job holds both cases (each node judges its own ranks): rank 1 spins from the hang step
+# on, and once every rank is there rank 2 is stopped.
+start_job ab TDIST_TEST_SPIN_RANK=1
 if all_ready; then
-  p2="$(pid_of_rank 2)"
   t0=$(date +%s.%N)
+  p2="$(pid_of_rank 2)"
   kill -STOP "$p2"; STOPPED="$p2"
+  # b. rank 1 spins in Python: node 0 names it, with its stack and rank 0's.
+  if wait_hang 0 1 tdist_test_spin_forever; then
+    echo "b. rank 1 named $(since "$t0") s after every rank reached the step where it spins (threshold 2 s)"
+    check_status b 1 spinning 0 taken tdist_test_spin_forever backward
+  else
+    fail "b. node 0 never named rank 1 with its stack: $(head -c 3000 "$T/ab.status")"
+    tail -5 "$T/ab.0.err"
+  fi
+  # a. rank 2 stopped: node 1 names it, with rank 3's stack.
   if wait_hang 1 2 train_step; then
     echo "a. rank 2 named $(since "$t0") s after SIGSTOP (threshold 2 s)"
     check_status a 2 stopped 3 pending stopped train_step
   else
-    fail "a. node 1 never named rank 2 with its peer's stacks: $(head -c 3000 "$T/a.status")"
-    tail -5 "$T/a.1.err"
+    fail "a. node 1 never named rank 2 with its peer's stacks: $(head -c 3000 "$T/ab.status")"
+    tail -5 "$T/ab.1.err"
   fi
-  check_others a 2
-  check_metrics a
+  check_others a,b "1 2"
+  check_metrics a,b
 else
-  fail "a. the ranks did not all start training: $(tail -3 "$T/a.0.err" "$T/a.1.err")"
-fi
-stop_job
-
-# b. rank 1 spins in Python.
-start_job b TDIST_TEST_SPIN_RANK=1
-if all_ready; then
-  t0=$(date +%s.%N)
-  if wait_hang 0 1 tdist_test_spin_forever; then
-    echo "b. rank 1 named $(since "$t0") s after it began to spin (threshold 2 s)"
-    check_status b 1 spinning 0 taken tdist_test_spin_forever backward
-  else
-    fail "b. node 0 never named rank 1 with its stack: $(head -c 3000 "$T/b.status")"
-    tail -5 "$T/b.0.err"
-  fi
-  check_others b 1
-  check_metrics b
-else
-  fail "b. the ranks did not all start training: $(tail -3 "$T/b.0.err" "$T/b.1.err")"
+  fail "the ranks did not all start training: $(tail -3 "$T/ab.0.err" "$T/ab.1.err")"
 fi
 stop_job
 
