@@ -261,7 +261,10 @@ int main(int argc, char **argv) {
                           .stall_s = a->stall_s,
                           .deadline_s = agent_param_double(AGENT_P_PROGRESS_DEADLINE_SECONDS),
                           .nvml_lib = agent_param_str(AGENT_P_NVML_LIBRARY)};
-  a->obs = agent_obs_create(&ocfg, &a->st);
+  if (agent_param_int(AGENT_P_RANK_METRICS))
+    a->obs = agent_obs_create(&ocfg, &a->st);
+  else
+    AGENT_INFO("TDIST_RANK_METRICS=0: no per-rank process metrics, no hang reports but libtdist's");
   char nn[32];
   AGENT_INFO(
       "tdist-agent %s starting: nnodes %s, nproc_per_node %d, max_restarts %d, "

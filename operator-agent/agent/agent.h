@@ -135,7 +135,7 @@ void agent_driver_publish_standbys(agent_t *a);
 /* pyhang.c: Python stacks and PyTorch flight-recorder findings in hang reports */
 typedef struct agent_pyhang_s agent_pyhang_t;
 /* After the run directory and the observer exist: installs sitecustomize.py (unless
- * TDIST_PY_STACKS=off) and the observer's hang hooks. */
+ * TDIST_PY_STACKS=0) and the observer's hang hooks. */
 void agent_pyhang_setup(agent_t *a);
 /* Each turn of the round's loop: reads the stacks asked for; never blocks. */
 void agent_pyhang_poll(agent_t *a);

@@ -18,10 +18,10 @@
 #include "operator-agent/common/param.h"
 #include "operator-agent/pystack/pystack.h"
 
-#define PYHANG_MAX_RANKS 8        /* the named rank and up to 7 waiting peers */
-#define PYHANG_STACK_MAX 16384    /* bytes of stacks kept per rank */
-#define PYHANG_READ_AFTER_NS 1e8  /* a dump is read 100 ms after the signal at the earliest */
-#define PYHANG_GIVE_UP_NS 3e10    /* a running rank that wrote nothing in 30 s: given up */
+#define PYHANG_MAX_RANKS 8       /* the named rank and up to 7 waiting peers */
+#define PYHANG_STACK_MAX 16384   /* bytes of stacks kept per rank */
+#define PYHANG_READ_AFTER_NS 1e8 /* a dump is read 100 ms after the signal at the earliest */
+#define PYHANG_GIVE_UP_NS 3e10   /* a running rank that wrote nothing in 30 s: given up */
 
 typedef enum { PY_NONE, PY_PENDING, PY_TAKEN, PY_UNAVAILABLE } py_state_t;
 
@@ -56,7 +56,7 @@ static void ask(agent_t *a, py_rank_t *p, int rank, pid_t pid) {
   if (!w || !w->pystack_file[0]) {
     p->state = PY_UNAVAILABLE;
     snprintf(p->note, sizeof p->note, "no Python stacks: %s",
-             w ? "TDIST_PY_STACKS=off" : "not a running worker");
+             w ? "TDIST_PY_STACKS=0" : "not a running worker");
     return;
   }
   snprintf(p->file, sizeof p->file, "%s", w->pystack_file);
@@ -178,8 +178,8 @@ static size_t append_json(void *ctx, const agent_hang_event_t *ev, char *out, si
 
 void agent_pyhang_setup(agent_t *a) {
   if (!a->obs || !a->run_dir[0]) return;
-  if (agent_param_int(AGENT_P_PY_STACKS) != 0) {
-    AGENT_INFO("Python stacks off (TDIST_PY_STACKS=off)");
+  if (agent_param_int(AGENT_P_PY_STACKS) == 0) {
+    AGENT_INFO("Python stacks off (TDIST_PY_STACKS=0)");
   } else {
     char err[600];
     if (agent_pystack_install(a->run_dir, err, sizeof err)) {

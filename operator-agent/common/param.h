@@ -41,9 +41,11 @@ typedef envparam_type_t agent_param_type_t;
   X(PROGRESS_DEADLINE_SECONDS, DOUBLE, "0", "0 (off)", 0, 86400, NULL,                            \
     "Seconds a worker may go without progress (no byte read or written, no collective done) before tdist-agent names it as hung.")                                                        \
   X(NVML_LIBRARY, STR, "libnvidia-ml.so.1", NULL, 1, AGENT_PARAM_PATH_MAX_LEN, NULL,              \
-    "The NVML library tdist-agent opens for the workers' GPU metrics (absent: no GPU series).")  \
-  X(PY_STACKS, ENUM, "on", NULL, 0, 0, "on|off",                                                  \
-    "off: tdist-agent neither puts its sitecustomize.py on the workers' PYTHONPATH nor takes Python stacks for hang reports.")
+    "The NVML library tdist-agent opens for the workers' GPU metrics (absent: no GPU series).")    \
+  X(RANK_METRICS, INT, "1", NULL, 0, 1, NULL,                                                     \
+    "0: tdist-agent does not sample its workers' /proc (no tdist_rank_* process series, no hang reports but libtdist's).")  \
+  X(PY_STACKS, INT, "1", NULL, 0, 1, NULL,                                                        \
+    "0: tdist-agent neither puts its sitecustomize.py on the workers' PYTHONPATH nor takes Python stacks for hang reports.")
 /* clang-format on */
 
 typedef enum {

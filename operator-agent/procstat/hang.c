@@ -9,6 +9,7 @@
 #include "operator-agent/procstat/hang.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define IDLE_SHARE 0.02
 #define IDLE_SLACK 2.0
@@ -17,7 +18,7 @@
 
 const char *agent_stall_reason_name(agent_stall_reason_t r) {
   static const char *const names[AGENT_STALL_NREASONS] = {
-      "none", "stopped", "uninterruptible", "spinning", "collective", "deadline"};
+      "none", "stopped", "uninterruptible", "spinning", "collective", "deadline", "behind"};
   return (unsigned)r < AGENT_STALL_NREASONS ? names[r] : "none";
 }
 
@@ -61,8 +62,9 @@ static void track(agent_hang_rank_t *r, const agent_hang_cfg_t *c) {
 }
 
 static int rank_order(agent_stall_reason_t x) {
-  /* report order: stopped, uninterruptible, spinning, collective, deadline */
-  return x == AGENT_STALL_NONE ? 99 : (int)x;
+  /* report order: stopped, uninterruptible, spinning, behind, collective, deadline */
+  static const int order[AGENT_STALL_NREASONS] = {99, 0, 1, 2, 4, 5, 3};
+  return (unsigned)x < AGENT_STALL_NREASONS ? order[x] : 99;
 }
 
 int agent_hang_judge(agent_hang_rank_t *r, int n, const agent_hang_cfg_t *c, int64_t now_ns,
@@ -108,6 +110,24 @@ int agent_hang_judge(agent_hang_rank_t *r, int n, const agent_hang_cfg_t *c, int
     if (r[i].pid <= 0 || r[i].reason || r[i].busy_s < c->stall_s) continue;
     r[i].reason = AGENT_STALL_SPINNING;
     r[i].since_ns = r[i].busy_ref_ns > flat_since ? r[i].busy_ref_ns : flat_since;
+  }
+  /* libtdist ranks behind the collective local peers are stuck in (the oldest such collective):
+   * they hold those peers, whatever their CPU does */
+  uint64_t stuck_seq = 0;
+  int64_t stuck_since = 0;
+  for (int i = 0; i < n; i++) {
+    if (r[i].pid <= 0 || !r[i].libtdist || !r[i].cur_seq || r[i].collective_s < c->stall_s)
+      continue;
+    if (!stuck_seq || r[i].cur_seq < stuck_seq) stuck_seq = r[i].cur_seq;
+    int64_t since = now_ns - (int64_t)(r[i].collective_s * 1e9);
+    if (!stuck_since || since < stuck_since) stuck_since = since;
+  }
+  for (int i = 0; stuck_seq && i < n; i++) {
+    if (r[i].pid <= 0 || r[i].reason || !r[i].libtdist) continue;
+    uint64_t at = r[i].cur_seq ? r[i].cur_seq : r[i].last_seq;
+    if (at >= stuck_seq) continue;
+    r[i].reason = AGENT_STALL_BEHIND;
+    r[i].since_ns = stuck_since;
   }
   int holder = 0;
   for (int i = 0; i < n; i++) holder |= r[i].reason != AGENT_STALL_NONE;

@@ -6,6 +6,8 @@
  *   uninterruptible  state D (a hung file system, a driver) for stall_s
  *   spinning         CPU moving (>= 10% of a core) for stall_s while at least one other local
  *                    rank's CPU is flat (<= 2% of a core) for stall_s: it runs, they wait on it
+ *   behind           (libtdist ranks) not in the collective that local peers have been in for
+ *                    stall_s, behind it (last completed before it): they wait on this rank
  *   collective       (libtdist ranks) in one collective for stall_s, and no local rank is
  *                    named above (the holder may be on another node: node 0's summary says)
  *   deadline         deadline_s > 0 and the rank made no progress (no byte read or written by
@@ -27,7 +29,8 @@ typedef enum {
   AGENT_STALL_SPINNING = 3,        /* "spinning" */
   AGENT_STALL_COLLECTIVE = 4,      /* "collective" */
   AGENT_STALL_DEADLINE = 5,        /* "deadline" */
-  AGENT_STALL_NREASONS = 6
+  AGENT_STALL_BEHIND = 6,          /* "behind" */
+  AGENT_STALL_NREASONS = 7
 } agent_stall_reason_t;
 
 /* The label value ("stopped", ...; "none" for 0). */
@@ -65,7 +68,8 @@ typedef struct {
 } agent_hang_rank_t;
 
 /* Applies the rules to the n local ranks at now_ns; returns how many ranks are named. The
- * index of the rank to report first (stopped, uninterruptible, spinning, collective, deadline;
+ * index of the rank to report first (stopped, uninterruptible, spinning, behind, collective,
+ * deadline;
  * then the lowest global rank) goes to *first (-1 when none). */
 int agent_hang_judge(agent_hang_rank_t *r, int n, const agent_hang_cfg_t *c, int64_t now_ns,
                      int *first);

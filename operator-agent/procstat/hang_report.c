@@ -66,6 +66,7 @@ static const char *why_text(agent_stall_reason_t r) {
       return "is in uninterruptible sleep (state D: I/O or a driver)";
     case AGENT_STALL_SPINNING: return "runs (CPU moving) while its peers wait (CPU flat)";
     case AGENT_STALL_COLLECTIVE: return "waits in a collective";
+    case AGENT_STALL_BEHIND: return "has not reached the collective its local peers wait in";
     case AGENT_STALL_DEADLINE:
       return "made no progress (no I/O, no collective) within the deadline";
     default: return "";
@@ -191,7 +192,8 @@ void agent_obs_report(agent_obs_t *o, int n, int first, int64_t now_ns) {
   char shape[sizeof o->shape];
   shape_of(o, n, first, shape, sizeof shape);
   int changed = strcmp(shape, o->shape) != 0;
-  if (!changed && !o->refresh && (first < 0 || now_ns - o->report_ns < 5000000000LL)) return;
+  if (!changed && !o->refresh && (first < 0 || now_ns - o->report_ns < OBS_REPORT_REFRESH_NS))
+    return;
   o->refresh = 0;
   o->report_ns = now_ns;
   snprintf(o->shape, sizeof o->shape, "%s", shape);

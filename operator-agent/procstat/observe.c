@@ -1,8 +1,9 @@
-/* See observe.h. One sample: per running worker three /proc reads (procstat.c), at most once a
- * second its libtdist statistics file, one NVML query for all devices; then the hang detector
- * and one copy into agent_state_t under its lock. Buffers grow only when the number of workers
- * does; a steady job's samples allocate nothing. The "hang" JSON (hang_report.c) is rebuilt
- * when the hang changes shape, every REPORT_REFRESH_S while it lasts, and on agent_obs_refresh. */
+/* See observe.h. One sample: per running worker three pread(2)s of its /proc files, kept open
+ * while it runs (procstat.c), at most once a second its libtdist statistics file, one NVML query
+ * for all devices; then the hang detector and one copy into agent_state_t under its lock.
+ * Buffers grow only when the number of workers does; a steady job's samples allocate nothing.
+ * The "hang" JSON (hang_report.c) is rebuilt when the hang changes shape, every
+ * OBS_REPORT_REFRESH_NS while it lasts, and on agent_obs_refresh. */
 #define _GNU_SOURCE
 #include "operator-agent/procstat/observe.h"
 
@@ -20,7 +21,6 @@
 #include "operator-agent/procstat/observe_int.h"
 
 #define STATS_PERIOD_NS 1000000000LL
-#define REPORT_REFRESH_NS 5000000000LL
 
 static int64_t thread_cpu_ns(void) {
   struct timespec ts;
@@ -69,6 +69,8 @@ void agent_obs_destroy(agent_obs_t *o) {
   if (o->st->hang_json) o->st->hang_json[0] = 0;
   agent_state_unlock(o->st);
   agent_nvml_close(o->nvml);
+  for (int i = 0; i < o->cap; i++) agent_procstat_close(&o->files[i]);
+  free(o->files);
   free(o->hr);
   free(o->cur);
   free(o->pub);
@@ -78,13 +80,16 @@ void agent_obs_destroy(agent_obs_t *o) {
 }
 
 void agent_obs_set_hang_hooks(agent_obs_t *o, const agent_hang_hooks_t *h) {
+  if (!o) return;
   if (h)
     o->hooks = *h;
   else
     memset(&o->hooks, 0, sizeof o->hooks);
 }
 
-void agent_obs_refresh(agent_obs_t *o) { o->refresh = 1; }
+void agent_obs_refresh(agent_obs_t *o) {
+  if (o) o->refresh = 1;
+}
 
 /* Room for n workers (grows only). 0, or -1 when memory runs out. */
 static int reserve(agent_obs_t *o, int n) {
@@ -95,8 +100,11 @@ static int reserve(agent_obs_t *o, int n) {
   if (cur) o->cur = cur;
   agent_rank_proc_t *pub = realloc(o->pub, (size_t)n * sizeof *pub);
   if (pub) o->pub = pub;
-  if (!hr || !cur || !pub) return -1;
+  agent_proc_files_t *files = realloc(o->files, (size_t)n * sizeof *files);
+  if (files) o->files = files;
+  if (!hr || !cur || !pub || !files) return -1;
   memset(o->hr + o->cap, 0, (size_t)(n - o->cap) * sizeof *hr);
+  for (int i = o->cap; i < n; i++) o->files[i] = (agent_proc_files_t)AGENT_PROC_FILES_INIT;
   o->cap = n;
   return 0;
 }
@@ -204,8 +212,11 @@ void agent_obs_tick(agent_obs_t *o, const agent_workers_t *ws, int64_t now_ns) {
     h->global_rank = w->global_rank;
     h->local_rank = w->local_rank;
     int ok = 0;
+    agent_proc_files_t *f = &o->files[i];
     if (w->pid > 0 && w->state == AGENT_WORKER_RUNNING) {
-      int rc = agent_procstat_read(o->proc_root, w->pid, &o->cur[i], o->buf, sizeof o->buf);
+      int rc = f->pid == w->pid ? 0 : agent_procstat_open(f, o->proc_root, w->pid);
+      if (!rc) rc = agent_procstat_sample(f, &o->cur[i], o->buf, sizeof o->buf);
+      if (rc) agent_procstat_close(f);
       ok = rc == 0;
       if (rc && rc != -ESRCH && !o->read_warned) {
         AGENT_WARN("cannot sample worker pid %d from %s: %s", (int)w->pid, o->proc_root,
@@ -213,6 +224,7 @@ void agent_obs_tick(agent_obs_t *o, const agent_workers_t *ws, int64_t now_ns) {
         o->read_warned = 1;
       }
     }
+    if (!ok) agent_procstat_close(f); /* exited, stopped by the agent: let the files go */
     h->pid = ok ? w->pid : 0;
     if (ok) {
       h->t_ns = o->cur[i].t_ns;

@@ -36,7 +36,8 @@ agent_obs_t *agent_obs_create(const agent_obs_cfg_t *cfg, agent_state_t *st);
 void agent_obs_destroy(agent_obs_t *o);
 
 /* Samples if the interval has passed since the last sample (now_ns: CLOCK_MONOTONIC), judges,
- * publishes. Cheap when not due. Workers not running (exited, not started) are left out. */
+ * publishes. Cheap when not due. Workers not running (exited, not started) are left out. NULL:
+ * a no-op. The agent calls it from its round loop (agent/round.c run_round) after each wait. */
 void agent_obs_tick(agent_obs_t *o, const agent_workers_t *ws, int64_t now_ns);
 
 /* What a hook is told about a named hang. Pointers are valid during the call only. */
@@ -63,10 +64,11 @@ typedef struct {
   size_t (*append_json)(void *ctx, const agent_hang_event_t *ev, char *out, size_t cap);
 } agent_hang_hooks_t;
 
-/* Installs the hooks (copied; NULL removes them). */
+/* Installs the hooks (copied; NULL removes them). o NULL (TDIST_RANK_METRICS=0): a no-op. */
 void agent_obs_set_hang_hooks(agent_obs_t *o, const agent_hang_hooks_t *h);
 
-/* Asks for the /status "hang" object to be rebuilt at the next sample (hooks have news). */
+/* Asks for the /status "hang" object to be rebuilt at the next sample (hooks have news); NULL:
+ * a no-op. */
 void agent_obs_refresh(agent_obs_t *o);
 
 /* Bytes reserved for the whole "hang" object (threads of every rank in it plus the hooks'

@@ -10,7 +10,8 @@
 #include "operator-agent/procstat/procstat.h"
 
 #define OBS_MAX_GPU_PROCS 512
-#define OBS_MAX_THREADS 128 /* threads listed per rank in the hang report */
+#define OBS_MAX_THREADS 128                /* threads listed per rank in the hang report */
+#define OBS_REPORT_REFRESH_NS 5000000000LL /* a lasting hang's report is rebuilt this often */
 
 struct agent_obs_s {
   agent_state_t *st;
@@ -22,7 +23,8 @@ struct agent_obs_s {
   int cap;               /* entries in hr, cur, pub */
   agent_hang_rank_t *hr; /* the detector's per-rank state */
   agent_proc_sample_t *cur;
-  agent_rank_proc_t *pub; /* what goes to st->rank_procs */
+  agent_proc_files_t *files; /* each worker's /proc files, open while it runs */
+  agent_rank_proc_t *pub;    /* what goes to st->rank_procs */
   tdist_stats_file_t *stats;
   agent_gpu_use_t gpu[OBS_MAX_GPU_PROCS];
   char buf[16384]; /* /proc file scratch */

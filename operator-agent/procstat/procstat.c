@@ -151,32 +151,77 @@ static int64_t mono_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-int agent_procstat_read(const char *proc_root, pid_t pid, agent_proc_sample_t *s, char *buf,
-                        size_t cap) {
-  char path[256];
-  const char *root = proc_root ? proc_root : "/proc";
+/* pread of the whole file at offset 0: the length, or -errno (-ESRCH: the process is gone). */
+static ssize_t pread_all(int fd, char *buf, size_t cap) {
+  size_t n = 0;
+  while (n < cap) {
+    ssize_t r = pread(fd, buf + n, cap - n, (off_t)n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno == ENOENT ? -ESRCH : -errno;
+    if (r == 0) break;
+    n += (size_t)r;
+  }
+  return n == cap ? -EOVERFLOW : (ssize_t)n;
+}
+
+void agent_procstat_close(agent_proc_files_t *f) {
+  for (int i = 0; i < 3; i++) {
+    if (f->fd[i] >= 0) close(f->fd[i]);
+    f->fd[i] = -1;
+  }
+  f->pid = 0;
+}
+
+int agent_procstat_open(agent_proc_files_t *f, const char *proc_root, pid_t pid) {
+  static const char *const names[3] = {"stat", "status", "io"};
+  char path[300];
+  agent_procstat_close(f);
+  if (pid <= 0) return -EINVAL;
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/%d/%s", proc_root ? proc_root : "/proc", (int)pid, names[i]);
+    f->fd[i] = open(path, O_RDONLY | O_CLOEXEC);
+    /* io needs ptrace read access (a worker that changed its credentials) and a kernel with
+     * task I/O accounting: go on without it. */
+    if (f->fd[i] < 0 && i < 2) {
+      int e = errno == ENOENT ? ESRCH : errno;
+      agent_procstat_close(f);
+      return -e;
+    }
+  }
+  f->pid = pid;
+  return 0;
+}
+
+int agent_procstat_sample(agent_proc_files_t *f, agent_proc_sample_t *s, char *buf, size_t cap) {
   agent_proc_sample_t x;
   memset(&x, 0, sizeof x);
-  if (cap < 4096 || pid <= 0) return -EINVAL;
+  if (cap < 4096 || f->pid <= 0) return -EINVAL;
   x.t_ns = mono_ns();
-  snprintf(path, sizeof path, "%s/%d/stat", root, (int)pid);
-  ssize_t n = read_proc_file(path, buf, cap);
+  ssize_t n = pread_all(f->fd[0], buf, cap);
   if (n < 0) return (int)n;
   /* An empty file: the process was reaped between open and read. */
   if (n == 0) return -ESRCH;
   if (agent_procstat_parse_stat(buf, (size_t)n, &x)) return -EPROTO;
-  snprintf(path, sizeof path, "%s/%d/status", root, (int)pid);
-  n = read_proc_file(path, buf, cap);
+  n = pread_all(f->fd[1], buf, cap);
   if (n < 0) return (int)n;
   if (n == 0) return -ESRCH;
   if (agent_procstat_parse_status(buf, (size_t)n, &x)) return -EPROTO;
-  snprintf(path, sizeof path, "%s/%d/io", root, (int)pid);
-  n = read_proc_file(path, buf, cap);
-  if (n == -ESRCH) return -ESRCH;
-  /* io needs ptrace read access (a worker that changed its credentials): go on without it. */
-  if (n > 0 && agent_procstat_parse_io(buf, (size_t)n, &x)) return -EPROTO;
+  if (f->fd[2] >= 0) {
+    n = pread_all(f->fd[2], buf, cap);
+    if (n > 0 && agent_procstat_parse_io(buf, (size_t)n, &x)) return -EPROTO;
+  }
   *s = x;
   return 0;
+}
+
+int agent_procstat_read(const char *proc_root, pid_t pid, agent_proc_sample_t *s, char *buf,
+                        size_t cap) {
+  if (cap < 4096 || pid <= 0) return -EINVAL;
+  agent_proc_files_t f = AGENT_PROC_FILES_INIT;
+  int rc = agent_procstat_open(&f, proc_root, pid);
+  if (!rc) rc = agent_procstat_sample(&f, s, buf, cap);
+  agent_procstat_close(&f);
+  return rc;
 }
 
 static int tid_cmp(const void *a, const void *b) {

@@ -35,10 +35,32 @@ int agent_procstat_parse_io(const char *text, size_t len, agent_proc_sample_t *s
 
 /* Reads and parses /proc/<pid>/{stat,status,io} (under proc_root, NULL = "/proc"), using buf
  * (cap >= 4096) as scratch. 0 with *s complete (have_io 0 when only io was unreadable);
- * -ESRCH when the process is gone (also when it vanished between two files); -EPROTO when a
+ * -ESRCH when the process is gone (also when it vanished between stat and status); -EPROTO when a
  * file did not parse; another -errno for an unexpected open/read failure. */
 int agent_procstat_read(const char *proc_root, pid_t pid, agent_proc_sample_t *s, char *buf,
                         size_t cap);
+
+/* The three files of one process, kept open between samples: a sample is then three pread(2)s
+ * at offset 0 (measured here: 11 us for the three instead of 68 us with open and close each
+ * time). The descriptors are close-on-exec and stay bound to that process: once it is reaped
+ * they read -ESRCH, never another process that got its pid. */
+typedef struct {
+  pid_t pid; /* 0: closed */
+  int fd[3]; /* stat, status, io (io -1 when it could not be opened) */
+} agent_proc_files_t;
+
+#define AGENT_PROC_FILES_INIT \
+  {                           \
+    0, { -1, -1, -1 }         \
+  }
+
+/* Opens /proc/<pid>/{stat,status,io} under proc_root (NULL = "/proc") into *f (closed first if
+ * open). 0, or -errno (-ESRCH: no such process) with *f closed. */
+int agent_procstat_open(agent_proc_files_t *f, const char *proc_root, pid_t pid);
+/* One sample through the open files, as agent_procstat_read. */
+int agent_procstat_sample(agent_proc_files_t *f, agent_proc_sample_t *s, char *buf, size_t cap);
+/* Closes the files; closed ones are a no-op. */
+void agent_procstat_close(agent_proc_files_t *f);
 
 /* What the kernel says one thread is doing (for the hang report). */
 typedef struct {

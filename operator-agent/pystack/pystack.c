@@ -105,7 +105,7 @@ int agent_pystack_request(pid_t pid, const char *file, off_t *offset, char *why,
   if (stat(file, &sb)) {
     snprintf(why, cap,
              "no Python stacks: %s is missing (not a Python worker, or Python started without "
-             "tdist's sitecustomize: python -I/-E, or TDIST_PY_STACKS=off)",
+             "tdist's sitecustomize: python -I/-E, or TDIST_PY_STACKS=0)",
              file);
     return 0;
   }

@@ -39,7 +39,7 @@ int agent_pystack_catches(pid_t pid, int sig);
 
 /* Asks worker pid for its stacks: notes the size of file in *offset, then sends the signal. 1:
  * sent; 0: not sent, why says why (no file: the worker is not Python or runs without tdist's
- * sitecustomize, e.g. python -I or -E, or TDIST_PY_STACKS=off; it does not catch the signal).
+ * sitecustomize, e.g. python -I or -E, or TDIST_PY_STACKS=0; it does not catch the signal).
  * A stopped process (state T) gets the signal too: it writes its stacks when continued; why then
  * says so and 1 is returned. */
 int agent_pystack_request(pid_t pid, const char *file, off_t *offset, char *why, size_t cap);

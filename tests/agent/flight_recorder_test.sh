@@ -9,7 +9,7 @@
 #      its attempt directory, the agent's sitecustomize directory first on PYTHONPATH (the
 #      user's entries after it), TDIST_PY_STACKS_* consumed at start-up, and the user's own
 #      TORCH_NCCL_TRACE_BUFFER_SIZE kept;
-#   b. TDIST_PY_STACKS=off: no sitecustomize on PYTHONPATH; no dump, no verdict, exit 0;
+#   b. TDIST_PY_STACKS=0: no sitecustomize on PYTHONPATH; no dump, no verdict, exit 0;
 #   c. TDIST_PY_STACKS=maybe: the agent refuses to start (exit 64) and names the variable.
 #   args: AGENT
 set -uo pipefail
@@ -73,9 +73,9 @@ for r in range(3):
     assert not [k for k in e if k.startswith("TDIST_PY_STACKS_")], sorted(e)
 PYEOF
 
-# b. TDIST_PY_STACKS=off.
+# b. TDIST_PY_STACKS=0.
 mkdir -p "$T/b"
-TDIST_PY_STACKS=off timeout 120 "$AGENT" --standalone --nproc-per-node 2 --max-restarts 0 \
+TDIST_PY_STACKS=0 timeout 120 "$AGENT" --standalone --nproc-per-node 2 --max-restarts 0 \
   --log-dir "$T/b" -- "$T/worker.py" "$T/b" none >"$T/b.out" 2>"$T/b.err"
 rc=$?
 [ $rc -eq 0 ] && ! grep -qi "flight recorder" "$T/b.err" &&

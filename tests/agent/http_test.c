@@ -250,7 +250,8 @@ static void check_status_json(const char *body, size_t len, agent_state_t *st) {
       "keys state,node_rank,run_id,role,backend,round,restart_count,max_restarts,"
       "group_rank,group_world_size,world_size,master_addr,master_port,worker_master_port,"
       "is_store_host,"
-      "members,spares,standbys_live,standbys,workers,last_error,ranks,collectives\n");
+      "members,spares,standbys_live,standbys,workers,last_error,ranks,collectives,hang,"
+      "gpu_monitoring\n");
   agent_buf_printf(&want,
                    "node_rank %d\nround %lld\nrestart_count %d\nmax_restarts %d\ngroup_rank %d\n"
                    "group_world_size %d\nworld_size %d\nmaster_port %d\nworker_master_port %d\n"
@@ -854,7 +855,8 @@ int main(void) {
   CHECK(s != NULL &&
         strstr(s,
                "\"members\":[],\"spares\":0,\"standbys_live\":null,\"standbys\":[],\"workers\":[],"
-               "\"last_error\":null,\"ranks\":[],\"collectives\":null}") != NULL);
+               "\"last_error\":null,\"ranks\":[],\"collectives\":null,\"hang\":null,"
+               "\"gpu_monitoring\":{\"available\":false,\"reason\":null}}") != NULL);
   free(s);
 
   fill_state(&st);

@@ -5,7 +5,7 @@
 #   a. node 0's /status "collectives" names rank 3, and only rank 3, as holding the others up and
 #      ranks 0,1,2 as stuck in all_reduce #N; /metrics on node 1 shows rank 3 idle (inflight 0,
 #      current_seq 0, last_seq N-1) and rank 2 in #N, on node 0 ranks 0,1 in #N; promtool check
-#      metrics passes on both agents;
+#      metrics passes on both agents; node 1's hang report names rank 3 "behind", rank 2 waiting;
 #   c. a real Prometheus (web and TSDB on loopback / in TEST_TMPDIR) scraping both agents every
 #      second answers PromQL over /api/v1/query with the 4 ranks and the stalled one apart;
 #   b. SIGUSR1 to both agents: each logs the path of a JSON dump, and the union of the two dumps
@@ -87,6 +87,22 @@ assert f["op"] == "all_reduce" and f["seq"] == n and f["seconds"] > 1 and r[2]["
 PYEOF
 then pass "node 1 /status: rank 3 idle after #$((N - 1)), rank 2 in all_reduce #$N"
 else fail "node 1 /status: $(cat "$T/status1.json")"; fi
+
+# node 1's hang detector: rank 3 is behind the collective its local peer waits in (the stats
+# files are read once a second: up to 10 s)
+hang=""
+for _ in $(seq 50); do
+  hang=$(curl -sf "http://127.0.0.1:$P1/status" | $PY -c '
+import json, sys
+h = json.load(sys.stdin)["hang"]
+if h: print(h["rank"], h["reason"], *sorted((r["rank"], r["role"]) for r in h["ranks"]))')
+  [ -n "$hang" ] && break
+  sleep 0.2
+done
+if [ "$hang" = "3 behind (2, 'waiting') (3, 'holding')" ] &&
+  curl -sf "http://127.0.0.1:$P1/metrics" | grep -q '^tdist_rank_stalled{rank="3",local_rank="1",reason="behind"} 1$'; then
+  pass "node 1 hang report: rank 3 behind, rank 2 waiting on it"
+else fail "node 1 hang report: '$hang'"; fi
 
 cat >"$T/metrics_check.py" <<'PYEOF'
 # metrics_check.py FILE N RANK:WANT... (WANT: idle | wait): the per-rank series of one agent.

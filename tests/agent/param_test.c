@@ -26,6 +26,9 @@ static const expect_t k_expect[] = {
     {"TDIST_LOG_LEVEL", 'e', "info", "error|warn|warning|info|debug"},
     {"TDIST_PYTHON", 's', "python3", "1..4095"},
     {"TDIST_STALL_REPORT_SECONDS", 'd', "5", "0.001..86400"},
+    {"TDIST_PROGRESS_DEADLINE_SECONDS", 'd', "0", "0..86400"},
+    {"TDIST_NVML_LIBRARY", 's', "libnvidia-ml.so.1", "1..4095"},
+    {"TDIST_RANK_METRICS", 'i', "1", "0..1"},
 };
 #define NEXPECT (sizeof k_expect / sizeof k_expect[0])
 
