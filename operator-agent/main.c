@@ -175,6 +175,7 @@ static int setup(agent_t *a) {
   }
   AGENT_INFO("run directory %s (%s at exit)", a->run_dir,
              c->keep_run_dir ? "kept: --keep-run-dir" : "removed");
+  agent_pyhang_setup(a); /* writes into the run directory */
   if (!strcmp(c->backend, "mpi") && agent_pmix_start(&a->pmix, a->run_dir, err, sizeof err)) {
     AGENT_ERROR("--backend mpi: %s", err);
     return AGENT_EXIT_USAGE;
@@ -293,6 +294,7 @@ int main(int argc, char **argv) {
   agent_http_stop(a->http);
   agent_storehost_destroy(&a->sh);
   agent_workers_free(&a->ws);
+  agent_pyhang_free(a);
   agent_obs_destroy(a->obs);
   agent_progress_pub_close(&a->progress);
   agent_rdzv_free(&a->rd);

@@ -106,6 +106,8 @@ typedef struct {
   agent_pmix_t *pmix;      /* --backend mpi: the PMIx server of the workers (pmix.h) */
   agent_jip_t jip;         /* --jobset-in-place-restart */
   agent_obs_t *obs;        /* per-rank process metrics and hang reports (observe.h); NULL: none */
+  struct agent_pyhang_s *pyhang; /* pyhang.c's state; NULL: none */
+  char py_dir[460]; /* RUN_DIR/python, holding the agent's sitecustomize.py; "": stacks off */
 } agent_t;
 
 static inline int64_t agent_now_ns(void) {
@@ -148,6 +150,18 @@ int agent_loop_backoff(agent_t *a, int64_t deadline_ns);
 agent_rdzv_outcome_t agent_driver_rendezvous(agent_t *a, int64_t *deadline_ns);
 /* The store host: the round's standbys into /status and /metrics. */
 void agent_driver_publish_standbys(agent_t *a);
+
+/* pyhang.c: Python stacks and PyTorch flight-recorder findings in hang reports */
+typedef struct agent_pyhang_s agent_pyhang_t;
+/* After the run directory and the observer exist: installs sitecustomize.py (unless
+ * TDIST_PY_STACKS=0) and the observer's hang hooks. */
+void agent_pyhang_setup(agent_t *a);
+/* Each turn of the round's loop: reads the stacks asked for; never blocks. */
+void agent_pyhang_poll(agent_t *a);
+/* A worker failed: reads the attempt's NCCL flight-recorder dumps, if any (up to 10 s), logs the
+ * verdict and appends it to what (the failure record). */
+void agent_pyhang_flight(agent_t *a, char *what, size_t cap);
+void agent_pyhang_free(agent_t *a);
 
 /* round.c */
 /* Reaches the store, runs rendezvous and rounds with the restart policy until the job ends or

@@ -12,6 +12,7 @@
 #include "operator-agent/agent/agent.h"
 #include "operator-agent/common/log.h"
 #include "operator-agent/pmix/pmix_round.h"
+#include "operator-agent/pystack/pystack.h"
 #include "operator-agent/supervisor/rootcause.h"
 
 /* How a round ended (run_round). */
@@ -99,7 +100,9 @@ static int start_workers(agent_t *a, round_outcome_t *out) {
                               .attempt = a->rd.attempt + a->jip.restart_base,
                               .master_addr = a->sh.master_ip,
                               .master_port = a->rd.worker_store.port,
-                              .run_dir = a->run_dir};
+                              .run_dir = a->run_dir,
+                              .py_stacks_dir = a->py_dir[0] ? a->py_dir : NULL,
+                              .py_stacks_signal = agent_pystack_signal()};
   if (a->pmix) {
     if (agent_pmix_round_start(a->pmix, &a->rd, &a->cfg,
                                a->sh.hosting ? "127.0.0.1" : a->sh.master_ip, a->sh.master_port,
@@ -188,6 +191,7 @@ static round_outcome_t run_round(agent_t *a, int *local_failed) {
     agent_loop_wait(a, agent_loop_poll_ms(a));
     if (a->stop_sig) return ROUND_STOPPED;
     agent_obs_tick(a->obs, &a->ws, agent_now_ns());
+    agent_pyhang_poll(a);
     if (a->dump_requested) {
       a->dump_requested = 0;
       dump_flight(a, "SIGUSR1");
@@ -205,6 +209,7 @@ static round_outcome_t run_round(agent_t *a, int *local_failed) {
     if (a->ws.first_failed >= 0) {
       char what[400];
       describe_failure(a, what, sizeof what);
+      agent_pyhang_flight(a, what, sizeof what);
       dump_flight(a, "worker failed");
       agent_set_error(a, what);
       *local_failed = 1;

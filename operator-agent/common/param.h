@@ -47,7 +47,9 @@ typedef envparam_type_t agent_param_type_t;
   X(NVML_LIBRARY, STR, "libnvidia-ml.so.1", NULL, 1, AGENT_PARAM_PATH_MAX_LEN, NULL,              \
     "The NVML library tdist-agent opens for the workers' GPU metrics (absent: no GPU series).")    \
   X(RANK_METRICS, INT, "1", NULL, 0, 1, NULL,                                                     \
-    "0: tdist-agent does not sample its workers' /proc (no tdist_rank_* process series, no hang reports but libtdist's).")
+    "0: tdist-agent does not sample its workers' /proc (no tdist_rank_* process series, no hang reports but libtdist's).")  \
+  X(PY_STACKS, INT, "1", NULL, 0, 1, NULL,                                                        \
+    "0: tdist-agent neither puts its sitecustomize.py on the workers' PYTHONPATH nor takes Python stacks for hang reports.")
 /* clang-format on */
 
 typedef enum {

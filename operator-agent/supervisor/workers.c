@@ -127,11 +127,8 @@ static const char *torch_package_dir(void) {
   return dir;
 }
 
-/* PYTHONPATH with the backend package's directory in front (once), so `import tdist_torch`
- * works in the workers without any set-up. */
-static int add_torch_path(strv_t *e) {
-  const char *dir = torch_package_dir();
-  if (!dir) return 0;
+/* PYTHONPATH with dir in front (once). */
+static int prepend_python_path(strv_t *e, const char *dir) {
   const char *pp = env_get(e, "PYTHONPATH");
   if (!pp || !*pp) return env_set(e, "PYTHONPATH", dir);
   size_t l = strlen(dir);
@@ -148,9 +145,38 @@ static int add_torch_path(strv_t *e) {
   return rc;
 }
 
+/* The backend package's directory in front, so `import tdist_torch` works in the workers
+ * without any set-up. */
+static int add_torch_path(strv_t *e) {
+  const char *dir = torch_package_dir();
+  return dir ? prepend_python_path(e, dir) : 0;
+}
+
+/* Python stacks and PyTorch's NCCL flight recorder (operator-agent/pystack/pystack.h): the
+ * agent's sitecustomize first on PYTHONPATH (after tdist_torch's, which comes first), the
+ * rank's stacks file and signal; the flight recorder's dumps into the attempt's directory with
+ * PyTorch's variables (2.x names; 1.13 has no flight recorder), unless the user set them. */
+static int add_observe_env(strv_t *e, const agent_worker_spec_t *sp, const char *pystack_file) {
+  int rc = 0;
+  if (sp->py_stacks_dir && pystack_file[0]) {
+    rc |= prepend_python_path(e, sp->py_stacks_dir);
+    rc |= env_set(e, "TDIST_PY_STACKS_FILE", pystack_file);
+    rc |= env_set_int(e, "TDIST_PY_STACKS_SIGNAL", sp->py_stacks_signal);
+  }
+  char prefix[600];
+  snprintf(prefix, sizeof prefix, "%s/attempt_%d/nccl_trace_rank_", sp->run_dir, sp->attempt);
+  if (!env_get(e, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"))
+    rc |= env_set(e, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", prefix);
+  if (!env_get(e, "TORCH_NCCL_TRACE_BUFFER_SIZE"))
+    rc |= env_set(e, "TORCH_NCCL_TRACE_BUFFER_SIZE", "2000");
+  if (!env_get(e, "TORCH_NCCL_DUMP_ON_TIMEOUT"))
+    rc |= env_set(e, "TORCH_NCCL_DUMP_ON_TIMEOUT", "1");
+  return rc;
+}
+
 /* The torchrun environment for one worker on top of the agent's (torch-contracts.md §2.2). */
 static int build_env(strv_t *e, const agent_worker_spec_t *sp, int local, const char *error_file,
-                     const char *stats_file) {
+                     const char *stats_file, const char *pystack_file) {
   const agent_cfg_t *cfg = sp->cfg;
   for (char **p = environ; *p; p++)
     if (strv_push(e, strdup(*p))) return -1;
@@ -183,6 +209,7 @@ static int build_env(strv_t *e, const agent_worker_spec_t *sp, int local, const 
     rc |= env_set(e, "OMP_NUM_THREADS", "1");
   rc |= env_set(e, "TDIST_BACKEND", cfg->backend ? cfg->backend : "gloo");
   rc |= env_set(e, "TDIST_STATS_FILE", stats_file);
+  rc |= add_observe_env(e, sp, pystack_file);
   rc |= add_torch_path(e);
   return rc ? -1 : 0;
 }
@@ -271,10 +298,14 @@ int agent_workers_start(agent_workers_t *ws, const agent_worker_spec_t *sp, char
     }
     snprintf(w->error_file, sizeof w->error_file, "%s/error.json", dir);
     snprintf(w->stats_file, sizeof w->stats_file, "%s/stats", dir);
+    w->pystack_file[0] = 0;
+    if (sp->py_stacks_dir)
+      snprintf(w->pystack_file, sizeof w->pystack_file, "%s/pystacks.txt", dir);
     unlink(w->error_file);
     unlink(w->stats_file);
+    if (w->pystack_file[0]) unlink(w->pystack_file);
     strv_t env = {0};
-    if (build_env(&env, sp, i, w->error_file, w->stats_file)) {
+    if (build_env(&env, sp, i, w->error_file, w->stats_file, w->pystack_file)) {
       strv_free(&env);
       snprintf(err, cap, "out of memory building the worker environment");
       goto fail;

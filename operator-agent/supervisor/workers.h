@@ -22,7 +22,8 @@ typedef struct {
   int exit_code;   /* >= 0 exit status, -N killed by signal N */
   int64_t exit_ns; /* CLOCK_MONOTONIC of the exit */
   char error_file[512];
-  char stats_file[512]; /* TDIST_STATS_FILE (include/tdist/stats.h) */
+  char stats_file[512];   /* TDIST_STATS_FILE (include/tdist/stats.h) */
+  char pystack_file[512]; /* TDIST_PY_STACKS_FILE ("" when Python stacks are off) */
 } agent_worker_t;
 
 typedef struct {
@@ -41,6 +42,11 @@ typedef struct {
   const char *master_addr;
   int master_port;
   const char *run_dir; /* <log_dir>/<run_id>_<pid>: error files go to attempt_N/<local>/ */
+  /* Python stacks (operator-agent/pystack/pystack.h): non-NULL, the directory holding the
+   * agent's sitecustomize.py, put first on PYTHONPATH with TDIST_PY_STACKS_FILE (the rank's
+   * attempt_N/<local>/pystacks.txt) and TDIST_PY_STACKS_SIGNAL=py_stacks_signal. */
+  const char *py_stacks_dir;
+  int py_stacks_signal;
   /* Optional: more "NAME=VALUE" variables for the worker of global rank `rank`, set last
    * (the PMIx server's, --backend mpi): a NULL-terminated array freed with extra_env_free. */
   int (*extra_env)(void *ctx, int rank, char ***env, char *err, size_t cap);

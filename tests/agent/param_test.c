@@ -31,6 +31,7 @@ static const expect_t k_expect[] = {
     {"TDIST_PROGRESS_DEADLINE_SECONDS", 'd', "0", "0..86400"},
     {"TDIST_NVML_LIBRARY", 's', "libnvidia-ml.so.1", "1..4095"},
     {"TDIST_RANK_METRICS", 'i', "1", "0..1"},
+    {"TDIST_PY_STACKS", 'i', "1", "0..1"},
 };
 #define NEXPECT (sizeof k_expect / sizeof k_expect[0])
 

@@ -11,7 +11,8 @@
 # one of the few named below. Exceptions are per-run by nature (MASTER_PORT: the agent gives each
 # attempt's workers a fresh store, as PyTorch >= 2.5's torchelastic does for retries; the
 # error-file path, whose attempt_N/RANK tail is checked). The agent may add TDIST_BACKEND,
-# TDIST_STATS_FILE, TDIST_PYTHON and the other
+# TDIST_STATS_FILE, TDIST_PYTHON, its sitecustomize's directory in front of PYTHONPATH and
+# PyTorch's flight-recorder variables (Python stacks and NCCL dumps for hang reports), and the other
 # version's spelling of the NCCL async-error variable (it sets NCCL_ASYNC_ERROR_HANDLING, which
 # 1.13 reads, and TORCH_NCCL_ASYNC_ERROR_HANDLING, which 2.x reads: it cannot know which PyTorch
 # a worker runs). The workers' resource limits (open files, processes, core, stack, address
@@ -78,7 +79,8 @@ p1, p2 = sys.argv[6], sys.argv[7]
 base = dict(os.environ)
 per_run = {"TORCHELASTIC_ERROR_FILE", "MASTER_PORT", "_"}
 extra_ok = {"TDIST_BACKEND", "TDIST_PYTHON", "TDIST_STATS_FILE", "NCCL_ASYNC_ERROR_HANDLING",
-            "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+            "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT", "PYTHONPATH"}
 world = nnodes * nproc
 files = tuple(sorted(f for f in os.listdir(f"{d}/{w}") if f.startswith("env.")) for w in ("torchrun", "agent"))
 want = sorted(f"env.{r}.json" for r in range(world))
@@ -110,6 +112,17 @@ for r in range(world):
     assert ag["MASTER_PORT"] != p2 and 0 < int(ag["MASTER_PORT"]) < 65536, (ag["MASTER_PORT"], p2)
     for k in ("NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"):
         assert ag[k] == tr.get(k, "1"), (k, ag[k], tr.get(k))
+    # The agent's observability extras (docs/agent.md, "Python stacks and flight-recorder
+    # dumps"): its sitecustomize's directory first on PYTHONPATH, the rest as torchrun has it;
+    # the flight recorder's dumps into the attempt's directory; the stacks variables consumed
+    # by the sitecustomize at start-up (so absent from the script's environment).
+    pp = ag["PYTHONPATH"].split(":")
+    assert pp[0].endswith("/python"), pp  # RUN_DIR/python (removed with the run directory)
+    assert ":".join(pp[1:]) == tr.get("PYTHONPATH", ""), (pp, tr.get("PYTHONPATH"))
+    assert ag["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].endswith(f"/attempt_{attempt}/nccl_trace_rank_"), \
+        ag["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]
+    assert (ag["TORCH_NCCL_TRACE_BUFFER_SIZE"], ag["TORCH_NCCL_DUMP_ON_TIMEOUT"]) == ("2000", "1")
+    assert not [k for k in ag if k.startswith("TDIST_PY_STACKS_")], sorted(ag)
     # Resource limits as the launcher was started with them (the agent raises its own open-file
     # soft limit for its HTTP connections; its workers must not inherit that).
     ltr = json.load(open(f"{d}/torchrun/limits.{r}.json"))
