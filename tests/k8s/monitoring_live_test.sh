@@ -125,7 +125,7 @@ main() {
   done
   local lib="${TEST_SRCDIR:+$TEST_SRCDIR/${TEST_WORKSPACE:-tdist}/tests/testlib}"
   [ -f "$lib/ports.sh" ] || lib="$(dirname "$(realpath "$0")")/../testlib"
-  # shellcheck source=../testlib/ports.sh
+  # shellcheck source=tests/testlib/ports.sh
   . "$lib/ports.sh" # free_port
   T="$(mktemp -d "${TEST_TMPDIR:-/tmp}/mon.XXXXXX")"
   trap cleanup EXIT
