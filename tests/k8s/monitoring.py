@@ -42,8 +42,9 @@ ADDED_BY = {
     "tdist_rank_wait_caused_seconds_total": "strag", "tdist_straggler_rank": "strag",
 }
 COUNTER_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
-# Labels whose values change from run to run: left out when recordings are compared.
-VOLATILE = ()
+# Series whose labels may differ from run to run (which waiting ranks the hang detector reports
+# beside the stopped one depends on timing): recordings are compared on their names only.
+VARIABLE = ("tdist_rank_stalled",)
 NAME_RE = re.compile(r"\b(tdist_[a-z0-9_]+|up)\b")
 SERIES_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\}$')
 LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -130,7 +131,7 @@ def identities(series):
     out = set()
     for s in series:
         name, labels = parse_series(s)
-        out.add(fmt_series(name, {k: v for k, v in labels.items() if k not in VOLATILE}))
+        out.add(f"{name}{{...}}" if name in VARIABLE else fmt_series(name, labels))
     return out
 
 
@@ -172,8 +173,9 @@ def target_labels(series, pod):
 
 def case_series(rec, case, minutes):
     """({series: values}, [series the overrides set]) of one case: its phase's recorded series,
-    then its overrides ("set": a series selector, matched as a subset of the labels, and its
-    values; one that matches nothing is added, with the target labels of its pod), then "drop"."""
+    less the names in "drop", then its overrides ("set": a series selector, matched as a subset
+    of the labels, and its values; one that matches nothing is added, with the target labels of
+    its pod)."""
     phase = case.get("phase", "steady1")
     if phase not in rec:
         die(f"case {case['name']}: no phase {phase} in the recording")
@@ -187,6 +189,8 @@ def case_series(rec, case, minutes):
         if phase.startswith("steady") and s in v0 and ts > t0:
             rate = round(max(vs.get(s, v) - v0[s], 0) / (ts - t0) * 60, 3)
         out[s] = values_for(name, v, rate, minutes)
+    for s in [s for s in out if parse_series(s)[0] in case.get("drop", [])]:
+        del out[s]
     for ov in case.get("set", []):
         name, labels = parse_series(ov["series"])
         hit = [s for s in out if parse_series(s)[0] == name and
@@ -198,8 +202,6 @@ def case_series(rec, case, minutes):
         for s in hit:
             out[s] = ov["values"]
             touched.append(s)
-    for s in [s for s in out if any(parse_series(s)[0] == n for n in case.get("drop", []))]:
-        del out[s]
     return out, touched
 
 
@@ -221,7 +223,7 @@ def render(template, labels, value):
     """The rule's annotation with {{ $labels.X }} and {{ $value ... }} (any pipeline) replaced: the
     case says how Prometheus prints its value ("value"), the labels come from its expectation."""
     t = re.sub(r"\{\{ *\$labels\.(\w+) *\}\}", lambda m: labels.get(m.group(1), "<no value>"), template)
-    return re.sub(r"\{\{ *\$value[^}]*\}\}", value, t)
+    return re.sub(r"\{\{[^}]*\$value[^}]*\}\}", value, t)
 
 
 def expected(e, rule, touched):

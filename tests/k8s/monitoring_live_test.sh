@@ -153,6 +153,7 @@ main() {
   if [ -n "$record" ]; then
     {
       sed -n '/^#/p;/^$/q' "$SERIES"
+      echo
       cat "$T/rec"
     } >"$record"
     echo "recorded $(grep -vc '^[#@]' "$record") series in 3 phases to $record"
