@@ -104,7 +104,7 @@ stop_rank3() {
   STOPPED=$(curl -sf "http://127.0.0.1:$P1/status" |
     "$PY" -c 'import json,sys; print([w["pid"] for w in json.load(sys.stdin)["workers"] if w["global_rank"] == 3][0])')
   kill -STOP "$STOPPED"
-  if poll 50 stalled_on_metrics && poll 25 has 'tdist_rank_stalled == 1'; then
+  if poll 150 stalled_on_metrics && poll 100 has 'tdist_rank_stalled == 1'; then
     pass "rank 3 stopped: tdist_rank_stalled names it"
   elif poll 100 sh -c "curl -sf http://127.0.0.1:$P0/status | grep -q 'hold'"; then
     sleep 3 # three more scrapes of the stalled job (not an assertion: the snapshot's spacing)
