@@ -1,4 +1,5 @@
-// crd_validate.js: checks custom resources (Kubeflow Trainer v2, JobSet, Volcano) against the
+// crd_validate.js: checks custom resources (Kubeflow Trainer v2, JobSet, Volcano, and
+// prometheus-operator's PrometheusRule of k8s/monitoring) against the
 // openAPIV3Schema of their published CustomResourceDefinition (tests/k8s/crds/, data copied from
 // those projects), the way the API server does:
 //   - the schema's types, enums, patterns, bounds and required fields (ajv, a JSON-schema
@@ -28,6 +29,12 @@ const Ajv = require(require.resolve("ajv", { paths: [NODE_MODULES] }));
 const { checkSchema } = require("./validate.js");
 
 const GROUPS = ["trainer.kubeflow.org", "jobset.x-k8s.io", "batch.volcano.sh"];
+// Kinds of other groups checked here (the PodMonitor is validate.js's, with kubernetes-models).
+const KINDS = ["monitoring.coreos.com/PrometheusRule"];
+const isCustom = (obj) => {
+  const group = (obj.apiVersion || "").split("/")[0];
+  return GROUPS.includes(group) || KINDS.includes(`${group}/${obj.kind}`);
+};
 
 // The CRD schema as a JSON schema for ajv, with the API server's structural reading.
 function structural(s, embedded) {
@@ -88,8 +95,16 @@ function int(bits) {
 }
 
 // {"group/version/Kind": {validate, served, cel: [...]}} of every CRD file in DIR.
+// Patterns are Go's RE2, as the API server reads them: a (?i) flag at the start (prometheus-operator
+// writes ^(?i)...) becomes JavaScript's "i"; the rest of what the CRDs here use reads the same.
+function re2(pattern, flags) {
+  const m = /^(\^?)\(\?i\)/.exec(pattern);
+  return m ? new RegExp(m[1] + pattern.slice(m[0].length), flags + "i") : new RegExp(pattern, flags);
+}
+re2.code = "new RegExp";
+
 function loadCrds(dir) {
-  const ajv = new Ajv({ allErrors: true, strict: false, formats: {
+  const ajv = new Ajv({ allErrors: true, strict: false, code: { regExp: re2 }, formats: {
     int32: int(32), int64: int(64), double: true, float: true, byte: true, "date-time": true, duration: true,
     "int-or-string": true, quantity: true, uri: true, email: true,
   } });
@@ -158,8 +173,7 @@ function embeddedCore(obj) {
 
 // Failures of one object (an empty list when it is valid, or not of the three groups).
 function checkCustom(obj, crds) {
-  const group = (obj.apiVersion || "").split("/")[0];
-  if (!GROUPS.includes(group)) return [];
+  if (!isCustom(obj)) return [];
   const where = `${obj.kind}/${(obj.metadata || {}).name || "?"}`;
   const crd = crds[`${obj.apiVersion}/${obj.kind}`];
   if (!crd) return [`${where}: no CRD for apiVersion ${obj.apiVersion} kind ${obj.kind} in tests/k8s/crds`];
@@ -191,7 +205,7 @@ const podOf = (o) => {
 };
 const MUTATIONS = [
   ["any", "unknown field /spec/bogus", (o) => (o.spec.bogus = 1)],
-  ["any", "no CRD for apiVersion", (o) => (o.apiVersion = o.apiVersion.replace(/v1alpha[12]$/, "v9"))],
+  ["any", "no CRD for apiVersion", (o) => (o.apiVersion = o.apiVersion.replace(/\/v[0-9a-z]+$/, "/v9"))],
   ["JobSet", "unknown field /spec/network/subdomian", (o) => (o.spec.network.subdomian = "x")],
   ["JobSet", "must be integer", (o) => (o.spec.replicatedJobs[0].replicas = "1")],
   ["JobSet", "must be equal to one of the allowed values", (o) => (o.spec.failurePolicy.rules[0].action = "Retry")],
@@ -211,6 +225,9 @@ const MUTATIONS = [
   ["Job", "unknown field /spec/tasks/0/template/spec/containers/0/argz", (o) => (ctrOf(podOf(o)).argz = [])],
   ["Job", "must be integer", (o) => (o.spec.minAvailable = "2")],
   ["Job", "/spec/tasks/0/template: schema:", (o) => (podOf(o).containers[0].ports[0].containerPort = "29500")],
+  ["PrometheusRule", "unknown field /spec/groups/0/rules/0/expression", (o) => (o.spec.groups[0].rules[0].expression = "up")],
+  ["PrometheusRule", "/spec/groups/0/rules/0/for: must match pattern", (o) => (o.spec.groups[0].rules[0].for = "1 minute")],
+  ["PrometheusRule", "must have required property 'expr'", (o) => delete o.spec.groups[0].rules[0].expr],
 ];
 
 function main(argv) {
@@ -232,8 +249,7 @@ function main(argv) {
   let mutations = 0;
   for (const file of argv.slice(1)) {
     for (const obj of load(file)) {
-      const group = (obj.apiVersion || "").split("/")[0];
-      if (!GROUPS.includes(group)) continue;
+      if (!isCustom(obj)) continue;
       checked++;
       const errs = checkCustom(obj, crds);
       for (const e of errs) console.log(`FAIL: ${path.basename(file)}: ${e}`);
@@ -257,7 +273,7 @@ function main(argv) {
     }
   }
   if (checked === 0) {
-    console.log("FAIL: no Trainer, JobSet or Volcano object in the files given");
+    console.log("FAIL: no Trainer, JobSet, Volcano or PrometheusRule object in the files given");
     failures++;
   }
   if (selfTest) console.log(`self-test: ${mutations} mutations`);
