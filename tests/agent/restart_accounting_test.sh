@@ -198,13 +198,18 @@ extra="$(awk '{print $1, $2}' "$T/b.starts" 2>/dev/null | sort | uniq -c | awk '
 
 # c. a warm spare counted in the node count, as under Kubeflow Trainer v2 (PET_NNODES = numNodes
 # = 3 pods, spares_in_nnodes, 1 spare): nodes 0 and 1 train, node 2 waits; node 1's agent is
-# stopped (SIGTERM, as on pod deletion) and node 2 takes its group rank 1 in attempt 1.
+# stopped (SIGTERM, as on pod deletion) and node 2 takes its group rank 1 in attempt 1. Which
+# pods train is who comes first (as under Trainer, where the spare is whichever pod is last), so
+# node 2 starts once nodes 0 and 1 train: started together, node 2 came before node 1 in one
+# loaded run and trained in its place.
 MP=$(free_port)
-for n in 0 1 2; do
+for n in 0 1; do
   PET_NNODES=3 PET_NODE_RANK=$n start c "$n" --master-port "$MP" --max-restarts 3 --spares 1 \
     --spares-in-nnodes
 done
 if wait_starts c 0 "0 1 "; then
+  PET_NNODES=3 PET_NODE_RANK=2 start c 2 --master-port "$MP" --max-restarts 3 --spares 1 \
+    --spares-in-nnodes
   pass "c. PET_NNODES=3 with 1 spare counted in it: attempt 0 runs on nodes 0 and 1"
   st=""
   for _ in $(seq 100); do
