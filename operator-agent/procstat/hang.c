@@ -97,8 +97,10 @@ int agent_hang_judge(agent_hang_rank_t *r, int n, const agent_hang_cfg_t *c, int
   }
   /* spinning: moving for the threshold while a peer is flat for it; not while a rank is stopped
    * (its peers may spin waiting for it: NCCL polls) */
-  int stopped = 0;
-  for (int i = 0; i < n; i++) stopped |= r[i].reason != AGENT_STALL_NONE;
+  int stopped = 0; /* named above, or stopped for less than the threshold (it will be named) */
+  for (int i = 0; i < n; i++)
+    stopped |= r[i].reason != AGENT_STALL_NONE ||
+               (r[i].pid > 0 && (r[i].state == 'T' || r[i].state == 't'));
   int64_t flat_since = 0;
   int any_flat = 0;
   for (int i = 0; i < n; i++) {
@@ -107,7 +109,10 @@ int agent_hang_judge(agent_hang_rank_t *r, int n, const agent_hang_cfg_t *c, int
     any_flat = 1;
   }
   for (int i = 0; any_flat && !stopped && i < n; i++) {
-    if (r[i].pid <= 0 || r[i].reason || r[i].busy_s < c->stall_s) continue;
+    /* flat for the threshold: it waits, whatever its average since the busy point says (that
+     * average stays above the share long after a rank that computed for a while blocks) */
+    if (r[i].pid <= 0 || r[i].reason || r[i].busy_s < c->stall_s || r[i].idle_s >= c->stall_s)
+      continue;
     r[i].reason = AGENT_STALL_SPINNING;
     r[i].since_ns = r[i].busy_ref_ns > flat_since ? r[i].busy_ref_ns : flat_since;
   }

@@ -106,6 +106,44 @@ static void case_spinning(int speed10, const char *name) {
   CHECK(s.r[2].busy_s >= 2.0 && s.r[0].idle_s >= 2.0);
 }
 
+/* Two ranks train (both busy), then rank 0 blocks waiting on rank 1, which spins: rank 1 is
+ * named within a little more than the threshold, rank 0 waits on it. Rank 0's average since its
+ * busy point stays above the busy share long after it blocked: it was named "spinning" itself (as
+ * the first rank), hiding rank 1 for over 10 s in the PyTorch hang test. */
+static void case_spinning_after_training(void) {
+  TEST_CASE("a rank that trained, then blocks, is not the spinning one");
+  sim_t s;
+  sim_init(&s, 2, 2.0, 0);
+  int train[N] = {100, 100};
+  run(&s, 100, train, "RR");
+  CHECK_EQ_INT(s.named, 0);
+  int d[N] = {0, 100};
+  run(&s, 25, d, "SR");
+  CHECK_EQ_INT(s.named, 1);
+  CHECK_EQ_INT(s.first, 1);
+  CHECK_EQ_INT(s.r[1].reason, AGENT_STALL_SPINNING);
+  CHECK_EQ_INT(s.r[0].reason, AGENT_STALL_NONE);
+  CHECK(s.r[0].waiting);
+}
+
+/* Rank 0 waits (flat), then is stopped; rank 1 computes, then blocks on it. Rank 0 is flat for
+ * the threshold before it has been stopped that long: rank 1 was named "spinning" in between
+ * (seen in the PyTorch hang test, 0.65 s before the stopped verdict). */
+static void case_stopped_after_waiting(void) {
+  TEST_CASE("a rank that waited, then is stopped: its busy peer is not named spinning");
+  sim_t s;
+  sim_init(&s, 2, 2.0, 0);
+  int d0[N] = {0, 100};
+  run(&s, 10, d0, "SR");
+  CHECK_EQ_INT(s.named, 0);
+  for (int k = 0; k < 30; k++) {
+    step(&s, d0, "TR");
+    CHECK(s.r[1].reason != AGENT_STALL_SPINNING);
+  }
+  CHECK_EQ_INT(s.first, 0);
+  CHECK_EQ_INT(s.r[0].reason, AGENT_STALL_STOPPED);
+}
+
 static void case_not_named(void) {
   TEST_CASE("all flat");
   sim_t s;
@@ -265,6 +303,8 @@ int main(void) {
   case_uninterruptible();
   case_spinning(100, "spinning at full speed");
   case_spinning(15, "spinning at 15% of a core (a loaded node)");
+  case_spinning_after_training();
+  case_stopped_after_waiting();
   case_not_named();
   case_stopped_with_spinning_peer();
   case_collective();
