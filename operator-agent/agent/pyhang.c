@@ -96,8 +96,9 @@ void agent_pyhang_poll(agent_t *a) {
       AGENT_INFO("hang report: Python stacks of rank %d (pid %d) taken", p->rank, (int)p->pid);
     } else if (!strstr(p->note, "stopped") && now - p->asked_ns > (int64_t)PYHANG_GIVE_UP_NS) {
       p->state = PY_UNAVAILABLE;
-      snprintf(p->note, sizeof p->note, "no Python stacks: nothing written to %s within 30 s",
-               p->file);
+      char note[sizeof p->note]; /* not p->note directly: GCC's -Wrestrict sees p->file overlap */
+      snprintf(note, sizeof note, "no Python stacks: nothing written to %s within 30 s", p->file);
+      memcpy(p->note, note, sizeof note);
       news = 1;
     }
   }
