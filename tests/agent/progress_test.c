@@ -21,6 +21,7 @@
 #include "check.h"
 #include "clock.h"
 #include "rng.h"
+#include "stats_testlib.h"
 #include "http_testlib.h"
 #include "operator-agent/supervisor/progress.h"
 
@@ -311,20 +312,6 @@ static void write_stats(const char *path, const tdist_stats_file_t *f) {
   test_write_file(path, (const char *)f, sizeof *f);
 }
 
-static tdist_stats_file_t *stats_new(int rank, uint64_t last) {
-  tdist_stats_file_t *f = calloc(1, sizeof *f);
-  CHECK(f != NULL);
-  f->magic = TDIST_STATS_MAGIC;
-  f->version = TDIST_STATS_VERSION;
-  f->size = sizeof *f;
-  f->rank = rank;
-  f->world_size = 8;
-  f->pid = 1000 + rank;
-  f->cur_op = f->cur_peer = -1;
-  f->last_seq = last;
-  return f;
-}
-
 static const char *k_dump_check =
     "import json, sys\n"
     "d = json.load(open(sys.argv[1]))\n"
@@ -361,7 +348,7 @@ static void local_and_dump(void) {
     w[i].global_rank = 4 + i;
   }
   /* local 0 (rank 4): broadcast #300 from root 2 in flight for 2.5 s; the ring wrapped. */
-  tdist_stats_file_t *f = stats_new(4, 299);
+  tdist_stats_file_t *f = test_stats_new(4, 1004, 299);
   f->cur_seq = 300;
   f->cur_op = bc;
   f->cur_peer = 2;
@@ -387,7 +374,7 @@ static void local_and_dump(void) {
   snprintf(w[0].stats_file, sizeof w[0].stats_file, "%s/stats0", dir);
   write_stats(w[0].stats_file, f);
   /* local 1 (rank 5): idle after #2, which failed. */
-  tdist_stats_file_t *g = stats_new(5, 2);
+  tdist_stats_file_t *g = test_stats_new(5, 1005, 2);
   g->flight_next = 2;
   g->flight[0] = (tdist_stats_flight_t){.seq = 1,
                                         .op = ar,

@@ -27,6 +27,7 @@
 #include "operator-agent/supervisor/arrivals.h"
 #include "operator-agent/supervisor/straggler.h"
 #include "rng.h"
+#include "stats_testlib.h"
 
 #define MAXW 16
 #define WIN AGENT_STRAG_WINDOW
@@ -346,19 +347,6 @@ static void fixed_cases(void) {
 /* ---------------------------------------------------------------------------------------- */
 /* the arrivals line from statistics files                                                   */
 
-static tdist_stats_file_t *stats_new(int rank, int pid) {
-  tdist_stats_file_t *f = calloc(1, sizeof *f);
-  CHECK(f != NULL);
-  f->magic = TDIST_STATS_MAGIC;
-  f->version = TDIST_STATS_VERSION;
-  f->size = sizeof *f;
-  f->rank = rank;
-  f->world_size = 8;
-  f->pid = pid;
-  f->cur_op = f->cur_peer = -1;
-  return f;
-}
-
 /* Appends a flight entry: dur_us < 0 = still in flight. */
 static void flight_add(tdist_stats_file_t *f, uint64_t seq, int op, int group, int status,
                        long long dur_us) {
@@ -384,7 +372,7 @@ static void local_line(void) {
   snprintf(w[0].stats_file, sizeof w[0].stats_file, "%s/s0", dir);
   snprintf(w[1].stats_file, sizeof w[1].stats_file, "%s/s1", dir);
   snprintf(w[2].stats_file, sizeof w[2].stats_file, "%s/missing", dir);
-  tdist_stats_file_t *a = stats_new(4, 100), *b = stats_new(5, 101);
+  tdist_stats_file_t *a = test_stats_new(4, 100, 0), *b = test_stats_new(5, 101, 0);
   flight_add(a, 1, 0, 0, TDIST_OK, 700);        /* all_reduce */
   flight_add(a, 1, 0, 1, TDIST_OK, 9);          /* another group */
   flight_add(a, 2, 1, 0, TDIST_OK, 9);          /* broadcast */
@@ -410,7 +398,7 @@ static void local_line(void) {
   agent_arrivals_local(&ws, cur, line, sizeof line);
   CHECK_STR(line, "4/5.0.42,6.3.1");
   TEST_CASE("arrivals line: a new process starts over");
-  tdist_stats_file_t *c = stats_new(5, 202);
+  tdist_stats_file_t *c = test_stats_new(5, 202, 0);
   flight_add(c, 1, 0, 0, TDIST_OK, 33);
   test_write_file(w[1].stats_file, (const char *)c, sizeof *c);
   agent_arrivals_local(&ws, cur, line, sizeof line);
