@@ -109,6 +109,22 @@ static void stop(pid_t pid) {
   waitpid(pid, NULL, 0);
 }
 
+/* Starts python sleeping in time.sleep inside the function fn, its stacks file
+ * <run>/<tag><idx>.txt written into file (cap 400), and waits until it is in fn. */
+static pid_t start_sleeper(const char *python, const char *tag, int idx, const char *fn,
+                           char *file) {
+  char ready[420], code[1024];
+  snprintf(file, 400, "%s/%s%d.txt", g_run, tag, idx);
+  snprintf(ready, sizeof ready, "%s.ready", file);
+  snprintf(code, sizeof code,
+           "import time\ndef %s():\n  open('%s', 'w').write('sleeping')\n"
+           "  time.sleep(1000)\n%s()\n",
+           fn, ready, fn);
+  pid_t p = start_py(python, g_py, file, code);
+  wait_file_has(ready, "sleeping");
+  return p;
+}
+
 static void one_python(const char *python, int idx) {
   char file[400], out[16384], why[512], user[400], marker[420], pp[720];
   off_t off = -1;
@@ -141,14 +157,7 @@ static void one_python(const char *python, int idx) {
   stop(p);
 
   TEST_CASE("b. main thread blocked in C");
-  snprintf(file, sizeof file, "%s/sleep%d.txt", g_run, idx);
-  snprintf(ready, sizeof ready, "%s.ready", file);
-  snprintf(code, sizeof code,
-           "import time\ndef sleeping_in_c():\n  open('%s', 'w').write('sleeping')\n"
-           "  time.sleep(1000)\nsleeping_in_c()\n",
-           ready);
-  p = start_py(python, g_py, file, code);
-  wait_file_has(ready, "sleeping");
+  p = start_sleeper(python, "sleep", idx, "sleeping_in_c", file);
   CHECK_EQ_INT(agent_pystack_request(p, file, &off, why, sizeof why), 1);
   wait_stack(file, off, "sleeping_in_c", out, sizeof out);
   msleep(100);
@@ -209,14 +218,7 @@ static void one_python(const char *python, int idx) {
   stop(p);
 
   TEST_CASE("e. a stopped worker");
-  snprintf(file, sizeof file, "%s/stopped%d.txt", g_run, idx);
-  snprintf(ready, sizeof ready, "%s.ready", file);
-  snprintf(code, sizeof code,
-           "import time\ndef stopped_here():\n  open('%s', 'w').write('sleeping')\n"
-           "  time.sleep(1000)\nstopped_here()\n",
-           ready);
-  p = start_py(python, g_py, file, code);
-  wait_file_has(ready, "sleeping");
+  p = start_sleeper(python, "stopped", idx, "stopped_here", file);
   kill(p, SIGSTOP);
   for (int i = 0; i < 500 && proc_state(p) != 'T'; i++) msleep(10);
   CHECK_EQ_INT(agent_pystack_request(p, file, &off, why, sizeof why), 1);
