@@ -16,9 +16,13 @@
 #   E. rank 5 (pod job-2) hangs before MPI_Init, so node 2 never reaches the first fence: an
 #      agent whose fence times out logs that node 2 never arrived within --rdzv-timeout (8 s),
 #      the ranks fail and every agent ends (no hang).
-#   F. Open MPI's asynchronous modex (no data in MPI_Init's fence): each rank fetches its peers'
-#      data on first contact, by direct modex from the other pods' agents through the store; the
-#      same all-reduce checks pass.
+#   F. Open MPI's asynchronous modex (no data in MPI_Init's fence), one rank per pod: each rank
+#      fetches its peers' data on first contact, by direct modex from the other pods' agents
+#      through the store; the same all-reduce checks pass on 3 ranks. One rank per pod because
+#      with two, Open MPI 4.1.4 + OpenPMIx 4.2.2 sometimes fail MPI_Init ("PML add procs failed",
+#      Not found) when a rank asks for its same-node peer's data as that peer commits it: the
+#      node's own libpmix answers NOT_FOUND, no agent involved, and plain mpirun does the same
+#      (1 in 60 runs of 2 ranks under load; 1 in ~10 here under ASan). docs/mpi.md says so.
 #   args: AGENT PODS_SH MPI_CHECK TRAIN PLUGIN MPI_ENV_SH
 set -uo pipefail
 AGENT="$(realpath "$1")"; PODS_SH="$(realpath "$2")"; CHECK="$(realpath "$3")"
@@ -36,6 +40,7 @@ pods_at_exit mpi_env_cleanup # pods_init replaced mpi_env.sh's trap
 . "$(dirname "$0")/lib.sh" # pass, fail, $fails, agent_test_end, agent_started, agent_in_pod
 RDZV_TIMEOUT=30
 MAX_RESTARTS=0
+NPROC=2 # ranks per pod (F runs 1)
 
 # hwloc's PCI discovery (PMIx_server_init loads the topology) parses pci.ids through
 # libpciaccess, which grows its buffer by realloc: under AddressSanitizer, whose realloc always
@@ -58,7 +63,7 @@ start_agent() {
   [ -n "$(pods_ip "job-$i" 2>/dev/null)" ] || pods_start "job-$i" >/dev/null || return 1
   pods_exec "job-$i" JOB_COMPLETION_INDEX="$i" POD_NAMESPACE=ns \
     OMPI_MCA_btl_vader_backing_directory="$T/shm.$RUN_ID" -- \
-    "$AGENT" --backend mpi --nnodes 3 --nproc-per-node 2 --max-restarts "$MAX_RESTARTS" \
+    "$AGENT" --backend mpi --nnodes 3 --nproc-per-node "$NPROC" --max-restarts "$MAX_RESTARTS" \
       --run-id "$RUN_ID" \
       --service svc --master-port 29500 --heartbeat-interval 0.5 --heartbeat-timeout 3 \
       --rdzv-timeout "$RDZV_TIMEOUT" --stop-grace-period 2 --monitor-interval 0.1 \
@@ -96,9 +101,10 @@ finish() {
 dump() { local f; for f in "$T/$1".*.log; do echo "== $f"; tail -40 "$f"; done; }
 cleanup_pods() { local n; for n in $(pods_list); do pods_kill "$n" KILL >/dev/null 2>&1; done; }
 
-# ok_lines NAME ATTEMPT: every rank's final line says OK on 6 ranks, 3 hosts, that attempt.
+# ok_lines NAME ATTEMPT: every rank's final line says OK on 3*NPROC ranks, 3 hosts, that attempt.
 ok_lines() {
-  cat "$T/$1".*.log | grep -cE "^mpi_check: rank [0-5] of 6 on job-[0-2]: [0-9]+ step\(s\) of MPI_Allreduce OK, 3 host\(s\), attempt $2\$"
+  local w=$((3 * NPROC))
+  cat "$T/$1".*.log | grep -cE "^mpi_check: rank [0-$((w - 1))] of $w on job-[0-2]: [0-9]+ step\(s\) of MPI_Allreduce OK, 3 host\(s\), attempt $2\$"
 }
 
 scenario_a() {
@@ -202,15 +208,17 @@ scenario_e() {
 }
 
 scenario_f() {
+  NPROC=1
   OMPI_MCA_pmix_base_async_modex=1 OMPI_MCA_pmix_base_collect_data=0 TDIST_LOG_LEVEL=debug \
-    start_all F "$CHECK" --seed "$SEED" --steps 5 || return
+    start_all F "$CHECK" --seed "$SEED" --steps 5 || { NPROC=2; return; }
   if finish 0 0 1 2; then pass "F: all three agents exited 0"; else fail "F: agents"; dump F; fi
   local n m
   n=$(ok_lines F 0)
-  m=$(cat "$T"/F.*.log | grep -c "PMIx direct modex: rank [0-5]'s data from node [0-2]")
-  [ "$n" = 6 ] && [ "$m" -gt 0 ] &&
-    pass "F: with Open MPI's async modex, $m direct modex request(s) answered across pods; 6 ranks OK" ||
-    { fail "F: $n of 6 ranks OK, $m direct modex answers"; dump F; }
+  m=$(cat "$T"/F.*.log | grep -c "PMIx direct modex: rank [0-2]'s data from node [0-2]")
+  [ "$n" = 3 ] && [ "$m" -gt 0 ] &&
+    pass "F: with Open MPI's async modex, $m direct modex request(s) answered across pods; 3 ranks (1 a pod) OK" ||
+    { fail "F: $n of 3 ranks OK, $m direct modex answers"; dump F; }
+  NPROC=2
   cleanup_pods
 }
 
