@@ -2,8 +2,9 @@
  * is operator-agent/pystack/pystack.h, the hang detector operator-agent/procstat/observe.h).
  *
  * When the detector names a rank, on_hang asks that rank and the local peers waiting on it for
- * their stacks (a signal each: never blocks); agent_pyhang_poll, on each turn of the loop, reads
- * what they wrote and asks the observer to rebuild the /status "hang" object, into which
+ * their stacks (a signal each: never blocks; a stopped rank, which runs no handler, has its
+ * stacks read from its memory at once, pyframes.h); agent_pyhang_poll, on each turn of the loop,
+ * reads what they wrote and asks the observer to rebuild the /status "hang" object, into which
  * append_json puts a "python_stacks" member. When a worker fails, agent_pyhang_flight reads the
  * NCCL flight-recorder dumps of the attempt, if any, and the failure record names the rank
  * behind. Runs on the loop thread only. */
@@ -16,6 +17,7 @@
 #include "operator-agent/agent/agent.h"
 #include "operator-agent/common/log.h"
 #include "operator-agent/common/param.h"
+#include "operator-agent/pystack/pyframes.h"
 #include "operator-agent/pystack/pystack.h"
 
 #define PYHANG_MAX_RANKS 8       /* the named rank and up to 7 waiting peers */
@@ -60,6 +62,18 @@ static void ask(agent_t *a, py_rank_t *p, int rank, pid_t pid) {
     return;
   }
   snprintf(p->file, sizeof p->file, "%s", w->pystack_file);
+  if (agent_pystack_stopped(pid)) { /* no handler runs in it: its memory is read instead */
+    char why[sizeof p->note];
+    if (agent_pyframes_read(pid, p->stack, sizeof p->stack, why, sizeof why) > 0) {
+      p->state = PY_TAKEN;
+      snprintf(p->note, sizeof p->note, "read from the stopped process's memory");
+      AGENT_INFO("hang report: Python stacks of stopped rank %d (pid %d) read from its memory",
+                 rank, (int)pid);
+      return;
+    }
+    AGENT_INFO("hang report: rank %d (pid %d) is stopped and its memory gave no stacks: %s", rank,
+               (int)pid, why);
+  }
   if (agent_pystack_request(pid, p->file, &p->offset, p->note, sizeof p->note) == 1) {
     p->state = PY_PENDING;
     p->asked_ns = agent_now_ns();

@@ -127,6 +127,12 @@ int agent_pystack_request(pid_t pid, const char *file, off_t *offset, char *why,
   return 1;
 }
 
+int agent_pystack_stopped(pid_t pid) {
+  char state[64];
+  return pid > 0 && !status_field(pid, "State", state, sizeof state) &&
+         (state[0] == 'T' || state[0] == 't');
+}
+
 ssize_t agent_pystack_read(const char *file, off_t offset, char *out, size_t cap) {
   if (cap) out[0] = 0;
   int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);

@@ -37,6 +37,10 @@ void agent_pystack_pydir(const char *run_dir, char *out, size_t cap);
 /* Whether process pid catches sig (bit sig-1 of /proc/PID/status SigCgt). 0 when unknown. */
 int agent_pystack_catches(pid_t pid, int sig);
 
+/* 1 when pid is stopped (state T or t: SIGSTOP, a debugger's stop), when its signal handlers
+ * cannot run; its stacks are then read from its memory (pyframes.h). */
+int agent_pystack_stopped(pid_t pid);
+
 /* Asks worker pid for its stacks: notes the size of file in *offset, then sends the signal. 1:
  * sent; 0: not sent, why says why (no file: the worker is not Python or runs without tdist's
  * sitecustomize, e.g. python -I or -E, or TDIST_PY_STACKS=0; it does not catch the signal).

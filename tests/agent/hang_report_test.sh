@@ -5,8 +5,8 @@
 # job (each node judges its own ranks); once every rank is in its training loop:
 #   a. rank 2 (node 1's local rank 0) is stopped with SIGSTOP: node 1's /status "hang" names rank 2,
 #      reason "stopped", its threads with their state and wchan; rank 3's Python stack (taken
-#      without stopping it) is there, and rank 2's is pending with the reason (a stopped process
-#      runs no handler: its stack comes when it is continued);
+#      without stopping it) is there, and so is rank 2's, read from its memory (a stopped
+#      process runs no handler; operator-agent/pystack/pyframes.h), showing hang_ddp.py's main;
 #   b. rank 1 (node 0's local rank 1) spins in Python (TDIST_TEST_SPIN_RANK), in the same job:
 #      node 0's /status
 #      names rank 1, reason "spinning", and its Python stack shows tdist_test_spin_forever; rank
@@ -185,7 +185,7 @@ if all_ready; then
   # a. rank 2 stopped: node 1 names it, with rank 3's stack.
   if wait_hang 1 2 train_step; then
     echo "a. rank 2 named $(since "$t0") s after SIGSTOP (threshold 2 s)"
-    check_status a 2 stopped 3 pending stopped train_step
+    check_status a 2 stopped 3 taken "in main" train_step
   else
     fail "a. node 1 never named rank 2 with its peer's stacks: $(head -c 3000 "$T/ab.status")"
     tail -5 "$T/ab.1.err"
