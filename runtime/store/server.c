@@ -196,14 +196,20 @@ static void mark_ready(tdist_store_server_t *s, conn_t *c) {
   }
 }
 
-/* Gives an input buffer that grew for a large request back once it holds little. */
+/* Gives the input buffer back once it holds nothing (an idle connection, the usual state of a
+ * rank waiting in a barrier, holds no buffer: 4,096 agents or 16,000 ranks kept IN_CHUNK each,
+ * a quarter or all of the default server budget), and one that grew for a large request back
+ * once it holds little. */
 static void shrink_input(tdist_store_server_t *s, conn_t *c) {
-  if (c->in_cap <= IN_KEEP_MAX) return;
-  if (c->in_len == 0) {
+  if (c->in_len == 0 && c->in_cap) {
     free(c->in);
     c->in = NULL;
     c->in_cap = 0;
-  } else if (c->in_len <= IN_CHUNK / 2 && c->in_need <= IN_CHUNK) {
+    tdist__srv_charge(s, c);
+    return;
+  }
+  if (c->in_cap <= IN_KEEP_MAX) return;
+  if (c->in_len <= IN_CHUNK / 2 && c->in_need <= IN_CHUNK) {
     uint8_t *p = malloc(IN_CHUNK); /* not realloc: glibc may keep a shrunk block's pages */
     if (!p) return;                /* keep the big one */
     memcpy(p, c->in, c->in_len);

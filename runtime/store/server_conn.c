@@ -191,7 +191,7 @@ static void flush_conn(tdist_store_server_t *s, conn_t *c) {
   size_t pending = c->out_len - c->out_off;
   if (pending == 0) {
     c->out_off = c->out_len = 0;
-    if (c->out_cap > IN_KEEP_MAX) {
+    if (c->out_cap > OUT_KEEP_MAX) { /* a large reply's buffer: not kept while idle */
       free(c->out);
       c->out = NULL;
       c->out_cap = 0;

@@ -15,7 +15,8 @@
 
 #define SERVER_MAGIC 0x7d57a5e1u
 #define IN_CHUNK (64 * 1024)
-#define IN_KEEP_MAX (256 * 1024) /* an idle connection keeps at most this much input buffer */
+#define IN_KEEP_MAX (256 * 1024) /* a connection with a partial request keeps at most this */
+#define OUT_KEEP_MAX (16 * 1024) /* a drained reply buffer larger than this is freed */
 /* Stop reading a connection whose replies pile up past this. */
 #define OUT_HIGH (16 * 1024 * 1024)
 #define MAX_EVENTS 256
