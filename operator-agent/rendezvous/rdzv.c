@@ -15,6 +15,10 @@
 #include "operator-agent/common/log.h"
 #include "operator-agent/rendezvous/rdzv_int.h"
 
+/* A member record's text at most: four numbers, addr and host (63 bytes each), the port, the
+ * spaces and the newline before it. */
+#define RECORD_MAX (4 * 21 + 2 * 64 + 6 + 8)
+
 void agent_rdzv_init(agent_rdzv_t *r) {
   memset(r, 0, sizeof *r);
   r->round = -1;
@@ -298,7 +302,8 @@ static void free_members(agent_rdzv_t *r) {
 
 /* The members of the closed round: arrivals list[0..n-1] in group-rank order, or (list NULL, a
  * bare "N") the first n arrivals in (node_rank, idx) order. */
-static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns, const int64_t *list) {
+static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns, const int64_t *list,
+                                        const char *table) {
   int64_t n = r->nmembers;
   free_members(r); /* an earlier poll that failed (a bad record) may have left them */
   r->members = calloc((size_t)n, sizeof *r->members);
@@ -309,8 +314,22 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns, const i
     return AGENT_RDZV_NO_MEMORY;
   }
   int missing = 0;
-  agent_rdzv_result_t res = list ? read_idx(r, r->round, list, (size_t)n, r->members, &missing)
-                                 : read_records(r, 1, n, r->members, &missing);
+  agent_rdzv_result_t res;
+  if (table) { /* the records the closer put after the list */
+    for (int64_t i = 0; i < n; i++) r->members[i].idx = (int)list[i];
+    res = AGENT_RDZV_PENDING;
+    if (agent_rdzv_parse_table(table, n, r->nnodes_max + r->spares, r->members)) {
+      char key[96], want[96];
+      snprintf(key, sizeof key, "%" PRId64 "/closed", r->round);
+      snprintf(want, sizeof want, "%" PRId64 " member records after the list, a line each", n);
+      free_members(r);
+      r->nmembers = 0;
+      return rdzv_bad_value(r, key, table, strlen(table), want);
+    }
+  } else {
+    res = list ? read_idx(r, r->round, list, (size_t)n, r->members, &missing)
+               : read_records(r, 1, n, r->members, &missing);
+  }
   if (res >= 0 && missing) {
     /* A member's record is not there yet (or <r>/closed counts fake joiners): poll again. */
     free_members(r);
@@ -382,9 +401,14 @@ static agent_rdzv_result_t prev_ranks(agent_rdzv_t *r, int *prev, int npods) {
   int64_t n, *list = NULL;
   agent_rdzv_member_t *m = NULL;
   int missing = 0;
+  char *table = strchr(val, '\n'); /* the members' records, after the list (rdzv.h) */
+  if (table) *table++ = 0;
   if (!agent_rdzv_parse_closed(val, r->nnodes_max, &n, &list) &&
       (m = calloc((size_t)n, sizeof *m))) {
-    if (list) {
+    if (list && table) {
+      for (int64_t i = 0; i < n; i++) m[i].idx = (int)list[i];
+      if (agent_rdzv_parse_table(table, n, npods, m)) missing = 1; /* best effort, as below */
+    } else if (list) {
       res = read_idx(r, r->round - 1, list, (size_t)n, m, &missing);
     } else {
       int64_t *idx = calloc((size_t)n, sizeof *idx);
@@ -453,6 +477,7 @@ static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, int64_
   cand_t *c = calloc((size_t)m, sizeof *c);
   int *prev = calloc((size_t)npods, sizeof *prev);
   int64_t *slot = NULL;
+  const agent_rdzv_member_t **srec = NULL;
   char *out = NULL;
   int missing = 0;
   agent_rdzv_result_t res = AGENT_RDZV_NO_MEMORY;
@@ -501,14 +526,17 @@ static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, int64_
     }
   }
   slot = malloc((size_t)n * sizeof *slot);
-  out = malloc(24 + (size_t)n * 21);
+  srec = malloc((size_t)n * sizeof *srec);
+  out = malloc(24 + (size_t)n * (21 + RECORD_MAX));
   res = AGENT_RDZV_NO_MEMORY;
-  if (!slot || !out) goto done;
+  if (!slot || !srec || !out) goto done;
   for (int64_t g = 0; g < n; g++) slot[g] = 0;
   slot[0] = c[0].rec.idx; /* the store host */
+  srec[0] = &c[0].rec;
   for (int64_t i = 1; i < n; i++)
     if (c[i].prev > 0 && c[i].prev < n && !slot[c[i].prev]) {
       slot[c[i].prev] = c[i].rec.idx;
+      srec[c[i].prev] = &c[i].rec;
       c[i].rec.idx = 0; /* placed */
     }
   int64_t g = 1;
@@ -516,10 +544,15 @@ static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, int64_
     if (!c[i].rec.idx) continue;
     while (slot[g]) g++;
     slot[g] = c[i].rec.idx;
+    srec[g] = &c[i].rec;
   }
   size_t len = (size_t)sprintf(out, "%" PRId64, n);
   for (int64_t k = 0; k < n; k++)
     len += (size_t)sprintf(out + len, "%c%" PRId64, k ? ',' : ' ', slot[k]);
+  for (int64_t k = 0; k < n; k++) /* the records, as the members wrote them (rdzv.h) */
+    len += (size_t)sprintf(out + len, "\n%d %d %d %d %s %s %d", srec[k]->node_rank, srec[k]->nproc,
+                           srec[k]->attempt, srec[k]->failures, srec[k]->addr, srec[k]->host,
+                           srec[k]->worker_port);
   *val = out;
   out = NULL;
   res = AGENT_RDZV_PENDING;
@@ -528,6 +561,7 @@ done:
   free(c);
   free(prev);
   free(slot);
+  free(srec);
   free(out);
   return res;
 }
@@ -535,13 +569,18 @@ done:
 /* A standby learns who the members of the round it waits in are, as a member does, so that it
  * carries them over to a store the agents move to (it gets there first: the members stop their
  * workers before they move). Best effort: a record missing or bad only loses the carry-over. */
-static void remember_waited_round(agent_rdzv_t *r, const int64_t *list, int64_t n) {
+static void remember_waited_round(agent_rdzv_t *r, const int64_t *list, int64_t n,
+                                  const char *table) {
+  if (n <= 0) return; /* parse_closed gives 1..nnodes_max */
   agent_rdzv_member_t *m = calloc((size_t)n, sizeof *m);
   int64_t *idx = list ? NULL : calloc((size_t)n, sizeof *idx);
   int missing = 0;
   char err[sizeof r->err];
   memcpy(err, r->err, sizeof err);
-  if (m && (list || idx)) {
+  if (m && list && table) {
+    for (int64_t i = 0; i < n; i++) m[i].idx = (int)list[i];
+    if (!agent_rdzv_parse_table(table, n, r->nnodes_max + r->spares, m)) set_carry(r, m, n);
+  } else if (m && (list || idx)) {
     for (int64_t i = 0; idx && i < n; i++) idx[i] = i + 1;
     agent_rdzv_result_t res = read_idx(r, r->round, list ? list : idx, (size_t)n, m, &missing);
     if (res >= 0 && !missing) {
@@ -604,25 +643,28 @@ agent_rdzv_result_t agent_rdzv_join_poll(agent_rdzv_t *r, int64_t now_ns) {
     }
   }
   int64_t n, *list = NULL;
-  if (agent_rdzv_parse_closed(val, r->nnodes_max, &n, &list)) {
+  char *table = strchr(val, '\n'); /* the members' records follow the list (rdzv.h) */
+  if (table) *table++ = 0;
+  if (agent_rdzv_parse_closed(val, r->nnodes_max, &n, &list) || (table && !list)) {
     char want[96];
     snprintf(want, sizeof want, "a member count in 1..%d and its distinct arrivals", r->nnodes_max);
     res = rdzv_bad_value(r, key, val, strlen(val), want);
     free(val);
     return res;
   }
-  free(val);
   int member = !list && r->idx <= n;
   for (int64_t i = 0; list && i < n; i++) member |= list[i] == r->idx;
   if (!member) {
-    remember_waited_round(r, list, n);
+    remember_waited_round(r, list, n, table);
     free(list);
+    free(val);
     r->closed_n = n;
     return AGENT_RDZV_WAITER;
   }
   r->nmembers = n;
-  res = load_members(r, now_ns, list);
+  res = load_members(r, now_ns, list, table);
   free(list);
+  free(val);
   return res;
 }
 

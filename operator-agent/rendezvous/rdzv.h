@@ -9,7 +9,13 @@
  *                            "node_rank nproc attempt failures addr host worker_port"
  *   <r>/closed               "N a1,...,aN": the members are arrivals a1..aN, in group-rank order
  *                            (first compare_set wins); a bare "N" means the first N arrivals,
- *                            in (node_rank, idx) order
+ *                            in (node_rank, idx) order. The closer follows the list with the
+ *                            members' records, a line each in group-rank order ("N a1,...,aN\n
+ *                            rec1\n...\nrecN"), so that a member reads one value instead of N
+ *                            records: N members x N records as one GET each, where N MULTI_GET
+ *                            keys each cost the store O(N^2) lookups per round (bench/scale/
+ *                            agents.c). A list without records (an agent before this) still
+ *                            works: the records are read from <r>/node/<idx>.
  *   failed                   the job gave up (restarts exhausted): the text; standbys exit on it
  *   standby_exited           ADD counter: standbys that left after the job ended
  *   <r>/hb/<idx>             heartbeat counter of arrival idx (set every heartbeat interval)
@@ -233,6 +239,11 @@ int agent_rdzv_parse_end(const char *s, agent_restart_reason_t *reason, const ch
 /* "<r>/closed": *n members in 1..nnodes_max; *list (caller frees) the arrivals in group-rank order,
  * distinct, in 1..AGENT_RDZV_MAX_COUNT, or NULL for a bare "N". */
 int agent_rdzv_parse_closed(const char *s, int nnodes_max, int64_t *n, int64_t **list);
+
+/* The records that follow the list in <r>/closed: n lines, line i parsed into m[i] as
+ * agent_rdzv_parse_record does (m[i].idx kept: it comes from the list); -1 if a line is not a
+ * record an agent writes or the line count is not n. */
+int agent_rdzv_parse_table(const char *s, int64_t n, int nnodes_max, agent_rdzv_member_t *m);
 
 /* "malformed record", "fake joiner", ...: the name of a negative result, for log lines. */
 const char *agent_rdzv_result_name(agent_rdzv_result_t res);

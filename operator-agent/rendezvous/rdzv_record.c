@@ -66,6 +66,23 @@ int agent_rdzv_parse_record(const char *s, int nnodes_max, agent_rdzv_member_t *
   return 0;
 }
 
+int agent_rdzv_parse_table(const char *s, int64_t n, int nnodes_max, agent_rdzv_member_t *m) {
+  const char *p = s;
+  for (int64_t i = 0; i < n; i++) {
+    const char *e = strchr(p, '\n');
+    size_t l = e ? (size_t)(e - p) : strlen(p);
+    char line[256];
+    if ((e == NULL) != (i == n - 1) || l >= sizeof line) return -1;
+    memcpy(line, p, l);
+    line[l] = 0;
+    int idx = m[i].idx; /* the caller's, from the closed list */
+    if (agent_rdzv_parse_record(line, nnodes_max, &m[i])) return -1;
+    m[i].idx = idx;
+    p = e ? e + 1 : p + l;
+  }
+  return 0;
+}
+
 int agent_rdzv_parse_end(const char *v, agent_restart_reason_t *reason, const char **text) {
   for (int i = 0; i < AGENT_RESTART_NREASONS; i++) {
     const char *name = agent_restart_reason_name((agent_restart_reason_t)i);

@@ -754,6 +754,67 @@ static void test_failover(int carry) {
   for (int i = 0; i < N; i++) sim_close(&a[i]);
 }
 
+/* The closer puts the members' records after the list in <r>/closed, and a member reads them from
+ * there: the lines equal the <r>/node/<idx> records in group-rank order, and members that poll
+ * after every record key is deleted still get their group rank, rank base, world size, workers'
+ * store and peers' addresses. A table that is not the list's records is a protocol error. */
+static void test_records_in_closed(void) {
+  enum { N = 3 };
+  sim_t a[N];
+  int nproc[N] = {2, 1, 3};
+  for (int i = 0; i < N; i++) sim_open(&a[i], "table", i, nproc[i], N, N);
+  join_all(a, N, 0);
+  CHECK(agent_rdzv_join_poll(&a[0].r, 0) == AGENT_RDZV_MEMBER);
+  void *v = NULL;
+  size_t n = 0;
+  CHECK(tdist_store_get(a[0].store, "0/closed", &v, &n) == TDIST_OK);
+  char *val = strndup(v, n), want[1024];
+  tdist_free(v);
+  int at = snprintf(want, sizeof want, "%d", N);
+  for (int g = 0; g < N; g++)
+    at += snprintf(want + at, sizeof want - (size_t)at, "%c%d", g ? ',' : ' ', (int)a[g].r.idx);
+  for (int g = 0; g < N; g++) {
+    char key[32];
+    snprintf(key, sizeof key, "0/node/%d", (int)a[g].r.idx);
+    CHECK(tdist_store_get(a[0].store, key, &v, &n) == TDIST_OK);
+    at += snprintf(want + at, sizeof want - (size_t)at, "\n%.*s", (int)n, (char *)v);
+    tdist_free(v);
+    int deleted = 0;
+    CHECK(tdist_store_delete_key(a[0].store, key, &deleted) == TDIST_OK && deleted);
+  }
+  CHECK_STR(val, want);
+  free(val);
+  for (int i = 1; i < N; i++) {
+    CHECK(agent_rdzv_join_poll(&a[i].r, 0) == AGENT_RDZV_MEMBER);
+    CHECK_EQ_INT(a[i].r.group_rank, i);
+    CHECK_EQ_INT(a[i].r.rank_base, i == 1 ? 2 : 3);
+    CHECK_EQ_INT(a[i].r.world_size, 6);
+    CHECK_EQ_INT(a[i].r.worker_store.port, 30000);
+    for (int g = 0; g < N; g++) {
+      CHECK_STR(a[i].r.members[g].addr, a[g].r.addr);
+      CHECK_STR(a[i].r.members[g].host, a[g].r.host);
+      CHECK_EQ_INT(a[i].r.members[g].idx, (int)a[g].r.idx);
+    }
+  }
+  for (int i = 0; i < N; i++) sim_close(&a[i]);
+  /* Tables no closer writes. */
+  const char *bad[] = {"2 1,2\n0 1 0 0 10.0.0.1 job-0 30000\nnot a record",
+                       "2 1,2\n0 1 0 0 10.0.0.1 job-0 30000",
+                       "2 1,2\n0 1 0 0 10.0.0.1 job-0 30000\n1 1 0 0 10.0.0.2 job-1 0\n",
+                       "2\n0 1 0 0 10.0.0.1 job-0 30000\n1 1 0 0 10.0.0.2 job-1 0"};
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    char run[32];
+    snprintf(run, sizeof run, "badtable%zu", k);
+    sim_t b[2];
+    for (int i = 0; i < 2; i++) sim_open(&b[i], run, i, 1, 3, 3);
+    join_all(b, 2, 0);
+    CHECK(tdist_store_set(b[0].store, "0/closed", bad[k], strlen(bad[k])) == TDIST_OK);
+    CHECK(agent_rdzv_join_poll(&b[1].r, 0) == AGENT_RDZV_PROTOCOL_ERROR);
+    CHECK_HAS(b[1].r.err, "key 0/closed holds");
+    for (int i = 0; i < 2; i++) sim_close(&b[i]);
+  }
+}
+
 int main(void) {
   tdist_store_server_options_t so = TDIST_STORE_SERVER_OPTIONS_INIT;
   so.host = "127.0.0.1";
@@ -775,6 +836,7 @@ int main(void) {
   test_hostile_records();
   test_failover(1);
   test_failover(0);
+  test_records_in_closed();
   test_store_lost(); /* last: it stops the server */
   printf("rdzv_test: ok (seed %u)\n", seed);
   return 0;
