@@ -61,6 +61,7 @@ main() {
   # node): the members' arrivals in group-rank order, a member's record, the other end reasons.
   seed closed_3of4 3 "3 1,4,2" 4
   seed closed_bare 3 "2" 4
+  seed closed_table 3 $'2 1,2\n0 1 0 0 10.0.0.1 job-0 30000\n1 1 0 0 10.0.0.2 job-1 0' 4
   seed record_node2 0 "2 8 3 1 10.244.1.7 tdist-train-2 0" 4
   seed end_peer_lost 2 "peer_lost node 2 (tdist-train-2) silent for 30 s"
   seed end_membership 2 "membership node 3 joined"

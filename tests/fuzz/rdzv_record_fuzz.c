@@ -2,7 +2,8 @@
  * the records, counters, round ends and closed lists agents write to the store and read back.
  *
  * Input: byte 0 picks the parser (& 3: 0 agent_rdzv_parse_record, 1 agent_rdzv_parse_int, 2
- * agent_rdzv_parse_end, 3 agent_rdzv_parse_closed); byte 1 is nnodes_max - 1 (1..256; for
+ * agent_rdzv_parse_end, 3 agent_rdzv_parse_closed, and agent_rdzv_parse_table on what follows a
+ * newline); byte 1 is nnodes_max - 1 (1..256; for
  * parse_int, hi = byte 1 << (byte 1 & 63), lo = 0 or -hi); the rest, up to a NUL, is the value
  * as read from the store (an exact-size heap copy, so that ASan catches a read past its end).
  * Invariants for any input:
@@ -85,7 +86,39 @@ static void check_end(const char *s) {
              "'%s' is not '<reason> <text>'", s);
 }
 
-static void check_closed(const char *s, int nnodes_max) {
+/* The members' records after the list (agent_rdzv_parse_table): 0 or -1, deterministic, the
+ * list's arrivals kept, and on 0 the records written back a line each give the table. */
+static void check_table(const char *table, int64_t n, const int64_t *list, int nnodes_max) {
+  agent_rdzv_member_t *m = calloc((size_t)n, sizeof *m), *m2 = calloc((size_t)n, sizeof *m2);
+  FUZZ_CHECK(m && m2, "out of memory");
+  for (int64_t i = 0; i < n; i++) m[i].idx = m2[i].idx = (int)list[i];
+  int rc = agent_rdzv_parse_table(table, n, nnodes_max, m);
+  FUZZ_CHECK(rc == 0 || rc == -1, "rc %d", rc);
+  FUZZ_CHECK(agent_rdzv_parse_table(table, n, nnodes_max, m2) == rc, "not deterministic");
+  if (!rc) {
+    size_t cap = (size_t)n * 256 + 1, len = 0;
+    char *back = malloc(cap);
+    FUZZ_CHECK(back != NULL, "out of memory");
+    back[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+      FUZZ_CHECK(m[i].idx == (int)list[i] && !memcmp(&m[i], &m2[i], sizeof m[i]),
+                 "record %" PRId64 " differs or lost its arrival", i);
+      len += (size_t)snprintf(back + len, cap - len, "%s%d %d %d %d %s %s %d", i ? "\n" : "",
+                              m[i].node_rank, m[i].nproc, m[i].attempt, m[i].failures, m[i].addr,
+                              m[i].host, m[i].worker_port);
+    }
+    FUZZ_CHECK(!strcmp(back, table), "table '%s' written back as '%s'", table, back);
+    free(back);
+  }
+  free(m);
+  free(m2);
+}
+
+static void check_closed(const char *value, int nnodes_max) {
+  /* As the agents read it: the list, then (after a newline) the members' records. */
+  char *s = strdup(value), *table = strchr(s, '\n');
+  FUZZ_CHECK(s != NULL, "out of memory");
+  if (table) *table++ = 0;
   int64_t n = -1, n2 = -1, *list = NULL, *list2 = NULL;
   int rc = agent_rdzv_parse_closed(s, nnodes_max, &n, &list);
   FUZZ_CHECK(rc == 0 || rc == -1, "rc %d", rc);
@@ -93,6 +126,7 @@ static void check_closed(const char *s, int nnodes_max) {
   FUZZ_CHECK(rc2 == rc, "not deterministic");
   if (rc) {
     FUZZ_CHECK(list == NULL && list2 == NULL, "a list on failure");
+    free(s);
     return;
   }
   FUZZ_CHECK(n == n2 && n >= 1 && n <= nnodes_max, "n %" PRId64, n);
@@ -109,9 +143,11 @@ static void check_closed(const char *s, int nnodes_max) {
     len += (size_t)snprintf(back + len, cap - len, "%s%" PRId64, i ? "," : " ", list[i]);
   }
   FUZZ_CHECK(!strcmp(back, s), "'%s' parsed, written back as '%s'", s, back);
+  if (table && list) check_table(table, n, list, nnodes_max);
   free(back);
   free(list);
   free(list2);
+  free(s);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
