@@ -16,6 +16,7 @@
 
 #include "operator-agent/agent/agent.h"
 #include "operator-agent/common/log.h"
+#include "operator-agent/common/outbuf.h"
 #include "operator-agent/common/param.h"
 #include "operator-agent/pystack/pyframes.h"
 #include "operator-agent/pystack/pystack.h"
@@ -119,73 +120,38 @@ void agent_pyhang_poll(agent_t *a) {
   if (news) agent_obs_refresh(a->obs);
 }
 
-/* JSON writer into a fixed buffer: once something does not fit, nothing more is written. */
-typedef struct {
-  char *p;
-  size_t n, cap;
-  int full;
-} jw_t;
-
-static void jput(jw_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void jput(jw_t *w, const char *fmt, ...) {
-  if (w->full) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(w->p + w->n, w->cap - w->n, fmt, ap);
-  va_end(ap);
-  if (k < 0 || (size_t)k >= w->cap - w->n) {
-    w->full = 1;
-    return;
-  }
-  w->n += (size_t)k;
-}
-
-static void jstr(jw_t *w, const char *s) {
-  jput(w, "\"");
-  for (; *s && !w->full; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      jput(w, "\\%c", c);
-    else if (c == '\n')
-      jput(w, "\\n");
-    else if (c < 0x20 || c >= 0x7f)
-      jput(w, "\\u%04x", c);
-    else
-      jput(w, "%c", c);
-  }
-  jput(w, "\"");
-}
-
 static const char *state_name(py_state_t s) {
   return s == PY_TAKEN ? "taken" : s == PY_PENDING ? "pending" : "unavailable";
 }
 
+/* The "python_stacks" member, built in out (outbuf.h: once a piece does not fit, nothing more is
+ * written; a rank that does not fit is left out whole). */
 static size_t append_json(void *ctx, const agent_hang_event_t *ev, char *out, size_t cap) {
   agent_t *a = ctx;
   agent_pyhang_t *h = a->pyhang;
   (void)ev;
   if (!h->n || cap < 2) return 0;
-  jw_t w = {out, 0, cap, 0};
-  jput(&w, ",\"python_stacks\":[");
+  agent_outbuf_t w = {out, 0, cap, 0};
+  agent_outbuf_put(&w, ",\"python_stacks\":[");
   for (int i = 0; i < h->n; i++) {
     const py_rank_t *p = &h->r[i];
     size_t at = w.n;
-    jput(&w, "%s{\"rank\":%d,\"pid\":%d,\"status\":\"%s\",\"note\":", i ? "," : "", p->rank,
-         (int)p->pid, state_name(p->state));
-    jstr(&w, p->note);
-    jput(&w, ",\"stacks\":");
+    agent_outbuf_put(&w, "%s{\"rank\":%d,\"pid\":%d,\"status\":\"%s\",\"note\":", i ? "," : "",
+                     p->rank, (int)p->pid, state_name(p->state));
+    agent_outbuf_json_str(&w, p->note);
+    agent_outbuf_put(&w, ",\"stacks\":");
     if (p->state == PY_TAKEN)
-      jstr(&w, p->stack);
+      agent_outbuf_json_str(&w, p->stack);
     else
-      jput(&w, "null");
-    jput(&w, "}");
+      agent_outbuf_put(&w, "null");
+    agent_outbuf_put(&w, "}");
     if (w.full) { /* leave this rank out whole, close the array */
       w.n = at;
       w.full = 0;
       break;
     }
   }
-  jput(&w, "]");
+  agent_outbuf_put(&w, "]");
   if (w.full) return cap; /* tells the observer it did not fit */
   out[w.n] = 0;
   return w.n;

@@ -15,41 +15,8 @@
 #include <time.h>
 
 #include "operator-agent/common/log.h"
+#include "operator-agent/common/outbuf.h"
 #include "operator-agent/procstat/observe_int.h"
-
-typedef struct {
-  char *p;
-  size_t n, cap;
-  int full;
-} out_t;
-
-static void put(out_t *o, const char *fmt, ...) {
-  if (o->full) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(o->p + o->n, o->cap - o->n, fmt, ap);
-  va_end(ap);
-  if (k < 0 || (size_t)k >= o->cap - o->n) {
-    o->full = 1;
-    o->p[o->n] = 0;
-    return;
-  }
-  o->n += (size_t)k;
-}
-
-static void put_str(out_t *o, const char *s) {
-  put(o, "\"");
-  for (; *s && !o->full; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      put(o, "\\%c", c);
-    else if (c < 0x20 || c >= 0x7f)
-      put(o, "\\u%04x", c);
-    else
-      put(o, "%c", c);
-  }
-  put(o, "\"");
-}
 
 static double unix_of(int64_t mono_ns, int64_t now_mono_ns) {
   struct timespec rt;
@@ -73,34 +40,35 @@ static const char *why_text(agent_stall_reason_t r) {
   }
 }
 
-static void put_rank(agent_obs_t *o, out_t *b, int i, int first_member) {
+static void put_rank(agent_obs_t *o, agent_outbuf_t *b, int i, int first_member) {
   const agent_hang_rank_t *h = &o->hr[i];
-  put(b, "%s{\"rank\":%d,\"local_rank\":%d,\"pid\":%d,\"role\":\"%s\",\"reason\":",
-      first_member ? "" : ",", h->global_rank, h->local_rank, (int)h->pid,
-      h->reason ? "holding" : "waiting");
+  agent_outbuf_put(b, "%s{\"rank\":%d,\"local_rank\":%d,\"pid\":%d,\"role\":\"%s\",\"reason\":",
+                   first_member ? "" : ",", h->global_rank, h->local_rank, (int)h->pid,
+                   h->reason ? "holding" : "waiting");
   if (h->reason)
-    put_str(b, agent_stall_reason_name(h->reason));
+    agent_outbuf_json_str(b, agent_stall_reason_name(h->reason));
   else
-    put(b, "null");
-  put(b,
+    agent_outbuf_put(b, "null");
+  agent_outbuf_put(
+      b,
       ",\"state\":\"%c\",\"cpu_seconds\":%.2f,\"cpu_flat_seconds\":%.1f,\"cpu_busy_seconds\":%.1f",
       h->state >= 0x21 && h->state < 0x7f && h->state != '"' && h->state != '\\' ? h->state : '?',
       (double)h->ticks / (double)o->hc.hz, h->idle_s, h->busy_s);
   int total = 0;
   int k = agent_procstat_threads(o->proc_root, h->pid, o->threads, OBS_MAX_THREADS, &total);
-  put(b, ",\"threads_total\":%d,\"threads\":[", k < 0 ? 0 : total);
+  agent_outbuf_put(b, ",\"threads_total\":%d,\"threads\":[", k < 0 ? 0 : total);
   for (int t = 0; t < k; t++) {
     const agent_thread_info_t *th = &o->threads[t];
-    put(b, "%s{\"tid\":%d,\"comm\":", t ? "," : "", (int)th->tid);
-    put_str(b, th->comm);
+    agent_outbuf_put(b, "%s{\"tid\":%d,\"comm\":", t ? "," : "", (int)th->tid);
+    agent_outbuf_json_str(b, th->comm);
     char st[2] = {th->state, 0};
-    put(b, ",\"state\":");
-    put_str(b, st);
-    put(b, ",\"wchan\":");
-    put_str(b, th->wchan);
-    put(b, "}");
+    agent_outbuf_put(b, ",\"state\":");
+    agent_outbuf_json_str(b, st);
+    agent_outbuf_put(b, ",\"wchan\":");
+    agent_outbuf_json_str(b, th->wchan);
+    agent_outbuf_put(b, "}");
   }
-  put(b, "]}");
+  agent_outbuf_put(b, "]}");
 }
 
 /* The detector's verdict as a short text: a new hang when it changes. */
@@ -135,12 +103,12 @@ static void event_of(agent_obs_t *o, int n, int first, int64_t now_ns, agent_han
 
 static void build(agent_obs_t *o, int n, int first, int64_t now_ns, const agent_hang_event_t *ev) {
   const agent_hang_rank_t *h = &o->hr[first];
-  out_t b = {o->json, 0, AGENT_HANG_JSON_CAP - 64, 0};
-  put(&b, "{\"rank\":%d,\"local_rank\":%d,\"pid\":%d,\"reason\":", h->global_rank, h->local_rank,
-      (int)h->pid);
-  put_str(&b, agent_stall_reason_name(h->reason));
-  put(&b, ",\"since_unix\":%.3f,\"reported_unix\":%.3f,\"detail\":", ev->since_unix,
-      unix_of(now_ns, now_ns));
+  agent_outbuf_t b = {o->json, 0, AGENT_HANG_JSON_CAP - 64, 0};
+  agent_outbuf_put(&b, "{\"rank\":%d,\"local_rank\":%d,\"pid\":%d,\"reason\":", h->global_rank,
+                   h->local_rank, (int)h->pid);
+  agent_outbuf_json_str(&b, agent_stall_reason_name(h->reason));
+  agent_outbuf_put(&b, ",\"since_unix\":%.3f,\"reported_unix\":%.3f,\"detail\":", ev->since_unix,
+                   unix_of(now_ns, now_ns));
   char detail[512];
   int k = snprintf(detail, sizeof detail, "rank %d (pid %d) %s for %.1f s", h->global_rank,
                    (int)h->pid, why_text(h->reason), (double)(now_ns - h->since_ns) / 1e9);
@@ -152,8 +120,8 @@ static void build(agent_obs_t *o, int n, int first, int64_t now_ns, const agent_
     if ((size_t)k < sizeof detail)
       snprintf(detail + k, sizeof detail - (size_t)k, " wait%s on it", ev->nwaiting > 1 ? "" : "s");
   }
-  put_str(&b, detail);
-  put(&b, ",\"ranks\":[");
+  agent_outbuf_json_str(&b, detail);
+  agent_outbuf_put(&b, ",\"ranks\":[");
   /* the named ranks first (the reported one first of all), then the waiting ones; a rank that
    * does not fit is left out whole */
   int truncated = 0, members = 0;
@@ -173,7 +141,7 @@ static void build(agent_obs_t *o, int n, int first, int64_t now_ns, const agent_
         members++;
       }
     }
-  put(&b, "]");
+  agent_outbuf_put(&b, "]");
   if (o->hooks.append_json && !b.full && b.cap - b.n > 1) {
     size_t w = o->hooks.append_json(o->hooks.ctx, ev, b.p + b.n, b.cap - b.n);
     if (w < b.cap - b.n)
@@ -185,7 +153,7 @@ static void build(agent_obs_t *o, int n, int first, int64_t now_ns, const agent_
   /* the 64 bytes held back close the object whatever happened above */
   b.cap = AGENT_HANG_JSON_CAP;
   b.full = 0;
-  put(&b, "%s}", truncated ? ",\"truncated\":true" : "");
+  agent_outbuf_put(&b, "%s}", truncated ? ",\"truncated\":true" : "");
 }
 
 void agent_obs_report(agent_obs_t *o, int n, int first, int64_t now_ns) {

@@ -15,6 +15,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "operator-agent/common/outbuf.h"
+
 #define MAX_THREADS 64
 #define MAX_FRAMES 256
 #define MAX_TABLE (1 << 20) /* a location table longer than this is not believed */
@@ -343,32 +345,12 @@ static int frame_line(pid_t pid, const offs_t *o, uint64_t co, uint64_t instr) {
 
 /* ---- the walk ---- */
 
-typedef struct {
-  char *p;
-  size_t n, cap;
-  int full;
-} out_t;
-
-static void put(out_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(out_t *w, const char *fmt, ...) {
-  if (w->full) return;
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(w->p + w->n, w->cap - w->n, fmt, ap);
-  va_end(ap);
-  if (k < 0 || (size_t)k >= w->cap - w->n) {
-    w->full = 1; /* the line that did not fit is dropped whole */
-    w->p[w->n] = 0;
-    return;
-  }
-  w->n += (size_t)k;
-}
-
 /* One thread's frames, most recent first. */
-static void walk_thread(pid_t pid, const offs_t *o, const syms_t *s, uint64_t ts, out_t *w) {
+static void walk_thread(pid_t pid, const offs_t *o, const syms_t *s, uint64_t ts,
+                        agent_outbuf_t *w) {
   uint64_t tid = 0, fr = 0;
   rdp(pid, ts + o->ts_thread_id, &tid);
-  put(w, "Thread 0x%016" PRIx64 " (most recent call first):\n", tid);
+  agent_outbuf_put(w, "Thread 0x%016" PRIx64 " (most recent call first):\n", tid);
   if (o->v311) {
     uint64_t cf = 0;
     if (!rdp(pid, ts + o->ts_frame, &cf)) rdp(pid, cf + o->cf_current_frame, &fr);
@@ -381,7 +363,7 @@ static void walk_thread(pid_t pid, const offs_t *o, const syms_t *s, uint64_t ts
     unsigned char owner = 0;
     if (rdp(pid, fr + o->fr_code, &co) || rdp(pid, fr + o->fr_instr, &instr) ||
         rdp(pid, fr + o->fr_previous, &prev) || rd(pid, fr + o->fr_owner, &owner, 1)) {
-      put(w, "  <frame at 0x%" PRIx64 " unreadable>\n", fr);
+      agent_outbuf_put(w, "  <frame at 0x%" PRIx64 " unreadable>\n", fr);
       break;
     }
     fr = prev;
@@ -396,13 +378,13 @@ static void walk_thread(pid_t pid, const offs_t *o, const syms_t *s, uint64_t ts
     read_str(pid, o, no, name, sizeof name);
     int line = frame_line(pid, o, co, instr);
     if (line >= 0)
-      put(w, "  File \"%s\", line %d in %s\n", file, line, name);
+      agent_outbuf_put(w, "  File \"%s\", line %d in %s\n", file, line, name);
     else
-      put(w, "  File \"%s\", line ??? in %s\n", file, name);
+      agent_outbuf_put(w, "  File \"%s\", line ??? in %s\n", file, name);
     shown++;
   }
-  if (!shown) put(w, "  <no Python frame>\n");
-  put(w, "\n");
+  if (!shown) agent_outbuf_put(w, "  <no Python frame>\n");
+  agent_outbuf_put(w, "\n");
 }
 
 ssize_t agent_pyframes_read(pid_t pid, char *out, size_t cap, char *why, size_t why_cap) {
@@ -421,7 +403,7 @@ ssize_t agent_pyframes_read(pid_t pid, char *out, size_t cap, char *why, size_t 
     say(why, why_cap, "pid %d: no interpreter in _PyRuntime (not started or finalizing)", (int)pid);
     return -1;
   }
-  out_t w = {out, 0, cap, 0};
+  agent_outbuf_t w = {out, 0, cap, 0};
   for (int t = 0; ts && t < MAX_THREADS && !w.full; t++) {
     walk_thread(pid, &o, &s, ts, &w);
     if (rdp(pid, ts + o.ts_next, &ts)) break;
