@@ -142,7 +142,8 @@ static void join_all(const opts_t *o, emu_t *e, int n, report_t *rep, int64_t de
     agent_rdzv_result_t res = agent_rdzv_join(&e[i].r, 0, 0, 0);
     if (res != AGENT_RDZV_PENDING) {
       rep->errors++;
-      snprintf(rep->err, sizeof rep->err, "join: %s %.200s", agent_rdzv_result_name(res), e[i].r.err);
+      snprintf(rep->err, sizeof rep->err, "join: %s %.200s", agent_rdzv_result_name(res),
+               e[i].r.err);
     }
   }
   rep->joined_ns = now_ns();
