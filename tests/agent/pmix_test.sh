@@ -22,7 +22,8 @@
 #      with two, Open MPI 4.1.4 + OpenPMIx 4.2.2 sometimes fail MPI_Init ("PML add procs failed",
 #      Not found) when a rank asks for its same-node peer's data as that peer commits it: the
 #      node's own libpmix answers NOT_FOUND, no agent involved, and plain mpirun does the same
-#      (1 in 60 runs of 2 ranks under load; 1 in ~10 here under ASan). docs/mpi.md says so.
+#      (1 in 60 runs of 2 ASan-built ranks under load; 1 in ~10 here under ASan). docs/mpi.md
+#      says so.
 #   args: AGENT PODS_SH MPI_CHECK TRAIN PLUGIN MPI_ENV_SH
 set -uo pipefail
 AGENT="$(realpath "$1")"; PODS_SH="$(realpath "$2")"; CHECK="$(realpath "$3")"
