@@ -137,7 +137,7 @@ static int setup(const opts_t *o, emu_t *e, int node_rank, char *err, size_t cap
 }
 
 /* Joins and polls every agent of this process until each is a member (or an error). */
-static void join_all(const opts_t *o, emu_t *e, int n, report_t *rep, int64_t deadline) {
+static void join_all(emu_t *e, int n, report_t *rep, int64_t deadline) {
   for (int i = 0; i < n; i++) {
     agent_rdzv_result_t res = agent_rdzv_join(&e[i].r, 0, 0, 0);
     if (res != AGENT_RDZV_PENDING) {
@@ -170,7 +170,6 @@ static void join_all(const opts_t *o, emu_t *e, int n, report_t *rep, int64_t de
     if (first_pending >= 0) agent_rdzv_wait_closed(&e[first_pending].r, 100);
   }
   rep->members_ns = now_ns();
-  (void)o;
 }
 
 static void check_members(const opts_t *o, emu_t *e, int n, report_t *rep) {
@@ -231,7 +230,7 @@ static void child(const opts_t *o, int p, int ready_fd, int go_fd, int out_fd) {
   char c = ok ? 'y' : 'n';
   if (write(ready_fd, &c, 1) != 1 || read(go_fd, &c, 1) != 1) _exit(3);
   if (ok) {
-    join_all(o, e, n, &rep, now_ns() + (int64_t)(o->timeout_s * 1e9));
+    join_all(e, n, &rep, now_ns() + (int64_t)(o->timeout_s * 1e9));
     check_members(o, e, n, &rep);
     hold(o, e, n, &rep);
   } else {

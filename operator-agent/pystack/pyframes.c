@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,14 +86,6 @@ enum {
 
 #define FRAME_OWNED_BY_CSTACK 3 /* 3.12+: an entry frame of C code, not Python's */
 
-static void say(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(char *why, size_t cap, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(why, cap, fmt, ap);
-  va_end(ap);
-}
-
 static int rd(pid_t pid, uint64_t addr, void *buf, size_t n) {
   struct iovec l = {buf, n}, r = {(void *)(uintptr_t)addr, n};
   return addr && process_vm_readv(pid, &l, 1, &r, 1, 0) == (ssize_t)n ? 0 : -1;
@@ -167,14 +158,15 @@ static int find_runtime(pid_t pid, syms_t *s, char *why, size_t cap) {
   snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
   FILE *f = fopen(path, "re");
   if (!f) {
-    say(why, cap, "cannot read %s: %s", path, strerror(errno));
+    snprintf(why, cap, "cannot read %s: %s", path, strerror(errno));
     return -1;
   }
   int found = 0;
   while (!found && fgets(line, sizeof line, f)) {
-    uint64_t start, off;
+    uint64_t start, end, off;
     int name_at = 0;
-    if (sscanf(line, "%" SCNx64 "-%*x %*s %" SCNx64 " %*s %*s %n", &start, &off, &name_at) < 2 ||
+    if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %*s %" SCNx64 " %*s %*s %n", &start, &end, &off,
+               &name_at) < 3 ||
         !name_at || off != 0)
       continue;
     char *name = line + name_at;
@@ -192,8 +184,6 @@ static int find_runtime(pid_t pid, syms_t *s, char *why, size_t cap) {
     char file[600];
     int fd = open(name, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      uint64_t end = 0;
-      sscanf(line, "%*x-%" SCNx64, &end);
       snprintf(file, sizeof file, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, (int)pid, start, end);
       fd = open(file, O_RDONLY | O_CLOEXEC);
     }
@@ -204,9 +194,9 @@ static int find_runtime(pid_t pid, syms_t *s, char *why, size_t cap) {
   }
   fclose(f);
   if (!found)
-    say(why, cap,
-        "not a CPython process: no python3 or libpython3 with _PyRuntime mapped in pid %d",
-        (int)pid);
+    snprintf(why, cap,
+             "not a CPython process: no python3 or libpython3 with _PyRuntime mapped in pid %d",
+             (int)pid);
   return found ? 0 : -1;
 }
 
@@ -214,8 +204,9 @@ static int find_runtime(pid_t pid, syms_t *s, char *why, size_t cap) {
 static int get_offsets(pid_t pid, const syms_t *s, offs_t *o, char *why, size_t cap) {
   uint64_t v = 0;
   if (!s->version || rdp(pid, s->version, &v)) {
-    say(why, cap, "cannot read Py_Version in pid %d (CPython before 3.11, or no ptrace access: %s)",
-        (int)pid, strerror(errno));
+    snprintf(why, cap,
+             "cannot read Py_Version in pid %d (CPython before 3.11, or no ptrace access: %s)",
+             (int)pid, strerror(errno));
     return -1;
   }
   unsigned major = (unsigned)(v >> 24) & 0xff, minor = (unsigned)(v >> 16) & 0xff;
@@ -224,13 +215,13 @@ static int get_offsets(pid_t pid, const syms_t *s, offs_t *o, char *why, size_t 
     return 0;
   }
   if (major != 3 || minor != 13) {
-    say(why, cap, "CPython %u.%u: stacks from memory are read for 3.11 and 3.13 only", major,
-        minor);
+    snprintf(why, cap, "CPython %u.%u: stacks from memory are read for 3.11 and 3.13 only", major,
+             minor);
     return -1;
   }
   uint64_t w[DO_WORDS];
   if (rd(pid, s->runtime, w, sizeof w) || memcmp(w, "xdebugpy", 8) || w[DO_VERSION] != v) {
-    say(why, cap, "CPython 3.13 without its debug offsets at _PyRuntime");
+    snprintf(why, cap, "CPython 3.13 without its debug offsets at _PyRuntime");
     return -1;
   }
   *o = (offs_t){
@@ -391,7 +382,7 @@ ssize_t agent_pyframes_read(pid_t pid, char *out, size_t cap, char *why, size_t 
   if (why_cap) why[0] = 0;
   if (cap) out[0] = 0;
   if (cap < 64) {
-    say(why, why_cap, "no room for stacks");
+    snprintf(why, why_cap, "no room for stacks");
     return -1;
   }
   syms_t s;
@@ -400,7 +391,8 @@ ssize_t agent_pyframes_read(pid_t pid, char *out, size_t cap, char *why, size_t 
   uint64_t interp = 0, ts = 0;
   if (rdp(pid, s.runtime + o.rt_interp_head, &interp) || !interp ||
       rdp(pid, interp + o.is_threads_head, &ts)) {
-    say(why, why_cap, "pid %d: no interpreter in _PyRuntime (not started or finalizing)", (int)pid);
+    snprintf(why, why_cap, "pid %d: no interpreter in _PyRuntime (not started or finalizing)",
+             (int)pid);
     return -1;
   }
   agent_outbuf_t w = {out, 0, cap, 0};
@@ -409,7 +401,7 @@ ssize_t agent_pyframes_read(pid_t pid, char *out, size_t cap, char *why, size_t 
     if (rdp(pid, ts + o.ts_next, &ts)) break;
   }
   if (!w.n) {
-    say(why, why_cap, "pid %d: no Python thread", (int)pid);
+    snprintf(why, why_cap, "pid %d: no Python thread", (int)pid);
     return -1;
   }
   return (ssize_t)w.n;

@@ -87,6 +87,11 @@ static int status_field(pid_t pid, const char *name, char *out, size_t cap) {
   return rc;
 }
 
+/* 1 when pid's State (into state) is T or t: stopped, by a signal or a tracer. */
+static int stopped_state(pid_t pid, char *state, size_t cap) {
+  return pid > 0 && !status_field(pid, "State", state, cap) && (state[0] == 'T' || state[0] == 't');
+}
+
 int agent_pystack_catches(pid_t pid, int sig) {
   char v[64];
   if (sig < 1 || sig > 64 || status_field(pid, "SigCgt", v, sizeof v)) return 0;
@@ -122,15 +127,14 @@ int agent_pystack_request(pid_t pid, const char *file, off_t *offset, char *why,
     return 0;
   }
   char state[64];
-  if (!status_field(pid, "State", state, sizeof state) && (state[0] == 'T' || state[0] == 't'))
+  if (stopped_state(pid, state, sizeof state))
     snprintf(why, cap, "the process is stopped (%s): its stacks come when it continues", state);
   return 1;
 }
 
 int agent_pystack_stopped(pid_t pid) {
   char state[64];
-  return pid > 0 && !status_field(pid, "State", state, sizeof state) &&
-         (state[0] == 'T' || state[0] == 't');
+  return stopped_state(pid, state, sizeof state);
 }
 
 ssize_t agent_pystack_read(const char *file, off_t offset, char *out, size_t cap) {

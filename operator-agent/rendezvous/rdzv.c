@@ -316,9 +316,8 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns, const i
   int missing = 0;
   agent_rdzv_result_t res;
   if (table) { /* the records the closer put after the list */
-    for (int64_t i = 0; i < n; i++) r->members[i].idx = (int)list[i];
     res = AGENT_RDZV_PENDING;
-    if (agent_rdzv_parse_table(table, n, r->nnodes_max + r->spares, r->members)) {
+    if (agent_rdzv_parse_table(table, n, list, r->nnodes_max + r->spares, r->members)) {
       char key[96], want[96];
       snprintf(key, sizeof key, "%" PRId64 "/closed", r->round);
       snprintf(want, sizeof want, "%" PRId64 " member records after the list, a line each", n);
@@ -406,8 +405,7 @@ static agent_rdzv_result_t prev_ranks(agent_rdzv_t *r, int *prev, int npods) {
   if (!agent_rdzv_parse_closed(val, r->nnodes_max, &n, &list) &&
       (m = calloc((size_t)n, sizeof *m))) {
     if (list && table) {
-      for (int64_t i = 0; i < n; i++) m[i].idx = (int)list[i];
-      if (agent_rdzv_parse_table(table, n, npods, m)) missing = 1; /* best effort, as below */
+      if (agent_rdzv_parse_table(table, n, list, npods, m)) missing = 1; /* best effort, as below */
     } else if (list) {
       res = read_idx(r, r->round - 1, list, (size_t)n, m, &missing);
     } else {
@@ -578,8 +576,7 @@ static void remember_waited_round(agent_rdzv_t *r, const int64_t *list, int64_t 
   char err[sizeof r->err];
   memcpy(err, r->err, sizeof err);
   if (m && list && table) {
-    for (int64_t i = 0; i < n; i++) m[i].idx = (int)list[i];
-    if (!agent_rdzv_parse_table(table, n, r->nnodes_max + r->spares, m)) set_carry(r, m, n);
+    if (!agent_rdzv_parse_table(table, n, list, r->nnodes_max + r->spares, m)) set_carry(r, m, n);
   } else if (m && (list || idx)) {
     for (int64_t i = 0; idx && i < n; i++) idx[i] = i + 1;
     agent_rdzv_result_t res = read_idx(r, r->round, list ? list : idx, (size_t)n, m, &missing);

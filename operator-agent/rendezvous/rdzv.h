@@ -241,9 +241,10 @@ int agent_rdzv_parse_end(const char *s, agent_restart_reason_t *reason, const ch
 int agent_rdzv_parse_closed(const char *s, int nnodes_max, int64_t *n, int64_t **list);
 
 /* The records that follow the list in <r>/closed: n lines, line i parsed into m[i] as
- * agent_rdzv_parse_record does (m[i].idx kept: it comes from the list); -1 if a line is not a
- * record an agent writes or the line count is not n. */
-int agent_rdzv_parse_table(const char *s, int64_t n, int nnodes_max, agent_rdzv_member_t *m);
+ * agent_rdzv_parse_record does, with m[i].idx = list[i] (the arrival the list names for it); -1
+ * if a line is not a record an agent writes or the line count is not n. */
+int agent_rdzv_parse_table(const char *s, int64_t n, const int64_t *list, int nnodes_max,
+                           agent_rdzv_member_t *m);
 
 /* "malformed record", "fake joiner", ...: the name of a negative result, for log lines. */
 const char *agent_rdzv_result_name(agent_rdzv_result_t res);

@@ -66,7 +66,8 @@ int agent_rdzv_parse_record(const char *s, int nnodes_max, agent_rdzv_member_t *
   return 0;
 }
 
-int agent_rdzv_parse_table(const char *s, int64_t n, int nnodes_max, agent_rdzv_member_t *m) {
+int agent_rdzv_parse_table(const char *s, int64_t n, const int64_t *list, int nnodes_max,
+                           agent_rdzv_member_t *m) {
   const char *p = s;
   for (int64_t i = 0; i < n; i++) {
     const char *e = strchr(p, '\n');
@@ -75,9 +76,8 @@ int agent_rdzv_parse_table(const char *s, int64_t n, int nnodes_max, agent_rdzv_
     if ((e == NULL) != (i == n - 1) || l >= sizeof line) return -1;
     memcpy(line, p, l);
     line[l] = 0;
-    int idx = m[i].idx; /* the caller's, from the closed list */
     if (agent_rdzv_parse_record(line, nnodes_max, &m[i])) return -1;
-    m[i].idx = idx;
+    m[i].idx = (int)list[i];
     p = e ? e + 1 : p + l;
   }
   return 0;
