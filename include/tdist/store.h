@@ -84,6 +84,55 @@ TDIST_EXTERN void tdist_store_server_stats(tdist_store_server_t *server,
 TDIST_EXTERN void tdist_store_server_destroy(tdist_store_server_t *server);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Proxy                                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A store proxy: the clients of one node (its workers, PyTorch's or ours) connect to it as to
+ * the job's store, and it carries all of them to the store server over one connection, so the
+ * server holds one connection per node instead of one per rank. Every request still runs on the
+ * server, as on a connection of its own: the semantics, the 1.13 and 2.x dialects, WAITs and
+ * errors are the server's (its log names a client as "<proxy> proxy client <id>"). The upstream
+ * must be a tdist store server; PyTorch's does not speak the proxy's protocol and create() says
+ * so. When the upstream connection is lost, the proxy closes its clients and its listening
+ * socket (a client then sees the store go away, as without the proxy). One thread. */
+typedef struct tdist_store_proxy_s tdist_store_proxy_t;
+
+typedef struct {
+  size_t size;               /* sizeof(tdist_store_proxy_options_t) */
+  int version;               /* 1 */
+  const char *upstream_host; /* the job's tdist store server (required) */
+  int upstream_port;         /* 1..65535 (required) */
+  const char *host;          /* address clients connect to; NULL or "" = 127.0.0.1 */
+  int port;                  /* 0 = ephemeral; read it back with tdist_store_proxy_port() */
+  int instances;             /* default 1. N independent proxies on the one thread, each with its
+                              * own listening port and upstream connection: N nodes' proxies in
+                              * one process, for benchmarks that emulate many nodes */
+  int connect_timeout_ms;    /* connect + hello with the upstream; default 30000 */
+  int quiet;                 /* 1 = no log lines on stderr */
+} tdist_store_proxy_options_t;
+
+#define TDIST_STORE_PROXY_OPTIONS_INIT \
+  { sizeof(tdist_store_proxy_options_t), 1, NULL, 0, NULL, 0, 1, 30000, 0 }
+
+typedef struct {
+  uint64_t clients_total;        /* clients accepted */
+  uint64_t clients_open;         /* clients connected now */
+  uint64_t upstreams_lost;       /* instances whose upstream connection was lost */
+  uint64_t bytes_up, bytes_down; /* client bytes carried to and from the server */
+} tdist_store_proxy_stats_t;
+
+/* Connects every instance to the upstream (retrying until connect_timeout_ms while it refuses),
+ * checks that it is a tdist store server, listens, and starts the proxy's thread. */
+TDIST_EXTERN tdist_status_t tdist_store_proxy_create(const tdist_store_proxy_options_t *opts,
+                                                     tdist_store_proxy_t **out);
+/* The port instance i (0..instances-1) listens on; -1 for a bad proxy or index. */
+TDIST_EXTERN int tdist_store_proxy_port(const tdist_store_proxy_t *proxy, int instance);
+TDIST_EXTERN void tdist_store_proxy_stats(tdist_store_proxy_t *proxy,
+                                          tdist_store_proxy_stats_t *out);
+/* Stops the thread and closes every connection. NULL is a no-op. */
+TDIST_EXTERN void tdist_store_proxy_destroy(tdist_store_proxy_t *proxy);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Clients                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 

@@ -31,6 +31,7 @@
 #include "runtime/common/sock.h"
 #include "runtime/common/status_internal.h"
 #include "runtime/store/kv.h"
+#include "runtime/store/mux.h"
 #include "runtime/store/proto.h"
 #include "runtime/store/server_listen.h"
 #include "runtime/store/server_internal.h"
@@ -228,6 +229,16 @@ void tdist__srv_process_input(tdist_store_server_t *s, conn_t *c) {
   size_t off = 0;
   int done = 0;
   if (c->in_need > c->in_len) return; /* the parser said it needs more than we have */
+  if (!c->mux && c->dialect == TDIST__DIALECT_UNKNOWN && !c->parent && c->in_len &&
+      c->in[0] == (uint8_t)TDIST__MUX_HELLO[0]) {
+    int h = tdist__srv_mux_hello(s, c); /* a store proxy's connection */
+    if (h == 0) return;
+  }
+  if (c->mux) {
+    tdist__srv_mux_input(s, c);
+    shrink_input(s, c);
+    return;
+  }
   while (!c->closing && !c->read_paused && off < c->in_len) {
     if (done == TURN_REQUESTS) {
       mark_ready(s, c);
@@ -446,6 +457,11 @@ static void *server_main(void *arg) {
     tdist__srv_flush_all(s);
     /* Only now: later events of this batch may still name a connection closed earlier in it. */
     tdist__srv_close_all_pending(s);
+    /* A proxy's client closed by us left a CLOSE frame on the proxy's connection. */
+    if (s->flush_list) {
+      tdist__srv_flush_all(s);
+      tdist__srv_close_all_pending(s);
+    }
     tdist__srv_reap_graves(s, TURN_REAP_LINKS);
     atomic_store_explicit(&s->st_keys, tdist__kv_num_keys(s->kv), memory_order_relaxed);
     if (stop) break;

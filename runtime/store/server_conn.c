@@ -2,7 +2,6 @@
  * of the server, the reply buffer, flushing with read backpressure, and closing at the end of the
  * loop turn. Runs on the loop thread only. */
 #define _GNU_SOURCE
-#define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
@@ -145,12 +144,16 @@ void tdist__srv_close_later(tdist_store_server_t *s, conn_t *c, const char *why)
   snprintf(c->close_why, sizeof c->close_why, "%s", why ? why : "");
   c->close_next = s->close_list;
   s->close_list = c;
+  if (c->mux) tdist__srv_mux_close_subs(s, c);
 }
 
 void tdist__srv_conn_free(tdist_store_server_t *s, conn_t *c) {
   while (c->waits) tdist__srv_wait_bury(s, c->waits);
-  epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-  close(c->fd);
+  tdist__srv_mux_unlink(s, c);
+  if (c->fd >= 0) {
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+  }
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -165,6 +168,7 @@ void tdist__srv_conn_free(tdist_store_server_t *s, conn_t *c) {
 }
 
 void tdist__srv_update_events(tdist_store_server_t *s, conn_t *c) {
+  if (c->fd < 0) return; /* a proxy's client: flush_conn moves its replies */
   struct epoll_event ev = {.data.ptr = c};
   ev.events = (c->read_paused ? 0 : EPOLLIN) | (c->want_out ? EPOLLOUT : 0);
   epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev);
@@ -175,6 +179,14 @@ static void flush_conn(tdist_store_server_t *s, conn_t *c) {
   if (c->closing) return;
   if (c->out_failed) {
     tdist__srv_close_later(s, c, "out of memory for replies");
+    return;
+  }
+  if (c->fd < 0) { /* a proxy's client: its replies join the proxy's output */
+    tdist__srv_mux_flush(s, c);
+    if (c->read_paused) {
+      c->read_paused = c->want_out = 0;
+      tdist__srv_process_input(s, c);
+    }
     return;
   }
   while (c->out_off < c->out_len) {

@@ -81,6 +81,13 @@ struct conn {
   conn_t *close_next;  /* close list */
   char close_why[320]; /* empty: a normal close, no log line */
   char peer[64];
+  /* Multiplexing (server_mux.c): a proxy's connection carries its clients' connections, each a
+   * conn_t of its own with fd -1 whose input comes from and whose replies go to the proxy's. */
+  int mux;       /* a proxy's connection: its input after the hello is frames */
+  conn_t **subs; /* its clients by id (subs_cap slots) */
+  uint32_t subs_cap;
+  conn_t *parent; /* a client's connection: the proxy's connection carrying it */
+  uint32_t mux_id;
 };
 
 struct tdist_store_server_s {
@@ -145,6 +152,20 @@ void tdist__srv_reap_graves(tdist_store_server_t *s, size_t budget);
 void tdist__srv_wake_all(tdist_store_server_t *s, tdist__kv_entry_t *e);
 /* A queue gained an item: only the oldest waiter is released (PyTorch's QUEUE_PUSH). */
 void tdist__srv_wake_one(tdist_store_server_t *s, tdist__kv_entry_t *e);
+
+/* server_mux.c */
+/* The hello at the head of a new connection's input (c->in[0] is its first byte): consumes it
+ * and answers it; 1 done (c->mux set), 0 more bytes needed, -1 not a hello (parse as PyTorch). */
+int tdist__srv_mux_hello(tdist_store_server_t *s, conn_t *c);
+/* Runs the frames buffered on a proxy's connection. */
+void tdist__srv_mux_input(tdist_store_server_t *s, conn_t *c);
+/* Moves a client connection's replies into its proxy's output as DATA frames. */
+void tdist__srv_mux_flush(tdist_store_server_t *s, conn_t *sub);
+/* A proxy's connection closes: so do its clients. */
+void tdist__srv_mux_close_subs(tdist_store_server_t *s, conn_t *c);
+/* Before freeing c: a client leaves its proxy's table (and the proxy is told, with c's reason,
+ * unless it closes too); a proxy's clients forget it. */
+void tdist__srv_mux_unlink(tdist_store_server_t *s, conn_t *c);
 
 /* server.c */
 /* Parses and executes the whole requests buffered on the connection (a share per turn). */

@@ -47,6 +47,8 @@ static const char usage_text[] =
     "                    [--max-key-bytes N] [--max-value-bytes N] [--max-multi-keys N]\n"
     "                    [--max-connections N] [--max-connection-bytes N]\n"
     "                    [--max-server-bytes N] [--quiet]\n"
+    "  tdist-store proxy --upstream HOST:PORT [--host H] [--port P] [--port-file FILE]\n"
+    "                    [--instances N] [--timeout-ms T] [--quiet]\n"
     "  tdist-store set KEY VALUE       [client flags]   (VALUE '-' reads the value from stdin)\n"
     "  tdist-store get KEY             [client flags]\n"
     "  tdist-store add KEY DELTA       [client flags]\n"
@@ -77,6 +79,18 @@ static const char usage_text[] =
     "  A request over a limit closes that client's connection, as PyTorch's server does.\n"
     "  Sizes accept a K, M or G suffix (powers of 1024). The open-file soft limit is raised to\n"
     "  the hard limit at start, so the server can hold as many connections as the system allows.\n"
+    "\n"
+    "proxy: carries the clients of one node to a tdist store server (serve, or an agent's) over\n"
+    "one connection, until SIGTERM or SIGINT, then exits 0. Clients (PyTorch 1.13 and 2.x, ours)\n"
+    "connect to it as to the store; every request still runs on the server. PyTorch's server\n"
+    "does not speak the proxy's protocol: the proxy says so and exits 1.\n"
+    "  --upstream HOST:PORT the store server ([v6]:PORT for an IPv6 address)\n"
+    "  --host H             address clients connect to (default 127.0.0.1)\n"
+    "  --port P             port to bind, 0..65535; 0 picks a free one (default 0)\n"
+    "  --port-file FILE     once listening, write the bound port(s), one a line, to FILE\n"
+    "  --instances N        N independent proxies (ports, upstream connections) in this\n"
+    "                       process, to emulate N nodes in benchmarks (default 1; needs port 0)\n"
+    "  --timeout-ms T       how long to retry connecting to the upstream (default 30000)\n"
     "\n"
     "Client subcommands connect, run one operation and print its result on stdout:\n"
     "  set       prints nothing\n"
@@ -251,7 +265,7 @@ static void raise_nofile_limit(void) {
 }
 
 /* Writes "PORT\n" to path atomically: readers either see no file or the whole line. */
-static int write_port_file(const char *path, int port) {
+static int write_port_file(const char *path, const int *ports, int nports) {
   size_t n = strlen(path) + 32;
   char *tmp = malloc(n);
   if (tmp == NULL) return -ENOMEM;
@@ -262,10 +276,12 @@ static int write_port_file(const char *path, int port) {
     rc = -errno;
     goto done;
   }
-  char line[16];
-  int len = snprintf(line, sizeof line, "%d\n", port);
-  ssize_t w = write(fd, line, (size_t)len);
-  if (w != len) rc = w < 0 ? -errno : -EIO;
+  for (int i = 0; i < nports && rc == 0; i++) {
+    char line[16];
+    int len = snprintf(line, sizeof line, "%d\n", ports[i]);
+    ssize_t w = write(fd, line, (size_t)len);
+    if (w != len) rc = w < 0 ? -errno : -EIO;
+  }
   if (close(fd) != 0 && rc == 0) rc = -errno;
   if (rc == 0 && rename(tmp, path) != 0) rc = -errno;
   if (rc != 0) unlink(tmp);
@@ -284,6 +300,25 @@ static int parse_size_flag(const char *flag, const char *value, uint64_t lo, uin
   }
   *out = (size_t)v;
   return 0;
+}
+
+/* Blocks the stop signals before a library thread exists, so it inherits the mask and only
+ * this thread's sigwaitinfo() sees them. SIGPIPE is ignored in case a peer vanishes mid-write. */
+static void block_stop_signals(sigset_t *stop) {
+  sigemptyset(stop);
+  sigaddset(stop, SIGTERM);
+  sigaddset(stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, stop, NULL);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+static int wait_stop_signal(const sigset_t *stop) {
+  for (;;) {
+    siginfo_t info;
+    int sig = sigwaitinfo(stop, &info);
+    if (sig > 0) return sig;
+    /* EINTR from an unblocked signal (SIGCONT after SIGSTOP, ...): keep waiting. */
+  }
 }
 
 static int cmd_serve(int argc, char **argv) {
@@ -358,15 +393,8 @@ static int cmd_serve(int argc, char **argv) {
   quiet_mode = quiet_s != NULL;
   opts.quiet = quiet_mode;
 
-  /* Block the stop signals before the server thread exists, so it inherits the mask and only
-   * this thread's sigwaitinfo() sees them. SIGPIPE is ignored in case a peer vanishes mid-write. */
   sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop, NULL);
-  signal(SIGPIPE, SIG_IGN);
-
+  block_stop_signals(&stop);
   raise_nofile_limit();
 
   tdist_store_server_t *server = NULL;
@@ -386,7 +414,7 @@ static int cmd_serve(int argc, char **argv) {
   }
   int port = tdist_store_server_port(server);
   if (port_file) {
-    int err = write_port_file(port_file, port);
+    int err = write_port_file(port_file, &port, 1);
     if (err != 0) {
       fprintf(stderr, "tdist-store: --port-file: cannot write '%s': %s\n", port_file,
               strerror(-err));
@@ -398,13 +426,7 @@ static int cmd_serve(int argc, char **argv) {
   log_line("serving on %s%s%s:%d (pid %ld)", v6 ? "[" : "", host && *host ? host : "[::]",
            v6 ? "]" : "", port, (long)getpid());
 
-  int sig;
-  for (;;) {
-    siginfo_t info;
-    sig = sigwaitinfo(&stop, &info);
-    if (sig > 0) break;
-    /* EINTR from an unblocked signal (SIGCONT after SIGSTOP, ...): keep waiting. */
-  }
+  int sig = wait_stop_signal(&stop);
   tdist_store_server_stats_t stats;
   memset(&stats, 0, sizeof stats);
   tdist_store_server_stats(server, &stats);
@@ -415,6 +437,91 @@ static int cmd_serve(int argc, char **argv) {
   tdist_store_server_destroy(server);
   if (port_file) unlink(port_file);
   log_line("stopped");
+  return EXIT_OK;
+}
+
+/* `proxy`: the upstream as HOST:PORT ([v6]:PORT) into host (cap bytes) and port; 0 or a usage
+ * error's exit status. */
+static int parse_upstream(const char *arg, char *host, size_t cap, int *port) {
+  const char *colon = strrchr(arg, ':');
+  const char *h = arg;
+  size_t hl = colon ? (size_t)(colon - arg) : 0;
+  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+    h++;
+    hl -= 2;
+  }
+  uint64_t v;
+  if (!colon || hl == 0 || hl >= cap || parse_u64(colon + 1, 0, 1, 65535, &v) != 0)
+    return usage_error("proxy: --upstream '%s' is not HOST:PORT (PORT 1..65535)", arg);
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  *port = (int)v;
+  return 0;
+}
+
+static int cmd_proxy(int argc, char **argv) {
+  const char *up_s = NULL, *host = NULL, *port_s = NULL, *port_file = NULL, *inst_s = NULL;
+  const char *timeout_s = NULL, *quiet_s = NULL;
+  const flag_t flags[] = {
+      {"--upstream", 1, &up_s},       {"--host", 1, &host},        {"--port", 1, &port_s},
+      {"--port-file", 1, &port_file}, {"--instances", 1, &inst_s}, {"--timeout-ms", 1, &timeout_s},
+      {"--quiet", 0, &quiet_s},
+  };
+  const char *pos[argc > 0 ? argc : 1];
+  int npos = 0;
+  int rc = parse_args("proxy", argc, argv, flags, sizeof flags / sizeof flags[0], pos, &npos);
+  if (rc != 0) return rc;
+  if (npos != 0) return usage_error("proxy: unexpected argument '%s'", pos[0]);
+  if (!up_s) return usage_error("proxy: --upstream HOST:PORT is required");
+  tdist_store_proxy_options_t opts = TDIST_STORE_PROXY_OPTIONS_INIT;
+  char up_host[256];
+  if ((rc = parse_upstream(up_s, up_host, sizeof up_host, &opts.upstream_port)) != 0) return rc;
+  opts.upstream_host = up_host;
+  opts.host = host;
+  uint64_t v;
+  if (port_s && parse_u64(port_s, 0, 0, 65535, &v) != 0)
+    return usage_error("--port: '%s' is not a port number (0..65535)", port_s);
+  opts.port = port_s ? (int)v : 0;
+  if (inst_s && parse_u64(inst_s, 0, 1, 65536, &v) != 0)
+    return usage_error("--instances: '%s' is not a number in 1..65536", inst_s);
+  opts.instances = inst_s ? (int)v : 1;
+  if (opts.instances > 1 && opts.port != 0)
+    return usage_error("--instances %d needs --port 0 (each instance picks its own)",
+                       opts.instances);
+  if (timeout_s && parse_u64(timeout_s, 0, 1, INT_MAX, &v) != 0)
+    return usage_error("--timeout-ms: '%s' is not a number in 1..%d", timeout_s, INT_MAX);
+  opts.connect_timeout_ms = timeout_s ? (int)v : DEFAULT_TIMEOUT_MS;
+  if (port_file && *port_file == '\0') return usage_error("--port-file: empty file name");
+  quiet_mode = quiet_s != NULL;
+  opts.quiet = quiet_mode;
+  sigset_t stop;
+  block_stop_signals(&stop);
+  raise_nofile_limit();
+  tdist_store_proxy_t *px = NULL;
+  tdist_status_t st = tdist_store_proxy_create(&opts, &px);
+  if (st != TDIST_OK) {
+    fprintf(stderr, "tdist-store: proxy: %s\n", tdist_last_error());
+    return EXIT_ERROR;
+  }
+  int *ports = malloc((size_t)opts.instances * sizeof *ports);
+  for (int i = 0; ports && i < opts.instances; i++) ports[i] = tdist_store_proxy_port(px, i);
+  int err = !ports ? -ENOMEM : port_file ? write_port_file(port_file, ports, opts.instances) : 0;
+  if (err != 0) {
+    fprintf(stderr, "tdist-store: --port-file: cannot write '%s': %s\n", port_file, strerror(-err));
+    free(ports);
+    tdist_store_proxy_destroy(px);
+    return EXIT_ERROR;
+  }
+  log_line("proxy on port %d%s to %s (pid %ld)", ports[0],
+           opts.instances > 1 ? " and more instances" : "", up_s, (long)getpid());
+  free(ports);
+  int sig = wait_stop_signal(&stop);
+  tdist_store_proxy_stats_t stats;
+  tdist_store_proxy_stats(px, &stats);
+  log_line("%s received, stopping (%" PRIu64 " clients carried, %" PRIu64 " open)",
+           sig == SIGTERM ? "SIGTERM" : "SIGINT", stats.clients_total, stats.clients_open);
+  tdist_store_proxy_destroy(px);
+  if (port_file) unlink(port_file);
   return EXIT_OK;
 }
 
@@ -682,6 +789,7 @@ int main(int argc, char **argv) {
   const char *bad = tdist__param_error(TDIST__P_LOG_LEVEL);
   if (bad) return usage_error("%s", bad);
   if (strcmp(cmd, "serve") == 0) return cmd_serve(rest_c, rest_v);
+  if (strcmp(cmd, "proxy") == 0) return cmd_proxy(rest_c, rest_v);
   if (strcmp(cmd, "set") == 0) return cmd_client(cmd, OP_SET, rest_c, rest_v);
   if (strcmp(cmd, "get") == 0) return cmd_client(cmd, OP_GET, rest_c, rest_v);
   if (strcmp(cmd, "add") == 0) return cmd_client(cmd, OP_ADD, rest_c, rest_v);

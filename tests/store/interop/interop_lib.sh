@@ -82,8 +82,9 @@ interop_wait_port() {
   interop_fail "no port in $file after ${timeout_s}s (server pid $pid)"
 }
 
-# interop_start_server KIND NAME TDIST_STORE_BIN -> sets SERVER_PID and SERVER_PORT.
-# KIND is "torch" (a PyTorch master of $TORCH_VERSION) or "tdist" (our tdist-store serve).
+# interop_start_server KIND NAME TDIST_STORE_BIN [UPSTREAM_PORT] -> sets SERVER_PID and
+# SERVER_PORT. KIND is "torch" (a PyTorch master of $TORCH_VERSION), "tdist" (our tdist-store
+# serve) or "proxy" (our tdist-store proxy to the tdist server on UPSTREAM_PORT).
 interop_start_server() {
   local kind="$1" name="$2" bin="${3:-}"
   local port_file="$INTEROP_TMP/$name.port" log="$INTEROP_TMP/$name.log"
@@ -100,6 +101,12 @@ interop_start_server() {
       [ -n "${TDIST_SERVE_HOST-127.0.0.1}" ] || host_args=()
       "$bin" serve "${host_args[@]+"${host_args[@]}"}" --port 0 --port-file "$port_file" \
         >"$log" 2>&1 &
+      ;;
+    proxy)
+      # A tdist-store proxy in front of our server (port $4), as an agent's on a worker's node.
+      [ -x "$bin" ] || interop_fail "tdist-store binary not found or not executable: '$bin'"
+      "$bin" proxy --upstream "127.0.0.1:${4:?proxy needs the server port}" --port 0 \
+        --port-file "$port_file" >"$log" 2>&1 &
       ;;
     *) interop_fail "unknown server kind $kind" ;;
   esac
