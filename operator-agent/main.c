@@ -292,6 +292,7 @@ int main(int argc, char **argv) {
   AGENT_INFO("exiting with code %d", rc);
   agent_storehost_drop(&a->sh, &a->rd);
   agent_http_stop(a->http);
+  tdist_store_proxy_destroy(a->proxy);
   agent_storehost_destroy(&a->sh);
   agent_workers_free(&a->ws);
   agent_pyhang_free(a);

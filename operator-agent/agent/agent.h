@@ -108,6 +108,7 @@ typedef struct {
   agent_obs_t *obs;        /* per-rank process metrics and hang reports (observe.h); NULL: none */
   struct agent_pyhang_s *pyhang; /* pyhang.c's state; NULL: none */
   char py_dir[460]; /* RUN_DIR/python, holding the agent's sitecustomize.py; "": stacks off */
+  struct tdist_store_proxy_s *proxy; /* --store-proxy: the round's workers' (NULL: none) */
 } agent_t;
 
 static inline int64_t agent_now_ns(void) {

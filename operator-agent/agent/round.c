@@ -8,6 +8,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <tdist/status.h>
+#include <tdist/store.h>
 
 #include "operator-agent/agent/agent.h"
 #include "operator-agent/common/log.h"
@@ -87,6 +89,26 @@ static round_outcome_t end_round(agent_t *a, const char *err) {
   return ROUND_RESTART;
 }
 
+/* --store-proxy on a node that does not host the store: a fresh proxy to the round's workers'
+ * store (the last round's goes: its workers are gone), and the address the workers get. 0, or -1
+ * with err set. */
+static int open_proxy(agent_t *a, const char **addr, int *port, char *err, size_t cap) {
+  tdist_store_proxy_destroy(a->proxy);
+  a->proxy = NULL;
+  if (!a->cfg.store_proxy || a->sh.hosting) return 0;
+  tdist_store_proxy_options_t o = TDIST_STORE_PROXY_OPTIONS_INIT;
+  o.upstream_host = a->sh.master_ip;
+  o.upstream_port = a->rd.worker_store.port;
+  o.connect_timeout_ms = 10000;
+  if (tdist_store_proxy_create(&o, &a->proxy)) {
+    snprintf(err, cap, "--store-proxy: %s", tdist_last_error());
+    return -1;
+  }
+  *addr = "127.0.0.1";
+  *port = tdist_store_proxy_port(a->proxy, 0);
+  return 0;
+}
+
 /* Starts the round's workers: the rendezvous result gives their ranks and their store (MASTER_PORT
  * is rd.worker_store.port, on the store host, MASTER_ADDR). -1: not started (*out says how the
  * round ends). */
@@ -103,6 +125,12 @@ static int start_workers(agent_t *a, round_outcome_t *out) {
                               .run_dir = a->run_dir,
                               .py_stacks_dir = a->py_dir[0] ? a->py_dir : NULL,
                               .py_stacks_signal = agent_pystack_signal()};
+  if (open_proxy(a, &spec.master_addr, &spec.master_port, err, sizeof err)) {
+    AGENT_ERROR("%s", err);
+    agent_set_error(a, err);
+    *out = end_round(a, err);
+    return -1;
+  }
   if (a->pmix) {
     if (agent_pmix_round_start(a->pmix, &a->rd, &a->cfg,
                                a->sh.hosting ? "127.0.0.1" : a->sh.master_ip, a->sh.master_port,
@@ -130,9 +158,9 @@ static int start_workers(agent_t *a, round_outcome_t *out) {
   }
   agent_workers_publish(&a->ws, &a->st);
   agent_set_state(a, AGENT_STATE_RUNNING);
-  AGENT_INFO("started %d worker(s): global ranks %d..%d of %d, MASTER_ADDR=%s MASTER_PORT=%d",
+  AGENT_INFO("started %d worker(s): global ranks %d..%d of %d, MASTER_ADDR=%s MASTER_PORT=%d%s",
              a->ws.n, a->rd.rank_base, a->rd.rank_base + a->ws.n - 1, a->rd.world_size,
-             a->sh.master_ip, a->rd.worker_store.port);
+             spec.master_addr, spec.master_port, a->proxy ? " (the store proxy)" : "");
   return 0;
 }
 

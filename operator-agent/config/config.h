@@ -79,6 +79,7 @@ typedef struct {
 
   /* --- workers --- */
   char *log_dir;         /* --log-dir: the run directory is made in it; default $TMPDIR or /tmp */
+  int store_proxy;       /* --store-proxy: workers reach the store through this agent */
   int keep_run_dir;      /* --keep-run-dir: leave the run directory behind at exit */
   int omp_num_threads;   /* --omp-num-threads; 0 = torchrun's rule (1 when nproc > 1 and the
                           * agent's env has none) */

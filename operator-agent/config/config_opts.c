@@ -56,6 +56,14 @@ const cfg_opt_t agent_cfg__opts[CFG_NOPTS] = {
                                  "with --standalone). Workers get MASTER_PORT of their own "
                                  "store instead: a fresh one per attempt, on an ephemeral port "
                                  "of node rank 0."},
+    [CFG_STORE_PROXY] = {.flag = "store-proxy", .yaml = "store_proxy", .type = CFG_T_BOOL,
+                         .off = OFF(store_proxy), .def = "off",
+                         .help = "The workers of a node other than node rank 0 reach their store "
+                                 "through a proxy in this agent (MASTER_ADDR 127.0.0.1, "
+                                 "MASTER_PORT the proxy's), which carries them all over one "
+                                 "connection: the store host then holds one connection per node "
+                                 "instead of one per rank. For jobs of thousands of ranks; every "
+                                 "store operation keeps its semantics (docs/agent.md)."},
     [CFG_RUN_ID] = {.flag = "run-id", .flag2 = "rdzv-id", .yaml = "run_id", .yaml2 = "rdzv_id",
                     .pet = "PET_RDZV_ID", .type = CFG_T_STR, .sclass = CFG_S_ID,
                     .off = OFF(run_id), .metavar = "ID",

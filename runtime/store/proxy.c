@@ -83,6 +83,7 @@ struct tdist_store_proxy_s {
   inst_t *inst;
   inst_t *dirty;
   client_t *graves; /* closed this turn */
+  int64_t accept_paused_until, last_limit_log_ms;
   _Atomic uint64_t st_total, st_open, st_lost, st_up, st_down;
 };
 
@@ -334,11 +335,37 @@ static void on_client(inst_t *in, client_t *c) {
   mark_dirty(in->px, in);
 }
 
+/* Out of descriptors: stop accepting on every instance for 100 ms instead of spinning on a
+ * listening socket that stays readable. */
+static void pause_accepts(tdist_store_proxy_t *px, int err) {
+  int64_t now = tdist__now_ms();
+  if (!px->quiet && now - px->last_limit_log_ms > 1000) {
+    px->last_limit_log_ms = now;
+    tdist__log(TDIST__LOG_WARN, "store-proxy", "accept failed: %s; pausing accepts for 100 ms",
+               strerror(err));
+  }
+  px->accept_paused_until = now + 100;
+  for (int i = 0; i < px->ninst; i++)
+    if (px->inst[i].listen_fd >= 0) epoll_ctl(px->epfd, EPOLL_CTL_DEL, px->inst[i].listen_fd, NULL);
+}
+
+static void resume_accepts(tdist_store_proxy_t *px) {
+  px->accept_paused_until = 0;
+  for (int i = 0; i < px->ninst; i++) {
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &px->inst[i].ltag};
+    if (px->inst[i].listen_fd >= 0) epoll_ctl(px->epfd, EPOLL_CTL_ADD, px->inst[i].listen_fd, &ev);
+  }
+}
+
 static void on_accept(inst_t *in) {
   tdist_store_proxy_t *px = in->px;
   for (int i = 0; i < 64 && in->listen_fd >= 0; i++) {
     int fd = accept4(in->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        pause_accepts(px, errno);
+      return;
+    }
     uint32_t id;
     if (in->nfree) {
       id = in->free_ids[--in->nfree];
@@ -390,7 +417,13 @@ static void *proxy_main(void *arg) {
   tdist_store_proxy_t *px = arg;
   struct epoll_event evs[256];
   for (;;) {
-    int n = epoll_wait(px->epfd, evs, 256, -1);
+    int timeout = -1;
+    if (px->accept_paused_until) {
+      int64_t left = px->accept_paused_until - tdist__now_ms();
+      if (left <= 0) resume_accepts(px);
+      timeout = left <= 0 ? -1 : (int)left;
+    }
+    int n = epoll_wait(px->epfd, evs, 256, timeout);
     if (n < 0) {
       if (errno == EINTR) continue;
       tdist__log(TDIST__LOG_ERROR, "store-proxy", "epoll_wait: %s; proxy thread exits",
