@@ -85,6 +85,7 @@ static int open_sub(tdist_store_server_t *s, conn_t *p, uint32_t id) {
 /* A DATA frame's bytes join the client's input, within its budget; then its requests run (unless
  * the turn quota already left some for the ready list, which runs them in order). */
 static void sub_data(tdist_store_server_t *s, conn_t *c, const uint8_t *d, uint32_t n) {
+  if (n == 0) return;
   if (c->in_cap - c->in_len < n) {
     size_t need = c->in_len + n;
     size_t cap = c->in_cap ? c->in_cap : 512;
