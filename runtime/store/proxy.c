@@ -32,6 +32,7 @@
 
 #define PROXY_MAGIC 0x9e0c51a7u
 #define READ_CHUNK (64 * 1024)
+#define SCRATCH (256 * 1024) /* one upstream read */
 #define PROXY_UP_HIGH ((size_t)64 << 20)
 #define PROXY_CLIENT_HIGH ((size_t)64 << 20)
 #define MAX_INSTANCES 65536
@@ -83,6 +84,7 @@ struct tdist_store_proxy_s {
   inst_t *inst;
   inst_t *dirty;
   client_t *graves; /* closed this turn */
+  uint8_t *scratch; /* SCRATCH bytes: where reads land before they go anywhere */
   int64_t accept_paused_until, last_limit_log_ms;
   _Atomic uint64_t st_total, st_open, st_lost, st_up, st_down;
 };
@@ -193,7 +195,7 @@ static void flush_up(inst_t *in) {
   size_t pending = b->len - b->off;
   if (!pending) {
     b->off = b->len = 0;
-    if (b->cap > (1u << 20)) { /* a burst's buffer is not kept while idle */
+    if (b->cap > (16u << 10)) { /* a burst's buffer is not kept while idle */
       free(b->p);
       b->p = NULL;
       b->cap = 0;
@@ -275,34 +277,23 @@ static void to_client(inst_t *in, client_t *c, const uint8_t *d, size_t n) {
   flush_client(in, c);
 }
 
-/* Frames from the server. */
-static void on_upstream(inst_t *in) {
-  buf_t *b = &in->uin;
-  uint8_t *p = buf_room(b, READ_CHUNK);
-  if (!p) {
-    inst_lost(in, "out of memory");
-    return;
-  }
-  ssize_t n = recv(in->up_fd, p, b->cap - b->len, 0);
-  if (n <= 0) {
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-    inst_lost(in, n == 0 ? "the server closed it" : strerror(errno));
-    return;
-  }
-  b->len += (size_t)n;
-  while (in->up_fd >= 0 && b->off < b->len) {
+/* Runs the whole frames of p[0..n); returns the bytes they took (a partial frame's are left),
+ * or -1 when the instance was lost. */
+static ssize_t dispatch(inst_t *in, const uint8_t *p, size_t n) {
+  size_t off = 0;
+  while (in->up_fd >= 0 && off < n) {
     tdist__mux_frame_t f;
     const char *why = "";
-    int r = tdist__mux_parse(b->p + b->off, b->len - b->off, &f, &why);
+    int r = tdist__mux_parse(p + off, n - off, &f, &why);
     if (r == 0) break;
     if (r < 0 || f.type == TDIST__MUX_OPEN) {
       char msg[120];
       snprintf(msg, sizeof msg, "bad frame from the server: %s (type %u)", r < 0 ? why : "OPEN",
                f.type);
       inst_lost(in, msg);
-      return;
+      return -1;
     }
-    b->off += TDIST__MUX_HDR + f.len;
+    off += TDIST__MUX_HDR + f.len;
     client_t *c = f.id < in->cl_cap ? in->cl[f.id] : NULL;
     if (!c) continue; /* closed here; its CLOSE crossed this frame */
     if (f.type == TDIST__MUX_DATA) {
@@ -314,25 +305,61 @@ static void on_upstream(inst_t *in) {
       client_close(in, c, 0);
     }
   }
+  return in->up_fd >= 0 ? (ssize_t)off : -1;
 }
 
-/* A client's bytes, read straight into the upstream output behind a DATA header. */
-static void on_client(inst_t *in, client_t *c) {
-  uint8_t *p = buf_room(&in->uout, TDIST__MUX_HDR + READ_CHUNK);
+/* Frames from the server. They are read into the proxy's scratch buffer and run from there;
+ * only a partial frame is kept by the instance (uin), which the next read completes, so an
+ * idle instance holds no buffer (a process emulating 1,500 nodes kept 256 KiB each). */
+static void on_upstream(inst_t *in) {
+  buf_t *b = &in->uin;
+  int partial = b->off < b->len;
+  uint8_t *p = partial ? buf_room(b, READ_CHUNK) : in->px->scratch;
   if (!p) {
-    client_close(in, c, 1);
+    inst_lost(in, "out of memory");
     return;
   }
-  ssize_t n = recv(c->fd, p + TDIST__MUX_HDR, READ_CHUNK, 0);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  size_t room = partial ? b->cap - b->len : SCRATCH;
+  ssize_t n = recv(in->up_fd, p, room, 0);
   if (n <= 0) {
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    inst_lost(in, n == 0 ? "the server closed it" : strerror(errno));
+    return;
+  }
+  if (partial) {
+    b->len += (size_t)n;
+    p = b->p + b->off;
+    n = (ssize_t)(b->len - b->off);
+  }
+  ssize_t used = dispatch(in, p, (size_t)n);
+  if (used < 0) return;
+  if (partial) {
+    b->off += (size_t)used;
+  } else if (used < n) { /* keep the partial frame */
+    uint8_t *q = buf_room(b, (size_t)(n - used));
+    if (!q) {
+      inst_lost(in, "out of memory");
+      return;
+    }
+    memcpy(q, p + used, (size_t)(n - used));
+    b->len += (size_t)(n - used);
+  }
+  if (b->off == b->len && b->cap) {
+    free(b->p);
+    *b = (buf_t){0};
+  }
+}
+
+/* A client's bytes: one DATA frame on the upstream output. */
+static void on_client(inst_t *in, client_t *c) {
+  uint8_t *scratch = in->px->scratch;
+  ssize_t n = recv(c->fd, scratch, READ_CHUNK, 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (n <= 0 || up_frame(in, TDIST__MUX_DATA, c->id, scratch, (uint32_t)n)) {
     client_close(in, c, 1);
     return;
   }
-  tdist__mux_put_hdr(p, TDIST__MUX_DATA, c->id, (uint32_t)n);
-  in->uout.len += TDIST__MUX_HDR + (size_t)n;
   atomic_fetch_add_explicit(&in->px->st_up, (uint64_t)n, memory_order_relaxed);
-  mark_dirty(in->px, in);
 }
 
 /* Out of descriptors: stop accepting on every instance for 100 ms instead of spinning on a
@@ -401,8 +428,7 @@ static void on_accept(inst_t *in) {
       continue;
     }
     if (id == in->next_id) in->next_id++;
-    tdist__sock_nodelay(fd);
-    c->kind = K_CLIENT;
+    c->kind = K_CLIENT; /* TCP_NODELAY comes from the listening socket */
     c->fd = fd;
     c->id = id;
     c->in = in;
@@ -553,6 +579,7 @@ static void proxy_free(tdist_store_proxy_t *px) {
   if (px->epfd >= 0) close(px->epfd);
   if (px->stop_fd >= 0) close(px->stop_fd);
   free(px->inst);
+  free(px->scratch);
   free(px);
 }
 
@@ -587,7 +614,8 @@ TDIST_EXTERN tdist_status_t tdist_store_proxy_create(const tdist_store_proxy_opt
   px->epfd = epoll_create1(EPOLL_CLOEXEC);
   px->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   px->inst = calloc((size_t)o.instances, sizeof *px->inst);
-  if (px->epfd < 0 || px->stop_fd < 0 || !px->inst) {
+  px->scratch = malloc(SCRATCH);
+  if (px->epfd < 0 || px->stop_fd < 0 || !px->inst || !px->scratch) {
     st = tdist__fail(TDIST_ERR_SYSTEM, "store proxy: epoll/eventfd/memory: %s", strerror(errno));
     proxy_free(px);
     return st;

@@ -383,8 +383,7 @@ static void on_accept(tdist_store_server_t *s) {
       close(fd);
       continue;
     }
-    c->fd = fd;
-    tdist__sock_nodelay(fd);
+    c->fd = fd; /* TCP_NODELAY comes from the listening socket */
     tdist__sockaddr_str((struct sockaddr *)&ss, sl, c->peer, sizeof c->peer);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
     if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {

@@ -1,7 +1,8 @@
 /* The store proxy (tdist_store_proxy_*, tdist/store.h) with our C client: 16 threads, each its
  * own client through the proxy, do random ADDs on shared counters and SET/GET their own keys,
  * and a WAIT of one is released by another; the counters must equal the sum the threads report,
- * and the server must have seen them as 16 connections over one. Then the errors a user meets:
+ * and the server must have seen them as 16 connections over one; a 3 MiB random value goes
+ * through both ways (many frames, reads that end mid-frame). Then the errors a user meets:
  * bad options named; an upstream that is not a tdist store server (one that hangs up, one that
  * answers other bytes) refused with the reason; and the upstream going away: the proxy's clients
  * see the store go, its port refuses new clients, and it counts the loss. */
@@ -95,7 +96,8 @@ static void case_many_clients(void) {
   CHECK(proxy_port > 0);
   CHECK_EQ_INT(tdist_store_proxy_port(p, 1), -1);
   pthread_t t[THREADS];
-  for (uintptr_t i = 0; i < THREADS; i++) CHECK_EQ_INT(pthread_create(&t[i], NULL, worker, (void *)i), 0);
+  for (uintptr_t i = 0; i < THREADS; i++)
+    CHECK_EQ_INT(pthread_create(&t[i], NULL, worker, (void *)i), 0);
   for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
   tdist_store_t *direct = client(tdist_store_server_port(srv), 30000);
   for (int c = 0; c < COUNTERS; c++) {
@@ -116,6 +118,25 @@ static void case_many_clients(void) {
   CHECK(ps.bytes_up > 0 && ps.bytes_down > 0);
   CHECK_EQ_UINT(ps.upstreams_lost, 0);
 
+  TEST_CASE("a 3 MiB random value through the proxy, both ways");
+  tdist_store_t *big = client(proxy_port, 30000);
+  size_t bn = (3u << 20) + 12345;
+  uint8_t *bv = malloc(bn);
+  CHECK(bv != NULL);
+  uint64_t r = 88172645463325252ULL;
+  for (size_t i = 0; i < bn; i++) {
+    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+    bv[i] = (uint8_t)r;
+  }
+  CHECK_STORE_OK(tdist_store_set(big, "big", bv, bn), big);
+  void *bg = NULL;
+  size_t bl = 0;
+  CHECK_STORE_OK(tdist_store_get(big, "big", &bg, &bl), big);
+  CHECK_MEM_EQ(bg, bl, bv, bn);
+  tdist_free(bg);
+  free(bv);
+  tdist_store_destroy(big);
+
   TEST_CASE("the upstream goes away");
   tdist_store_t *c = client(proxy_port, 5000);
   CHECK_STORE_OK(tdist_store_set(c, "before", "1", 1), c);
@@ -133,7 +154,8 @@ static void case_many_clients(void) {
   CHECK(st != TDIST_OK);
   tdist_store_destroy(c);
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)proxy_port),
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)proxy_port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   CHECK_EQ_INT(connect(fd, (struct sockaddr *)&a, sizeof a), -1);
   CHECK_EQ_INT(errno, ECONNREFUSED);
