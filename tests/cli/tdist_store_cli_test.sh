@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end test of the tdist-store program: `serve` on an ephemeral port with --port-file, a
 # set/get/add/wait/delete/num-keys round trip with random data through the client subcommands,
-# usage errors (exit 2, the bad flag named), timeouts (exit 3), a port already in use, and
+# `proxy` (two instances carrying get/set/delete; a non-tdist upstream refused), usage errors
+# (exit 2, the bad flag named), timeouts (exit 3), a port already in use, and
 # SIGTERM/SIGINT stopping the server with exit 0 within two seconds. Every wait is bounded; no
 # fixed ports.
 #
@@ -142,8 +143,8 @@ for h in --help help -h "get --help"; do
   # shellcheck disable=SC2086
   run "$tmp/out" "$tmp/err" $h
   [ "$rc" -eq 0 ] || fail "'$h' exited $rc"
-  for word in serve set get add wait delete num-keys --port-file --timeout-ms --max-key-bytes \
-      "Exit status" "3  timed out"; do
+  for word in serve proxy --upstream --instances set get add wait delete num-keys --port-file \
+      --timeout-ms --max-key-bytes "Exit status" "3  timed out"; do
     grep -q -- "$word" "$tmp/out" || fail "'$h' does not mention '$word'"
   done
 done
@@ -180,6 +181,12 @@ usage_case "KEY VALUE" set onlykey
 usage_case "DELTA" add k notanumber
 usage_case "DELTA" add k 99999999999999999999
 usage_case "frobnicate" frobnicate
+usage_case "--upstream HOST:PORT is required" proxy
+usage_case "--upstream 'nohost' is not HOST:PORT" proxy --upstream nohost
+usage_case "--upstream 'h:0' is not HOST:PORT" proxy --upstream h:0
+usage_case "--upstream '[::1]:x' is not HOST:PORT" proxy --upstream '[::1]:x'
+usage_case "--instances 3 needs --port 0" proxy --upstream h:1 --instances 3 --port 5
+usage_case "--instances" proxy --upstream h:1 --instances 0
 run "$tmp/out" "$tmp/err"
 [ "$rc" -eq 2 ] || fail "no arguments: exit $rc, want 2"
 echo "ok: usage errors exit 2 and name the flag"
@@ -210,6 +217,47 @@ run "$tmp/out" "$tmp/err" get "$key" --port="$port" --timeout-ms=5000
 [ "$rc" -eq 0 ] || fail "get: rc $rc: $(cat "$tmp/err")"
 [ "$(cat "$tmp/out")" = "$val" ] && [ "$(wc -c <"$tmp/out")" -eq ${#val} ] ||
   fail "get returned '$(cat "$tmp/out")', want '$val' with no newline"
+
+# proxy: the same store through `tdist-store proxy` (IPv6 upstream spelling), two instances
+# writing their ports to the port file; a key written directly is read through each, and one
+# written through a proxy directly (6 client connections in all: a get, a set and a delete per
+# port). A proxy to something that is not a tdist server exits 1.
+timeout --signal=KILL 30 "$bin" proxy --upstream "[::1]:$port" --port 0 --port-file "$tmp/px.port" \
+  --instances 2 >"$tmp/px.out" 2>"$tmp/px.err" &
+px=$!
+for i in $(seq 500); do [ -s "$tmp/px.port" ] && break; sleep 0.01; done
+[ "$(wc -l <"$tmp/px.port")" = 2 ] || fail "proxy port file: '$(cat "$tmp/px.port" 2>/dev/null)'"
+pval="p_$(rand_hex 16)"
+run "$tmp/out" "$tmp/err" set "$key.p" "$pval" "${c[@]}"
+while read -r pp; do
+  run "$tmp/out" "$tmp/err" get "$key" --port "$pp" --timeout-ms 5000
+  [ "$rc" -eq 0 ] && [ "$(cat "$tmp/out")" = "$val" ] || fail "get through proxy port $pp: rc $rc '$(cat "$tmp/out")'"
+  run "$tmp/out" "$tmp/err" set "$key.$pp" "$pval" --port "$pp" --timeout-ms 5000
+  run "$tmp/out" "$tmp/err" get "$key.$pp" "${c[@]}"
+  [ "$(cat "$tmp/out")" = "$pval" ] || fail "a set through proxy port $pp did not reach the server"
+  run "$tmp/out" "$tmp/err" delete "$key.$pp" --port "$pp" --timeout-ms 5000
+  [ "$(cat "$tmp/out")" = 1 ] || fail "delete through proxy port $pp: '$(cat "$tmp/out")'"
+done <"$tmp/px.port"
+run "$tmp/out" "$tmp/err" delete "$key.p" "${c[@]}" # the key counts below are the server's own
+kill -TERM "$px"
+prc=0
+wait "$px" || prc=$?
+[ "$prc" -eq 0 ] || fail "proxy exited $prc on SIGTERM, want 0: $(cat "$tmp/px.err")"
+grep -q "SIGTERM received, stopping (6 clients carried, 0 open)" "$tmp/px.err" ||
+  fail "proxy's last words: $(cat "$tmp/px.err")"
+[ ! -e "$tmp/px.port" ] || fail "the proxy left its port file behind on SIGTERM"
+python3 -c '
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1); print(s.getsockname()[1], flush=True)
+c, _ = s.accept(); c.recv(8); c.sendall(b"NOTTDIST"); c.close()
+' >"$tmp/fake.port" &
+fake=$!
+for i in $(seq 200); do [ -s "$tmp/fake.port" ] && break; sleep 0.02; done
+run "$tmp/out" "$tmp/err" proxy --upstream "127.0.0.1:$(cat "$tmp/fake.port")" --timeout-ms 3000
+wait "$fake" 2>/dev/null || true
+[ "$rc" -eq 1 ] || fail "proxy to a non-tdist server: rc $rc, want 1"
+grep -q "did not answer the proxy's hello" "$tmp/err" || fail "proxy error: $(cat "$tmp/err")"
+echo "ok: proxy: 2 instances carry get and set to the server; a non-tdist upstream is refused"
 
 # A binary value (every byte value, NULs included) through stdin, back out byte for byte.
 head -c 3000 /dev/urandom >"$tmp/bin.in"
