@@ -60,6 +60,7 @@ enum { S_CONNECT, S_PING, S_INIT, S_XWAIT, S_XGET, S_BADD, S_BWAIT, S_DONE, S_FA
 
 typedef struct {
   int fd, state;
+  long node; /* --mux: its node's index (its requests go as frames on the node's socket) */
   int64_t t_conn, t_xchg, t_done;
   size_t rlen;
   uint8_t rbuf[2 * (BLOB + 16)];
@@ -72,6 +73,7 @@ typedef struct {
   int nsrc;
   long world, first, count, per_target;
   int procs, inflight, timeout_s;
+  int mux; /* --mux K: K ranks a node, each node one socket speaking the store proxy's frames */
   int64_t t0;
 } opts_t;
 
@@ -119,7 +121,18 @@ static int send_all(int fd, const uint8_t *buf, size_t n) {
   return 0;
 }
 
-static int send_wait_or_mget(int fd, int op, long r) {
+/* --mux: the emulated nodes of this process (node_t below). */
+typedef struct node node_t;
+static node_t *NODES;
+static int node_frame_at(long node, uint8_t type, uint32_t id, const uint8_t *d, size_t n);
+
+/* A rank's request: on its own socket, or as a DATA frame of its node's. */
+static int rank_send(rank_t *rk, long r, const uint8_t *buf, size_t n) {
+  if (!O.mux) return send_all(rk->fd, buf, n);
+  return node_frame_at(rk->node, 2, (uint32_t)(r % O.mux), buf, n);
+}
+
+static int send_wait_or_mget(rank_t *rk, int op, long r) {
   uint8_t buf[256];
   char k[64];
   size_t n = 0;
@@ -129,7 +142,7 @@ static int send_wait_or_mget(int fd, int op, long r) {
     size_t kl = blob_key(k, sizeof k, (r + d + O.world) % O.world);
     n += put_str(buf + n, k, kl);
   }
-  return send_all(fd, buf, n);
+  return rank_send(rk, r, buf, n);
 }
 
 /* The request that starts state s for rank r. */
@@ -157,10 +170,10 @@ static int send_step(rank_t *rk, long r) {
       n += put_str(buf + n, k, blob_key(k, sizeof k, r));
       blob_of(b, r);
       n += put_str(buf + n, (const char *)b, BLOB);
-      if (send_all(rk->fd, buf, n)) return -1;
-      return send_wait_or_mget(rk->fd, OP_WAIT, r);
+      if (rank_send(rk, r, buf, n)) return -1;
+      return send_wait_or_mget(rk, OP_WAIT, r);
     }
-    case S_XGET: return send_wait_or_mget(rk->fd, OP_MGET, r);
+    case S_XGET: return send_wait_or_mget(rk, OP_MGET, r);
     case S_BADD:
       buf[n++] = OP_ADD;
       n += put_str(buf + n, BARRIER_KEY, sizeof BARRIER_KEY - 1);
@@ -173,7 +186,7 @@ static int send_step(rank_t *rk, long r) {
       break;
     default: return 0;
   }
-  return send_all(rk->fd, buf, n);
+  return rank_send(rk, r, buf, n);
 }
 
 /* How many bytes the reply of the current state takes, or 0 if rbuf does not hold it all yet. */
@@ -234,7 +247,7 @@ static int advance(rank_t *rk, long r, int64_t t) {
         buf[n++] = OP_SET;
         n += put_str(buf + n, LAST_KEY, sizeof LAST_KEY - 1);
         n += put_str(buf + n, "1", 1);
-        if (send_all(rk->fd, buf, n)) return -1;
+        if (rank_send(rk, r, buf, n)) return -1;
       }
       rk->state = S_BWAIT;
       break;
@@ -249,6 +262,19 @@ static int advance(rank_t *rk, long r, int64_t t) {
   return send_step(rk, r);
 }
 
+/* Runs the state machine over the whole replies in rbuf: 1 more may come, 0 done, -1 failed. */
+static int run_replies(rank_t *rk, long r, int64_t t) {
+  for (;;) {
+    size_t need = reply_len(rk);
+    if (need == (size_t)-1) return -1;
+    if (need == 0) return 1;
+    if (advance(rk, r, t)) return -1;
+    memmove(rk->rbuf, rk->rbuf + need, rk->rlen - need);
+    rk->rlen -= need;
+    if (rk->state == S_DONE) return 0;
+  }
+}
+
 /* Reads what the socket has and runs the state machine over whole replies. */
 static int on_readable(rank_t *rk, long r) {
   for (;;) {
@@ -258,16 +284,8 @@ static int on_readable(rank_t *rk, long r) {
     if (got == 0) errno = ECONNRESET; /* closed by the server: say so, not "wrong reply" */
     if (got <= 0) return -1;
     rk->rlen += (size_t)got;
-    int64_t t = now_ns();
-    for (;;) {
-      size_t need = reply_len(rk);
-      if (need == (size_t)-1) return -1;
-      if (need == 0) break;
-      if (advance(rk, r, t)) return -1;
-      memmove(rk->rbuf, rk->rbuf + need, rk->rlen - need);
-      rk->rlen -= need;
-      if (rk->state == S_DONE) return 0;
-    }
+    int rc = run_replies(rk, r, now_ns());
+    if (rc <= 0) return rc;
   }
 }
 
@@ -291,6 +309,7 @@ static int start_connect(rank_t *rk, long r, int ep, long slot) {
   }
   rk->fd = fd;
   rk->state = S_CONNECT;
+  if (ep < 0) return 0; /* the caller registers it */
   struct epoll_event ev = {.events = EPOLLOUT | EPOLLIN, .data.u64 = (uint64_t)slot};
   return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
 }
@@ -338,6 +357,21 @@ typedef struct {
   int64_t conn_max, xchg_max, done_max;
 } result_t;
 
+static result_t collect(const rank_t *rk, long n) {
+  result_t res = {0};
+  for (long i = 0; i < n; i++) {
+    if (rk[i].state == S_DONE) {
+      res.ready++;
+      if (rk[i].t_conn - O.t0 > res.conn_max) res.conn_max = rk[i].t_conn - O.t0;
+      if (rk[i].t_xchg - O.t0 > res.xchg_max) res.xchg_max = rk[i].t_xchg - O.t0;
+      if (rk[i].t_done - O.t0 > res.done_max) res.done_max = rk[i].t_done - O.t0;
+    } else {
+      res.failed++;
+    }
+  }
+  return res;
+}
+
 /* Runs ranks [lo, hi) to the end or the deadline. */
 static result_t run_ranks(long lo, long hi) {
   long n = hi - lo;
@@ -370,19 +404,217 @@ static result_t run_ranks(long lo, long hi) {
       finished += on_event(&rk[s], lo + s, s, ep, evs[i].events, &connecting);
     }
   }
-  for (long i = 0; i < n; i++) {
-    if (rk[i].state == S_DONE) {
-      res.ready++;
-      if (rk[i].t_conn - O.t0 > res.conn_max) res.conn_max = rk[i].t_conn - O.t0;
-      if (rk[i].t_xchg - O.t0 > res.xchg_max) res.xchg_max = rk[i].t_xchg - O.t0;
-      if (rk[i].t_done - O.t0 > res.done_max) res.done_max = rk[i].t_done - O.t0;
-    } else {
-      res.failed++;
-    }
+  res = collect(rk, n);
+  for (long i = 0; i < n; i++)
     if (rk[i].fd > 0) close(rk[i].fd);
+  close(ep);
+  free(rk);
+  return res;
+}
+
+/* ---- --mux: emulated nodes, each one socket speaking the store proxy's frames -------------- */
+
+/* What a node's proxy would do for its ranks, without a socket per rank: the hello, an OPEN per
+ * rank, the ranks' requests as DATA frames (runtime/store/mux.h, written here from its
+ * description), their replies taken apart by id. The server sees exactly what it sees from the
+ * agents' proxies of a job of W ranks in W/K nodes. */
+struct node {
+  int fd, state; /* N_CONNECT, N_HELLO, N_READY, N_FAILED */
+  long first;    /* its first rank (index into this process's ranks) */
+  int nranks;
+  int dirty;
+  uint8_t *in, *out;
+  size_t in_len, in_cap, out_len, out_cap;
+};
+enum { N_CONNECT, N_HELLO, N_READY, N_FAILED };
+static const uint8_t MUX_HELLO[8] = {0xF7, 't', 'd', 'm', 'u', 'x', '1', '\n'};
+static long *dirty_nodes, ndirty;
+
+static int grow(uint8_t **p, size_t *cap, size_t need) {
+  if (need <= *cap) return 0;
+  size_t c = *cap ? *cap : 4096;
+  while (c < need) c *= 2;
+  uint8_t *q = realloc(*p, c);
+  if (!q) return -1;
+  *p = q;
+  *cap = c;
+  return 0;
+}
+
+static int node_frame(node_t *nd, uint8_t type, uint32_t id, const uint8_t *d, size_t n) {
+  if (grow(&nd->out, &nd->out_cap, nd->out_len + 9 + n)) return -1;
+  uint8_t *p = nd->out + nd->out_len;
+  uint32_t len = (uint32_t)n;
+  p[0] = type;
+  memcpy(p + 1, &id, 4);
+  memcpy(p + 5, &len, 4);
+  if (n) memcpy(p + 9, d, n);
+  nd->out_len += 9 + n;
+  if (!nd->dirty) {
+    nd->dirty = 1;
+    dirty_nodes[ndirty++] = nd - NODES;
+  }
+  return 0;
+}
+
+static int node_frame_at(long node, uint8_t type, uint32_t id, const uint8_t *d, size_t n) {
+  return node_frame(&NODES[node], type, id, d, n);
+}
+
+/* The node's ranks all fail (its socket went, or a frame was wrong): +count finished. */
+static long node_fail(node_t *nd, rank_t *rk, long lo, const char *why) {
+  long f = 0;
+  if (++failures_told <= 5)
+    fprintf(stderr, "scale_ranks: node of ranks %ld..%ld failed: %s\n", lo + nd->first,
+            lo + nd->first + nd->nranks - 1, why);
+  for (int i = 0; i < nd->nranks; i++)
+    if (rk[nd->first + i].state != S_DONE && rk[nd->first + i].state != S_FAILED) {
+      rk[nd->first + i].state = S_FAILED;
+      f++;
+    }
+  nd->state = N_FAILED;
+  return f;
+}
+
+/* The frames in nd->in: the hello, then replies. Returns the ranks that finished. */
+static long node_input(node_t *nd, rank_t *rk, long lo, int64_t t) {
+  size_t off = 0;
+  long fin = 0;
+  if (nd->state == N_HELLO) {
+    if (nd->in_len < 8) return 0;
+    if (memcmp(nd->in, MUX_HELLO, 8)) return node_fail(nd, rk, lo, "no hello from the server");
+    off = 8;
+    nd->state = N_READY;
+    for (int i = 0; i < nd->nranks; i++) {
+      rank_t *k = &rk[nd->first + i];
+      k->t_conn = t;
+      k->state = S_PING;
+      if (node_frame(nd, 1, (uint32_t)((lo + nd->first + i) % O.mux), NULL, 0) ||
+          send_step(k, lo + nd->first + i))
+        return node_fail(nd, rk, lo, "out of memory");
+    }
+  }
+  while (nd->in_len - off >= 9) {
+    uint32_t id, len;
+    memcpy(&id, nd->in + off + 1, 4);
+    memcpy(&len, nd->in + off + 5, 4);
+    if (nd->in_len - off < 9 + (size_t)len) break;
+    uint8_t type = nd->in[off];
+    const uint8_t *d = nd->in + off + 9;
+    off += 9 + len;
+    long i = (long)id - (lo + nd->first) % O.mux;
+    if (i < 0 || i >= nd->nranks || type != 2) {
+      if (type == 3 && i >= 0 && i < nd->nranks)
+        fprintf(stderr, "scale_ranks: rank %ld closed by the server: %.*s\n", lo + nd->first + i,
+                (int)len, (const char *)d);
+      fin += node_fail(nd, rk, lo, "a frame for no rank of it, or a CLOSE");
+      break;
+    }
+    rank_t *k = &rk[nd->first + i];
+    if (k->state == S_DONE || k->state == S_FAILED || k->rlen + len > sizeof k->rbuf) {
+      fin += node_fail(nd, rk, lo, "a reply past what the rank expects");
+      break;
+    }
+    memcpy(k->rbuf + k->rlen, d, len);
+    k->rlen += len;
+    int rc = run_replies(k, lo + nd->first + i, t);
+    if (rc < 0) k->state = S_FAILED;
+    if (rc <= 0) fin++;
+  }
+  memmove(nd->in, nd->in + off, nd->in_len - off);
+  nd->in_len -= off;
+  return fin;
+}
+
+/* One event of a node's socket; returns the ranks that finished. */
+static long on_node(node_t *nd, rank_t *rk, long lo, uint32_t events, int ep, long idx,
+                    int *connecting) {
+  if (nd->state == N_FAILED) return 0;
+  if (nd->state == N_CONNECT) {
+    int err = 0;
+    socklen_t l = sizeof err;
+    getsockopt(nd->fd, SOL_SOCKET, SO_ERROR, &err, &l);
+    if (!err && !(events & EPOLLOUT)) return 0;
+    (*connecting)--;
+    if (err) return node_fail(nd, rk, lo, strerror(err));
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)idx};
+    epoll_ctl(ep, EPOLL_CTL_MOD, nd->fd, &ev);
+    nd->state = N_HELLO;
+    if (send_all(nd->fd, MUX_HELLO, 8)) return node_fail(nd, rk, lo, "cannot send the hello");
+    return 0;
+  }
+  long fin = 0;
+  for (;;) {
+    if (grow(&nd->in, &nd->in_cap, nd->in_len + 65536)) return node_fail(nd, rk, lo, "memory");
+    ssize_t got = recv(nd->fd, nd->in + nd->in_len, nd->in_cap - nd->in_len, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return fin;
+    if (got <= 0) return fin + node_fail(nd, rk, lo, got ? strerror(errno) : "closed by the server");
+    nd->in_len += (size_t)got;
+    fin += node_input(nd, rk, lo, now_ns());
+    if (nd->state == N_FAILED) return fin;
+  }
+}
+
+static int node_connect(node_t *nd, long r) {
+  rank_t tmp = {0};
+  if (start_connect(&tmp, r, -1, 0)) return -1;
+  nd->fd = tmp.fd;
+  nd->state = N_CONNECT;
+  return 0;
+}
+
+/* --mux: ranks [lo, hi) as nodes of O.mux ranks (lo is a node's first rank). */
+static result_t run_nodes(long lo, long hi) {
+  long n = hi - lo, nn = (n + O.mux - 1) / O.mux;
+  rank_t *rk = calloc((size_t)n, sizeof *rk);
+  NODES = calloc((size_t)nn, sizeof *NODES);
+  dirty_nodes = calloc((size_t)nn, sizeof *dirty_nodes);
+  result_t res = {0};
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  if (!rk || !NODES || !dirty_nodes || ep < 0) return (result_t){.failed = n};
+  for (long i = 0; i < n; i++) rk[i].node = i / O.mux;
+  long next = 0, finished = 0;
+  int connecting = 0;
+  int64_t deadline = O.t0 + (int64_t)O.timeout_s * 1000000000;
+  struct epoll_event evs[512];
+  while (finished < n && now_ns() < deadline) {
+    while (next < nn && connecting < O.inflight) {
+      node_t *nd = &NODES[next];
+      nd->first = next * O.mux;
+      nd->nranks = (int)(n - nd->first < O.mux ? n - nd->first : O.mux);
+      struct epoll_event ev = {.events = EPOLLOUT | EPOLLIN, .data.u64 = (uint64_t)next};
+      if (node_connect(nd, lo + nd->first) || epoll_ctl(ep, EPOLL_CTL_ADD, nd->fd, &ev))
+        finished += node_fail(nd, rk, lo, strerror(errno));
+      else
+        connecting++;
+      next++;
+    }
+    int k = epoll_wait(ep, evs, 512, 100);
+    for (int i = 0; i < k; i++) {
+      long s = (long)evs[i].data.u64;
+      errno = 0;
+      finished += on_node(&NODES[s], rk, lo, evs[i].events, ep, s, &connecting);
+    }
+    for (long i = 0; i < ndirty; i++) {
+      node_t *nd = &NODES[dirty_nodes[i]];
+      nd->dirty = 0;
+      if (nd->state != N_FAILED && send_all(nd->fd, nd->out, nd->out_len))
+        finished += node_fail(nd, rk, lo, strerror(errno));
+      nd->out_len = 0;
+    }
+    ndirty = 0;
+  }
+  res = collect(rk, n);
+  for (long i = 0; i < nn; i++) {
+    if (NODES[i].fd > 0) close(NODES[i].fd);
+    free(NODES[i].in);
+    free(NODES[i].out);
   }
   close(ep);
   free(rk);
+  free(NODES);
+  free(dirty_nodes);
   return res;
 }
 
@@ -405,13 +637,16 @@ static void usage(FILE *f) {
   fputs(
       "usage: scale_ranks --targets FILE|HOST:PORT[,HOST:PORT...] --world W [--first R] [--count "
       "N]\n"
-      "                   [--procs P] [--src A[,A...]] [--inflight C] [--timeout-s T]\n"
+      "                   [--procs P] [--src A[,A...]] [--inflight C] [--timeout-s T] [--mux K]\n"
       "  N emulated PyTorch 2.x ranks (ranks R..R+N-1 of a world of W; N defaults to W) start up\n"
       "  against the store: connect, VALIDATE, PING, ADD init/, gloo's address SET and the ring\n"
       "  neighbours' WAIT+MULTI_GET, the store-based barrier. Rank r uses target r/(W/targets).\n"
       "  --targets FILE: one HOST:PORT per line. --procs: processes sharing the ranks (default:\n"
       "  enough for 16,000 ranks each). --src: IPv4 source addresses, round robin (default: the\n"
-      "  kernel's choice). --inflight: pending connects per process (default 256).\n",
+      "  kernel's choice). --inflight: pending connects per process (default 256).\n"
+      "  --mux K: the ranks as nodes of K ranks, each node one connection speaking the store\n"
+      "  proxy's frames (runtime/store/mux.h), as the agents' proxies carry a job's ranks: the\n"
+      "  server sees what it sees from a job with --store-proxy, without a socket per rank here.\n",
       f);
 }
 
@@ -465,6 +700,8 @@ static int parse_args(int argc, char **argv) {
       O.procs = atoi(v);
     } else if (!strcmp(a, "--inflight")) {
       O.inflight = atoi(v);
+    } else if (!strcmp(a, "--mux")) {
+      O.mux = atoi(v);
     } else if (!strcmp(a, "--timeout-s")) {
       O.timeout_s = atoi(v);
     } else if (!strcmp(a, "--src")) {
@@ -484,7 +721,7 @@ static int parse_args(int argc, char **argv) {
   }
   if (O.count < 0) O.count = O.world - O.first;
   if (!O.ntargets || O.world < 2 || O.first < 0 || O.count < 1 || O.first + O.count > O.world ||
-      O.inflight < 1 || O.timeout_s < 1)
+      O.inflight < 1 || O.timeout_s < 1 || O.mux < 0 || (O.mux && O.first % O.mux))
     return -1;
   if (O.procs < 1) O.procs = (int)((O.count + 15999) / 16000);
   O.per_target = (O.world + O.ntargets - 1) / O.ntargets;
@@ -501,13 +738,14 @@ int main(int argc, char **argv) {
   int pfd[2];
   if (pipe(pfd)) return 2;
   long per = (O.count + O.procs - 1) / O.procs;
+  if (O.mux) per = (per + O.mux - 1) / O.mux * O.mux; /* a node's ranks in one process */
   for (int p = 0; p < O.procs; p++) {
     long lo = O.first + p * per, hi = lo + per > O.first + O.count ? O.first + O.count : lo + per;
     if (lo >= hi) break;
     pid_t c = fork();
     if (c == 0) {
       close(pfd[0]);
-      result_t r = run_ranks(lo, hi);
+      result_t r = O.mux ? run_nodes(lo, hi) : run_ranks(lo, hi);
       if (write(pfd[1], &r, sizeof r) != (ssize_t)sizeof r) _exit(2);
       _exit(0);
     }
