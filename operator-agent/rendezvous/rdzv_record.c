@@ -61,8 +61,12 @@ int agent_rdzv_parse_record(const char *s, int nnodes_max, agent_rdzv_member_t *
   m->attempt = (int)v[2];
   m->failures = (int)v[3];
   m->worker_port = (int)port;
-  snprintf(m->addr, sizeof m->addr, "%s", t[4]);
-  snprintf(m->host, sizeof m->host, "%s", t[5]);
+  /* rdzv_token left both shorter than their token buffers, which fit in the fields (memcpy, not
+   * snprintf: every agent parses every member's record once per round, 16 M records in all at
+   * 4,096 emulated nodes, a third of that time in snprintf). */
+  _Static_assert(sizeof m->addr >= sizeof t[4] && sizeof m->host >= sizeof t[5], "addr, host");
+  memcpy(m->addr, t[4], strlen(t[4]) + 1);
+  memcpy(m->host, t[5], strlen(t[5]) + 1);
   return 0;
 }
 
