@@ -348,15 +348,27 @@ static agent_rdzv_result_t from_header(agent_rdzv_t *r, int64_t now_ns, int64_t 
     r->nmembers = 0;
     return rdzv_bad_value(r, key, header, strlen(header), want);
   }
-  for (int64_t i = 0; i < n; i++) {
+  for (int64_t i = 0; i < n; i++)
     if (list[i] == r->idx) {
       r->group_rank = (int)i;
       r->rank_base = (int)bases[i];
     }
+  free(bases);
+  /* The leader follows every member's heartbeat, the others the leader's (rdzv_round.c). */
+  size_t nhb = r->group_rank == 0 ? (size_t)n : 1;
+  r->peer_hb = malloc(nhb * sizeof *r->peer_hb);
+  r->peer_hb_change_ns = malloc(nhb * sizeof *r->peer_hb_change_ns);
+  if (!r->peer_hb || !r->peer_hb_change_ns) {
+    free_members(r);
+    free(list);
+    r->nmembers = 0;
+    snprintf(r->err, sizeof r->err, "out of memory for %" PRId64 " members", n);
+    return AGENT_RDZV_NO_MEMORY;
+  }
+  for (size_t i = 0; i < nhb; i++) {
     r->peer_hb[i] = -1;
     r->peer_hb_change_ns[i] = now_ns;
   }
-  free(bases);
   r->arrivals = list;
   r->table_closer = h.closer;
   r->world_size = (int)h.world_size;
@@ -377,16 +389,16 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns, int64_t
   free(r->arrivals);
   r->arrivals = NULL;
   r->table_closer = 0;
+  if (header) return from_header(r, now_ns, list, header);
   r->peer_hb = calloc((size_t)n, sizeof *r->peer_hb);
   r->peer_hb_change_ns = calloc((size_t)n, sizeof *r->peer_hb_change_ns);
-  r->members = header ? NULL : calloc((size_t)n, sizeof *r->members);
-  r->arrivals = header ? NULL : calloc((size_t)n, sizeof *r->arrivals);
-  if ((!header && (!r->members || !r->arrivals)) || !r->peer_hb || !r->peer_hb_change_ns) {
+  r->members = calloc((size_t)n, sizeof *r->members);
+  r->arrivals = calloc((size_t)n, sizeof *r->arrivals);
+  if (!r->members || !r->arrivals || !r->peer_hb || !r->peer_hb_change_ns) {
     free(list);
     snprintf(r->err, sizeof r->err, "out of memory for %" PRId64 " members", n);
     return AGENT_RDZV_NO_MEMORY;
   }
-  if (header) return from_header(r, now_ns, list, header);
   int missing = 0;
   agent_rdzv_result_t res = list ? read_idx(r, r->round, list, (size_t)n, r->members, &missing)
                                  : read_records(r, 1, n, r->members, &missing);
