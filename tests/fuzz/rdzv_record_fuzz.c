@@ -88,7 +88,7 @@ static void check_end(const char *s) {
              "'%s' is not '<reason> <text>'", s);
 }
 
-/* The members' records after the list (agent_rdzv_parse_table): 0 or -1, deterministic, each
+/* The members' records of <r>/table/<C> (agent_rdzv_parse_table): 0 or -1, deterministic, each
  * record given the list's arrival, and on 0 the records written back a line each give the table. */
 static void check_table(const char *table, int64_t n, const int64_t *list, int nnodes_max) {
   agent_rdzv_member_t *m = calloc((size_t)n, sizeof *m), *m2 = calloc((size_t)n, sizeof *m2);
