@@ -15,10 +15,12 @@
  *
  * Checked: every agent is a member; group ranks 0..M-1 each once; world size M*N; each agent's
  * rank base is its group rank times N; the store host has group rank 0; no monitor call ends the
- * round (no heartbeat missed) while held.
+ * round (no heartbeat missed) while held; every agent read the members' records while held.
  * Prints one line per process and a summary (key=value): joined_s (all joined), members_s (all
- * members: the round time), monitor sweep times. Exit 0 when every check passed, 1 otherwise.
- * Asserts nothing about speed. */
+ * members: the round time, what every agent needs to start its workers), tables and tables_s (how
+ * many agents had read the members' records, <r>/table/<C>, and when the last did: each does it
+ * on its first monitor call, after the round), monitor sweep times. Exit 0 when every check passed,
+ * 1 otherwise. Asserts nothing about speed. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -45,13 +47,14 @@ typedef struct {
 typedef struct {
   tdist_store_t *client, *store;
   agent_rdzv_t r;
-  int member;
+  int member, table; /* table: its first monitor call read the members' records */
 } emu_t;
 
 /* What a process reports to the parent (one write on its pipe). */
 typedef struct {
-  int n, members, errors, dup_ranks, bad_world, bad_base, host_rank0;
+  int n, members, errors, dup_ranks, bad_world, bad_base, host_rank0, tables;
   int64_t joined_ns, members_ns; /* CLOCK_MONOTONIC when its last agent joined / became member */
+  int64_t tables_ns; /* ... when its last agent had read the members' records (while held) */
   int64_t rank_sum;
   int64_t monitor_calls, monitor_ended;
   double sweep_max_s, sweep_mean_s;
@@ -198,6 +201,11 @@ static void hold(const opts_t *o, emu_t *e, int n, report_t *rep) {
       if (!e[i].member) continue;
       agent_rdzv_result_t res = agent_rdzv_monitor(&e[i].r, now_ns());
       rep->monitor_calls++;
+      if (!e[i].table && e[i].r.members) {
+        e[i].table = 1;
+        rep->tables++;
+        rep->tables_ns = now_ns();
+      }
       if (res == AGENT_RDZV_ENDED)
         rep->monitor_ended++;
       else if (res != AGENT_RDZV_PENDING) {
@@ -270,7 +278,7 @@ int main(int argc, char **argv) {
   }
   report_t sum;
   memset(&sum, 0, sizeof sum);
-  int64_t joined = 0, members = 0;
+  int64_t joined = 0, members = 0, tables = 0;
   for (int p = 0; p < o.procs; p++) {
     report_t r;
     if (read(out[0], &r, sizeof r) != (ssize_t)sizeof r) {
@@ -278,12 +286,14 @@ int main(int argc, char **argv) {
       continue;
     }
     printf(
-        "process: agents=%d members=%d errors=%d joined_s=%.3f members_s=%.3f "
-        "monitor_calls=%" PRId64 " sweep_mean_s=%.4f sweep_max_s=%.4f%s%s\n",
+        "process: agents=%d members=%d errors=%d joined_s=%.3f members_s=%.3f tables=%d "
+        "tables_s=%.3f monitor_calls=%" PRId64 " sweep_mean_s=%.4f sweep_max_s=%.4f%s%s\n",
         r.n, r.members, r.errors, (double)(r.joined_ns - t0) / 1e9,
-        (double)(r.members_ns - t0) / 1e9, r.monitor_calls, r.sweep_mean_s, r.sweep_max_s,
-        r.err[0] ? " last_error=" : "", r.err);
+        (double)(r.members_ns - t0) / 1e9, r.tables, (double)(r.tables_ns - t0) / 1e9,
+        r.monitor_calls, r.sweep_mean_s, r.sweep_max_s, r.err[0] ? " last_error=" : "", r.err);
     sum.members += r.members;
+    sum.tables += r.tables;
+    if (r.tables_ns - t0 > tables) tables = r.tables_ns - t0;
     sum.errors += r.errors;
     sum.dup_ranks += r.dup_ranks;
     sum.bad_world += r.bad_world;
@@ -299,18 +309,21 @@ int main(int argc, char **argv) {
   for (int p = 0; p < o.procs; p++) waitpid(pids[p], NULL, 0);
   int64_t m = o.agents;
   int ok = all_ok && sum.members == o.agents && !sum.errors && !sum.dup_ranks && !sum.bad_world &&
-           !sum.bad_base && sum.host_rank0 && sum.rank_sum == m * (m - 1) / 2 && !sum.monitor_ended;
-  printf("agents=%d members=%d errors=%d joined_s=%.3f members_s=%.3f monitor_calls=%" PRId64
-         " monitor_ended=%" PRId64 " sweep_max_s=%.4f checks=%s failed=%d\n",
-         o.agents, sum.members, sum.errors, (double)joined / 1e9, (double)members / 1e9,
-         sum.monitor_calls, sum.monitor_ended, sum.sweep_max_s, ok ? "ok" : "FAILED", !ok);
+           !sum.bad_base && sum.host_rank0 && sum.rank_sum == m * (m - 1) / 2 &&
+           !sum.monitor_ended && (o.hold_s <= 0 || sum.tables == o.agents);
+  printf(
+      "agents=%d members=%d errors=%d joined_s=%.3f members_s=%.3f tables=%d tables_s=%.3f "
+      "monitor_calls=%" PRId64 " monitor_ended=%" PRId64 " sweep_max_s=%.4f checks=%s failed=%d\n",
+      o.agents, sum.members, sum.errors, (double)joined / 1e9, (double)members / 1e9, sum.tables,
+      (double)tables / 1e9, sum.monitor_calls, sum.monitor_ended, sum.sweep_max_s,
+      ok ? "ok" : "FAILED", !ok);
   if (!ok)
     fprintf(stderr,
             "scale_agents: members %d of %d, errors %d, duplicate group ranks %d, wrong world "
             "size %d, wrong rank base %d, store host rank 0: %s, rounds ended while held %" PRId64
-            "\n",
+            ", records read by %d\n",
             sum.members, o.agents, sum.errors, sum.dup_ranks, sum.bad_world, sum.bad_base,
-            sum.host_rank0 ? "yes" : "no", sum.monitor_ended);
+            sum.host_rank0 ? "yes" : "no", sum.monitor_ended, sum.tables);
   free(pids);
   return ok ? 0 : 1;
 }

@@ -151,6 +151,8 @@ int agent_loop_backoff(agent_t *a, int64_t deadline_ns);
 agent_rdzv_outcome_t agent_driver_rendezvous(agent_t *a, int64_t *deadline_ns);
 /* The store host: the round's standbys into /status and /metrics. */
 void agent_driver_publish_standbys(agent_t *a);
+/* The round's members (rd.members, once read) into the state for /status. */
+void agent_driver_publish_members(agent_t *a);
 
 /* pyhang.c: Python stacks and PyTorch flight-recorder findings in hang reports */
 typedef struct agent_pyhang_s agent_pyhang_t;

@@ -11,6 +11,26 @@
 #include "operator-agent/agent/agent.h"
 #include "operator-agent/common/log.h"
 
+void agent_driver_publish_members(agent_t *a) {
+  if (!a->rd.members) return;
+  agent_member_info_t *m = calloc((size_t)(a->rd.nmembers ? a->rd.nmembers : 1), sizeof *m);
+  if (!m) return; /* /status lists no members until the next try */
+  for (int64_t i = 0; i < a->rd.nmembers; i++) {
+    m[i].node_rank = a->rd.members[i].node_rank;
+    m[i].group_rank = (int)i;
+    snprintf(m[i].addr, sizeof m[i].addr, "%s", a->rd.members[i].addr);
+    snprintf(m[i].host, sizeof m[i].host, "%s", a->rd.members[i].host);
+  }
+  agent_state_lock(&a->st);
+  free(a->st.members);
+  a->st.members = m;
+  a->st.nmembers = (int)a->rd.nmembers;
+  agent_state_unlock(&a->st);
+}
+
+/* The round's outcome into the state; the member list too once the records are read (at a
+ * round's start only when closed by hand or by a test; else the first monitor reads them, after
+ * the workers started: rdzv.h, agent_rdzv_load_members). */
 static void publish_round(agent_t *a) {
   agent_state_lock(&a->st);
   a->st.worker_master_port = a->rd.worker_store.port;
@@ -19,19 +39,11 @@ static void publish_round(agent_t *a) {
   a->st.group_world_size = (int)a->rd.nmembers;
   a->st.world_size = a->rd.world_size;
   a->st.restart_count = a->rd.attempt + a->jip.restart_base;
-  agent_member_info_t *m = calloc((size_t)(a->rd.nmembers ? a->rd.nmembers : 1), sizeof *m);
-  if (m) {
-    for (int64_t i = 0; i < a->rd.nmembers; i++) {
-      m[i].node_rank = a->rd.members[i].node_rank;
-      m[i].group_rank = (int)i;
-      snprintf(m[i].addr, sizeof m[i].addr, "%s", a->rd.members[i].addr);
-      snprintf(m[i].host, sizeof m[i].host, "%s", a->rd.members[i].host);
-    }
-    free(a->st.members);
-    a->st.members = m;
-    a->st.nmembers = (int)a->rd.nmembers;
-  }
+  free(a->st.members);
+  a->st.members = NULL;
+  a->st.nmembers = 0;
   agent_state_unlock(&a->st);
+  agent_driver_publish_members(a);
 }
 
 /* Joins round >= a->next_round. The store host first starts a fresh, empty store for that round's

@@ -132,6 +132,16 @@ static int start_workers(agent_t *a, round_outcome_t *out) {
     return -1;
   }
   if (a->pmix) {
+    /* The PMIx node map names every member's host and nproc: read the records now. */
+    agent_rdzv_result_t lr = agent_rdzv_load_members(&a->rd);
+    if (lr < 0) {
+      snprintf(err, sizeof err, "reading round %" PRId64 "'s member records: %.400s", a->rd.round,
+               a->rd.err);
+      AGENT_ERROR("%s", err);
+      agent_set_error(a, err);
+      *out = lr == AGENT_RDZV_STORE_ERROR ? ROUND_STORE_LOST : end_round(a, err);
+      return -1;
+    }
     if (agent_pmix_round_start(a->pmix, &a->rd, &a->cfg,
                                a->sh.hosting ? "127.0.0.1" : a->sh.master_ip, a->sh.master_port,
                                err, sizeof err)) {
@@ -182,6 +192,7 @@ static int watch_round(agent_t *a, int *marked_done, round_outcome_t *out) {
   }
   if (a->rd.nstandby != a->st.nstandbys || a->rd.nstandby_live != a->st.standbys_live)
     agent_driver_publish_standbys(a);
+  if (a->rd.members && !a->st.members) agent_driver_publish_members(a); /* read by the monitor */
   if (res == AGENT_RDZV_NO_MEMORY) {
     rdzv_error_log(a, a->rd.err); /* transient: the next turn tries again */
     return 0;

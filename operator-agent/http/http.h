@@ -30,8 +30,10 @@
  *                 when empty. "spares" is --spares; on node 0 "standbys" lists the standby
  *                 agents of the round (waiters that start no workers) and "standbys_live" how
  *                 many of them still heartbeat; elsewhere [] and null. A standby's own "state"
- *                 is "standby" (group_rank -1, no members). Strings are made valid UTF-8 (malformed
- * bytes become U+FFFD).
+ *                 is "standby" (group_rank -1, no members). "members" is [] from the round's
+ *                 start until the agent read the members' records, at its first monitor poll
+ *                 after its workers started (rendezvous/rdzv.h: <r>/table/<C>). Strings are
+ *                 made valid UTF-8 (malformed bytes become U+FFFD).
  *   GET /barrier-is-down  JobSet's in-place restart barrier (the startup probe's path): 200 once
  *                 lifted, or when --jobset-in-place-restart is off or bypassed; else 503 saying
  *                 what it waits for.

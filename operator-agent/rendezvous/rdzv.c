@@ -36,6 +36,9 @@ void rdzv_free_standbys(agent_rdzv_t *r) {
 }
 
 void agent_rdzv_reset_round(agent_rdzv_t *r) {
+  free(r->arrivals);
+  r->arrivals = NULL;
+  r->table_closer = 0;
   free(r->members);
   free(r->peer_hb);
   free(r->peer_hb_change_ns);
@@ -150,6 +153,32 @@ static agent_rdzv_result_t read_records(agent_rdzv_t *r, int64_t first, int64_t 
   return res;
 }
 
+/* The records of <round>/table/<closer> for the n members list[0..n-1] into m. A table missing or
+ * not those records: *bad = 1 and r->err names the key and what it holds (PROTOCOL_ERROR is the
+ * caller's to return: some callers only lose a best-effort extra). */
+static agent_rdzv_result_t read_table(agent_rdzv_t *r, int64_t round, int64_t closer,
+                                      const int64_t *list, int64_t n, agent_rdzv_member_t *m,
+                                      int *bad) {
+  char key[96], *val = NULL, want[96];
+  snprintf(key, sizeof key, "%" PRId64 "/table/%" PRId64, round, closer);
+  *bad = 0;
+  agent_rdzv_result_t res = rdzv_get_alloc(r, key, &val);
+  if (res < 0) return res;
+  snprintf(want, sizeof want, "the %" PRId64 " members' records, a line each", n);
+  if (!val) {
+    snprintf(r->err, sizeof r->err,
+             "protocol error: key %s is missing: the closer of round %" PRId64
+             " sets it before it closes the round (did something delete it?)",
+             key, round);
+    *bad = 1;
+  } else if (agent_rdzv_parse_table(val, n, list, r->nnodes_max + r->spares, m)) {
+    rdzv_bad_value(r, key, val, strlen(val), want);
+    *bad = 1;
+  }
+  free(val);
+  return AGENT_RDZV_PENDING;
+}
+
 agent_rdzv_result_t agent_rdzv_join(agent_rdzv_t *r, int64_t want_round, int attempt,
                                     int failures) {
   agent_rdzv_result_t res;
@@ -233,7 +262,7 @@ agent_rdzv_result_t rdzv_read_waiters(agent_rdzv_t *r, int64_t joined, agent_rdz
     free(mi);
     return res;
   }
-  for (int64_t i = 0; i < r->nmembers; i++) mi[i] = r->members[i].idx;
+  for (int64_t i = 0; i < r->nmembers; i++) mi[i] = r->arrivals[i];
   qsort(mi, (size_t)r->nmembers, sizeof *mi, rdzv_cmp_i64);
   qsort(all, (size_t)m, sizeof *all, member_cmp);
   int64_t k = 0;
@@ -300,35 +329,81 @@ static void free_members(agent_rdzv_t *r) {
   r->peer_hb = r->peer_hb_change_ns = NULL;
 }
 
-/* The members of the closed round: arrivals list[0..n-1] in group-rank order, or (list NULL, a
- * bare "N") the first n arrivals in (node_rank, idx) order. */
-static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns, const int64_t *list,
-                                        const char *table) {
+/* A member of a round closed with a header (rdzv.h): its place and what the members agree on,
+ * from <r>/closed alone; the records stay in <r>/table/<C> until agent_rdzv_load_members. Takes
+ * list. */
+static agent_rdzv_result_t from_header(agent_rdzv_t *r, int64_t now_ns, int64_t *list,
+                                       const char *header) {
+  int64_t n = r->nmembers, *bases = NULL;
+  agent_rdzv_header_t h;
+  if (agent_rdzv_parse_header(header, n, &h, &bases)) {
+    char key[96], want[160];
+    snprintf(key, sizeof key, "%" PRId64 "/closed", r->round);
+    snprintf(want, sizeof want,
+             "'world attempt failures worker_port closer nproc' for %" PRId64
+             " members after the list (world = the sum of their nprocs)",
+             n);
+    free_members(r);
+    free(list);
+    r->nmembers = 0;
+    return rdzv_bad_value(r, key, header, strlen(header), want);
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (list[i] == r->idx) {
+      r->group_rank = (int)i;
+      r->rank_base = (int)bases[i];
+    }
+  free(bases);
+  /* The leader follows every member's heartbeat, the others the leader's (rdzv_round.c). */
+  size_t nhb = r->group_rank == 0 ? (size_t)n : 1;
+  r->peer_hb = malloc(nhb * sizeof *r->peer_hb);
+  r->peer_hb_change_ns = malloc(nhb * sizeof *r->peer_hb_change_ns);
+  if (!r->peer_hb || !r->peer_hb_change_ns) {
+    free_members(r);
+    free(list);
+    r->nmembers = 0;
+    snprintf(r->err, sizeof r->err, "out of memory for %" PRId64 " members", n);
+    return AGENT_RDZV_NO_MEMORY;
+  }
+  for (size_t i = 0; i < nhb; i++) {
+    r->peer_hb[i] = -1;
+    r->peer_hb_change_ns[i] = now_ns;
+  }
+  r->arrivals = list;
+  r->table_closer = h.closer;
+  r->world_size = (int)h.world_size;
+  r->attempt = (int)h.attempt;
+  r->failures = (int)h.failures;
+  r->worker_store.port = (int)h.worker_port;
+  r->next_hb_ns = 0;
+  return r->worker_store.port ? AGENT_RDZV_MEMBER : find_store_host(r);
+}
+
+/* The members of the closed round: arrivals list[0..n-1] in group-rank order, with the header
+ * that follows the list (from_header), or without one their records read from <r>/node/<idx>;
+ * or (list NULL, a bare "N") the first n arrivals in (node_rank, idx) order. Takes list. */
+static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns, int64_t *list,
+                                        const char *header) {
   int64_t n = r->nmembers;
   free_members(r); /* an earlier poll that failed (a bad record) may have left them */
-  r->members = calloc((size_t)n, sizeof *r->members);
+  free(r->arrivals);
+  r->arrivals = NULL;
+  r->table_closer = 0;
+  if (header) return from_header(r, now_ns, list, header);
   r->peer_hb = calloc((size_t)n, sizeof *r->peer_hb);
   r->peer_hb_change_ns = calloc((size_t)n, sizeof *r->peer_hb_change_ns);
-  if (!r->members || !r->peer_hb || !r->peer_hb_change_ns) {
+  r->members = calloc((size_t)n, sizeof *r->members);
+  r->arrivals = calloc((size_t)n, sizeof *r->arrivals);
+  if (!r->members || !r->arrivals || !r->peer_hb || !r->peer_hb_change_ns) {
+    free(list);
     snprintf(r->err, sizeof r->err, "out of memory for %" PRId64 " members", n);
     return AGENT_RDZV_NO_MEMORY;
   }
   int missing = 0;
-  agent_rdzv_result_t res;
-  if (table) { /* the records the closer put after the list */
-    res = AGENT_RDZV_PENDING;
-    if (agent_rdzv_parse_table(table, n, list, r->nnodes_max + r->spares, r->members)) {
-      char key[96], want[96];
-      snprintf(key, sizeof key, "%" PRId64 "/closed", r->round);
-      snprintf(want, sizeof want, "%" PRId64 " member records after the list, a line each", n);
-      free_members(r);
-      r->nmembers = 0;
-      return rdzv_bad_value(r, key, table, strlen(table), want);
-    }
-  } else {
-    res = list ? read_idx(r, r->round, list, (size_t)n, r->members, &missing)
-               : read_records(r, 1, n, r->members, &missing);
-  }
+  agent_rdzv_result_t res = list ? read_idx(r, r->round, list, (size_t)n, r->members, &missing)
+                                 : read_records(r, 1, n, r->members, &missing);
+  int bare = !list;
+  free(list);
   if (res >= 0 && missing) {
     /* A member's record is not there yet (or <r>/closed counts fake joiners): poll again. */
     free_members(r);
@@ -336,11 +411,12 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns, const i
     return AGENT_RDZV_PENDING;
   }
   if (res < 0) return res;
-  if (!list) qsort(r->members, (size_t)n, sizeof *r->members, member_cmp);
+  if (bare) qsort(r->members, (size_t)n, sizeof *r->members, member_cmp);
   int attempt = 0, failures = 0, ws = 0;
   r->worker_store.port = 0;
   for (int64_t i = 0; i < n; i++) {
     agent_rdzv_member_t *m = &r->members[i];
+    r->arrivals[i] = m->idx;
     if (m->node_rank == r->host_rank && m->worker_port > 0) r->worker_store.port = m->worker_port;
     if (m->idx == r->idx) {
       r->group_rank = (int)i;
@@ -359,6 +435,44 @@ static agent_rdzv_result_t load_members(agent_rdzv_t *r, int64_t now_ns, const i
   if (!r->worker_store.port) return find_store_host(r);
   set_carry(r, r->members, n);
   return AGENT_RDZV_MEMBER;
+}
+
+agent_rdzv_result_t agent_rdzv_load_members(agent_rdzv_t *r) {
+  int64_t n = r->nmembers;
+  if (r->members || n <= 0 || !r->arrivals || !r->table_closer) return AGENT_RDZV_PENDING;
+  agent_rdzv_member_t *m = calloc((size_t)n, sizeof *m);
+  if (!m) {
+    snprintf(r->err, sizeof r->err, "out of memory for %" PRId64 " members' records", n);
+    return AGENT_RDZV_NO_MEMORY;
+  }
+  int bad = 0;
+  agent_rdzv_result_t res = read_table(r, r->round, r->table_closer, r->arrivals, n, m, &bad);
+  if (res < 0 || bad) {
+    free(m);
+    return res < 0 ? res : AGENT_RDZV_PROTOCOL_ERROR;
+  }
+  /* The records must give the place <r>/closed gave: this node at its group rank, the same rank
+   * base and world size. */
+  int64_t ws = 0, base = -1;
+  for (int64_t i = 0; i < n; i++) {
+    if (i == r->group_rank) base = ws;
+    ws += m[i].nproc;
+  }
+  if (r->group_rank < 0 || m[r->group_rank].node_rank != r->node_rank || base != r->rank_base ||
+      ws != r->world_size) {
+    snprintf(r->err, sizeof r->err,
+             "protocol error: key %" PRId64 "/table/%" PRId64 " disagrees with %" PRId64
+             "/closed: group rank %d is node %d there (this is "
+             "node %d), rank base %" PRId64 " (closed: %d), world size %" PRId64 " (closed: %d)",
+             r->round, r->table_closer, r->round, r->group_rank,
+             r->group_rank >= 0 ? m[r->group_rank].node_rank : -1, r->node_rank, base, r->rank_base,
+             ws, r->world_size);
+    free(m);
+    return AGENT_RDZV_PROTOCOL_ERROR;
+  }
+  r->members = m;
+  set_carry(r, m, n);
+  return AGENT_RDZV_PENDING;
 }
 
 /* prev_ranks from "<r-1>/members" (agent_rdzv_carry_over), when round r-1 closed in another
@@ -400,12 +514,16 @@ static agent_rdzv_result_t prev_ranks(agent_rdzv_t *r, int *prev, int npods) {
   int64_t n, *list = NULL;
   agent_rdzv_member_t *m = NULL;
   int missing = 0;
-  char *table = strchr(val, '\n'); /* the members' records, after the list (rdzv.h) */
-  if (table) *table++ = 0;
+  char *header = strchr(val, '\n'); /* what the members agree on, after the list (rdzv.h) */
+  if (header) *header++ = 0;
   if (!agent_rdzv_parse_closed(val, r->nnodes_max, &n, &list) &&
       (m = calloc((size_t)n, sizeof *m))) {
-    if (list && table) {
-      if (agent_rdzv_parse_table(table, n, list, npods, m)) missing = 1; /* best effort, as below */
+    if (list && header) {
+      agent_rdzv_header_t h;
+      int64_t *bases = NULL;
+      missing = agent_rdzv_parse_header(header, n, &h, &bases) != 0; /* best effort, as below */
+      free(bases);
+      if (!missing) res = read_table(r, r->round - 1, h.closer, list, n, m, &missing);
     } else if (list) {
       res = read_idx(r, r->round - 1, list, (size_t)n, m, &missing);
     } else {
@@ -462,12 +580,13 @@ static agent_rdzv_result_t absent_members(agent_rdzv_t *r, const int *prev, int 
 }
 
 /* Picks the members of the current round among arrivals 1..count (see rdzv.h) and formats the
- * <r>/closed value into *val (the caller frees); *val = NULL when the round cannot close yet (a
+ * <r>/closed value into *val and the <r>/table/<idx> value into *table (the caller frees both);
+ * *val = NULL when the round cannot close yet (a
  * record not written, the store host not there, fewer than MIN distinct nodes, a live member of
  * round r-1 still expected within member_wait_s). */
 static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, int64_t now_ns,
-                                          char **val) {
-  *val = NULL;
+                                          char **val, char **table) {
+  *val = *table = NULL;
   int npods = r->nnodes_max + r->spares;
   int64_t m = count;
   if (m > r->nnodes_max + AGENT_RDZV_MAX_WAITERS) m = r->nnodes_max + AGENT_RDZV_MAX_WAITERS;
@@ -476,7 +595,8 @@ static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, int64_
   int *prev = calloc((size_t)npods, sizeof *prev);
   int64_t *slot = NULL;
   const agent_rdzv_member_t **srec = NULL;
-  char *out = NULL;
+  char *out = NULL, *tab = NULL, *header = NULL;
+  int *nproc = NULL;
   int missing = 0;
   agent_rdzv_result_t res = AGENT_RDZV_NO_MEMORY;
   snprintf(r->err, sizeof r->err, "out of memory choosing the members of %" PRId64 " arrivals", m);
@@ -525,9 +645,10 @@ static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, int64_
   }
   slot = malloc((size_t)n * sizeof *slot);
   srec = malloc((size_t)n * sizeof *srec);
-  out = malloc(24 + (size_t)n * (21 + RECORD_MAX));
+  nproc = malloc((size_t)n * sizeof *nproc);
+  tab = malloc(1 + (size_t)n * RECORD_MAX);
   res = AGENT_RDZV_NO_MEMORY;
-  if (!slot || !srec || !out) goto done;
+  if (!slot || !srec || !nproc || !tab) goto done;
   for (int64_t g = 0; g < n; g++) slot[g] = 0;
   slot[0] = c[0].rec.idx; /* the store host */
   srec[0] = &c[0].rec;
@@ -544,15 +665,28 @@ static agent_rdzv_result_t choose_members(agent_rdzv_t *r, int64_t count, int64_
     slot[g] = c[i].rec.idx;
     srec[g] = &c[i].rec;
   }
+  /* What the members agree on (rdzv.h): the max attempt and failures, the store host's (group
+   * rank 0) workers' store, and this closer's table. */
+  agent_rdzv_header_t h = {.worker_port = srec[0]->worker_port, .closer = r->idx};
+  size_t tl = 0;
+  for (int64_t k = 0; k < n; k++) {
+    nproc[k] = srec[k]->nproc;
+    if (srec[k]->attempt > h.attempt) h.attempt = srec[k]->attempt;
+    if (srec[k]->failures > h.failures) h.failures = srec[k]->failures;
+    tl += (size_t)sprintf(tab + tl, "%s%d %d %d %d %s %s %d", k ? "\n" : "", srec[k]->node_rank,
+                          srec[k]->nproc, srec[k]->attempt, srec[k]->failures, srec[k]->addr,
+                          srec[k]->host, srec[k]->worker_port);
+  }
+  header = agent_rdzv_format_header(&h, n, nproc);
+  out = header ? malloc(24 + (size_t)n * 21 + strlen(header) + 2) : NULL;
+  if (!out) goto done;
   size_t len = (size_t)sprintf(out, "%" PRId64, n);
   for (int64_t k = 0; k < n; k++)
     len += (size_t)sprintf(out + len, "%c%" PRId64, k ? ',' : ' ', slot[k]);
-  for (int64_t k = 0; k < n; k++) /* the records, as the members wrote them (rdzv.h) */
-    len += (size_t)sprintf(out + len, "\n%d %d %d %d %s %s %d", srec[k]->node_rank, srec[k]->nproc,
-                           srec[k]->attempt, srec[k]->failures, srec[k]->addr, srec[k]->host,
-                           srec[k]->worker_port);
+  sprintf(out + len, "\n%s", header);
   *val = out;
-  out = NULL;
+  *table = tab;
+  out = tab = NULL;
   res = AGENT_RDZV_PENDING;
 done:
   free(recs);
@@ -560,6 +694,9 @@ done:
   free(prev);
   free(slot);
   free(srec);
+  free(nproc);
+  free(header);
+  free(tab);
   free(out);
   return res;
 }
@@ -568,15 +705,20 @@ done:
  * carries them over to a store the agents move to (it gets there first: the members stop their
  * workers before they move). Best effort: a record missing or bad only loses the carry-over. */
 static void remember_waited_round(agent_rdzv_t *r, const int64_t *list, int64_t n,
-                                  const char *table) {
+                                  const char *header) {
   if (n <= 0) return; /* parse_closed gives 1..nnodes_max */
   agent_rdzv_member_t *m = calloc((size_t)n, sizeof *m);
   int64_t *idx = list ? NULL : calloc((size_t)n, sizeof *idx);
   int missing = 0;
   char err[sizeof r->err];
   memcpy(err, r->err, sizeof err);
-  if (m && list && table) {
-    if (!agent_rdzv_parse_table(table, n, list, r->nnodes_max + r->spares, m)) set_carry(r, m, n);
+  if (m && list && header) {
+    agent_rdzv_header_t h;
+    int64_t *bases = NULL;
+    int bad = agent_rdzv_parse_header(header, n, &h, &bases) != 0;
+    free(bases);
+    if (!bad && read_table(r, r->round, h.closer, list, n, m, &bad) >= 0 && !bad)
+      set_carry(r, m, n);
   } else if (m && (list || idx)) {
     for (int64_t i = 0; idx && i < n; i++) idx[i] = i + 1;
     agent_rdzv_result_t res = read_idx(r, r->round, list ? list : idx, (size_t)n, m, &missing);
@@ -620,14 +762,28 @@ agent_rdzv_result_t agent_rdzv_join_poll(agent_rdzv_t *r, int64_t now_ns) {
       close = now_ns - r->min_seen_ns >= (int64_t)(r->last_call_s * NS_PER_S);
     }
     if (!close) return AGENT_RDZV_PENDING;
-    char *des = NULL;
-    if ((res = choose_members(r, count, now_ns, &des)) < 0) return res;
+    char *des = NULL, *table = NULL, tkey[96];
+    if ((res = choose_members(r, count, now_ns, &des, &table)) < 0) return res;
     if (!des) return AGENT_RDZV_PENDING;
+    /* The table first: whoever sees the round closed finds the records its closer names. */
+    snprintf(tkey, sizeof tkey, "%" PRId64 "/table/%" PRId64, r->round, r->idx);
+    res = rdzv_set_str(r, tkey, table);
+    free(table);
+    if (res < 0) {
+      free(des);
+      return res;
+    }
     void *v = NULL;
     size_t n = 0;
     tdist_status_t st = tdist_store_compare_set(r->store, key, "", 0, des, strlen(des), &v, &n);
+    int lost = st == TDIST_OK && (n != strlen(des) || memcmp(v, des, n));
     free(des);
     if (st != TDIST_OK) return rdzv_fail(r, key, st);
+    int deleted = 0; /* another closer won: its table is the one named */
+    if (lost && (st = tdist_store_delete_key(r->store, tkey, &deleted)) != TDIST_OK) {
+      tdist_free(v);
+      return rdzv_fail(r, tkey, st);
+    }
     val = malloc(n + 1);
     if (val) {
       memcpy(val, v, n);
@@ -640,9 +796,9 @@ agent_rdzv_result_t agent_rdzv_join_poll(agent_rdzv_t *r, int64_t now_ns) {
     }
   }
   int64_t n, *list = NULL;
-  char *table = strchr(val, '\n'); /* the members' records follow the list (rdzv.h) */
-  if (table) *table++ = 0;
-  if (agent_rdzv_parse_closed(val, r->nnodes_max, &n, &list) || (table && !list)) {
+  char *header = strchr(val, '\n'); /* what the members agree on follows the list (rdzv.h) */
+  if (header) *header++ = 0;
+  if (agent_rdzv_parse_closed(val, r->nnodes_max, &n, &list) || (header && !list)) {
     char want[96];
     snprintf(want, sizeof want, "a member count in 1..%d and its distinct arrivals", r->nnodes_max);
     res = rdzv_bad_value(r, key, val, strlen(val), want);
@@ -652,15 +808,14 @@ agent_rdzv_result_t agent_rdzv_join_poll(agent_rdzv_t *r, int64_t now_ns) {
   int member = !list && r->idx <= n;
   for (int64_t i = 0; list && i < n; i++) member |= list[i] == r->idx;
   if (!member) {
-    remember_waited_round(r, list, n, table);
+    remember_waited_round(r, list, n, header);
     free(list);
     free(val);
     r->closed_n = n;
     return AGENT_RDZV_WAITER;
   }
   r->nmembers = n;
-  res = load_members(r, now_ns, list, table);
-  free(list);
+  res = load_members(r, now_ns, list, header);
   free(val);
   return res;
 }

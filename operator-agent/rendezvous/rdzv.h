@@ -7,15 +7,25 @@
  *   <r>/joined               ADD counter: arrival index of each agent that joined round r
  *   <r>/node/<idx>           the record of arrival idx:
  *                            "node_rank nproc attempt failures addr host worker_port"
- *   <r>/closed               "N a1,...,aN": the members are arrivals a1..aN, in group-rank order
- *                            (first compare_set wins); a bare "N" means the first N arrivals,
- *                            in (node_rank, idx) order. The closer follows the list with the
- *                            members' records, a line each in group-rank order ("N a1,...,aN\n
- *                            rec1\n...\nrecN"), so that a member reads one value instead of N
- *                            records: N members x N records as one GET each, where N MULTI_GET
- *                            keys each cost the store O(N^2) lookups per round (bench/scale/
- *                            agents.c). A list without records (an agent before this) still
- *                            works: the records are read from <r>/node/<idx>.
+ *   <r>/closed               "N a1,...,aN\nW A F P C U": the members are arrivals a1..aN, in
+ *                            group-rank order (first compare_set wins), then what they agree on:
+ *                            world size W, attempt A and failures F (the max over the members'
+ *                            records), the workers' store port P (the store host's record), the
+ *                            closer's arrival C, and U, every member's nproc when all are equal
+ *                            (rank base of group rank g = g * U), else 0 and a third line
+ *                            "n1,...,nN" (the nprocs in group-rank order; bases are their prefix
+ *                            sums). That is all a member needs to start its workers, so joining
+ *                            reads O(N) numbers and no records: at 4,096 nodes the records were
+ *                            250 KB a member, 1 GB through the store per round (bench/scale).
+ *                            A bare "N" means the first N arrivals, in (node_rank, idx) order,
+ *                            and "N a1,...,aN" alone (no header) the records are read from
+ *                            <r>/node/<idx>: written by hand or by tests, never by the closer.
+ *   <r>/table/<C>            the members' records, a line each in group-rank order, as the
+ *                            members wrote them: set by closer C before its compare_set of
+ *                            <r>/closed (a closer that loses deletes its own). Read once per
+ *                            member, lazily (agent_rdzv_load_members): by the first monitor call,
+ *                            after the workers started, for /status's member list and the
+ *                            carry-over; before them only where needed (the PMIx node map).
  *   failed                   the job gave up (restarts exhausted): the text; standbys exit on it
  *   standby_exited           ADD counter: standbys that left after the job ended
  *   <r>/hb/<idx>             heartbeat counter of arrival idx (set every heartbeat interval)
@@ -131,7 +141,9 @@ typedef struct {
   int64_t full_seen_ns;         /* when the round first could close without a live member of the
                                  * last round (0 = not yet): member_wait_s counts from here */
   int64_t nmembers;             /* N once closed */
-  agent_rdzv_member_t *members; /* sorted by group rank */
+  int64_t *arrivals;            /* the members' arrival indexes, in group-rank order */
+  int64_t table_closer;         /* the closer whose <r>/table/<C> holds the records (0: none) */
+  agent_rdzv_member_t *members; /* sorted by group rank; NULL until agent_rdzv_load_members */
   int group_rank;
   int attempt, failures; /* agreed: max over members of their records */
   int world_size, rank_base;
@@ -195,8 +207,15 @@ agent_rdzv_result_t agent_rdzv_wait_closed(agent_rdzv_t *r, int timeout_ms);
  * this agent's view, agreed as the max over members). */
 agent_rdzv_result_t agent_rdzv_join(agent_rdzv_t *r, int64_t want_round, int attempt, int failures);
 
-/* One poll while joining: closes the round when it is time; MEMBER fills members/group_rank. */
+/* One poll while joining: closes the round when it is time; MEMBER fills group_rank, rank_base,
+ * world_size, attempt, failures, worker_store and arrivals (not members: see below). */
 agent_rdzv_result_t agent_rdzv_join_poll(agent_rdzv_t *r, int64_t now_ns);
+
+/* A member: reads the closed round's member records (<r>/table/<C>, one GET) into r->members,
+ * once, and with them what agent_rdzv_carry_over needs; a table that disagrees with <r>/closed
+ * is a protocol error. No store call when they are already there. agent_rdzv_monitor calls it
+ * first; call it before reading r->members elsewhere. */
+agent_rdzv_result_t agent_rdzv_load_members(agent_rdzv_t *r);
 
 /* One poll while workers run: heartbeats, round moved (reads <r>/end), waiters to admit, peers
  * silent for heartbeat_timeout (the leader watches everybody, everybody watches the leader). */
@@ -240,7 +259,24 @@ int agent_rdzv_parse_end(const char *s, agent_restart_reason_t *reason, const ch
  * distinct, in 1..AGENT_RDZV_MAX_COUNT, or NULL for a bare "N". */
 int agent_rdzv_parse_closed(const char *s, int nnodes_max, int64_t *n, int64_t **list);
 
-/* The records that follow the list in <r>/closed: n lines, line i parsed into m[i] as
+/* What <r>/closed agrees on after its list (see the top of this file). */
+typedef struct {
+  int64_t world_size;        /* 1..INT32_MAX: the sum of the members' nproc */
+  int64_t attempt, failures; /* 0..AGENT_RDZV_MAX_COUNT */
+  int64_t worker_port;       /* 0..65535 */
+  int64_t closer;            /* 1..AGENT_RDZV_MAX_COUNT: <r>/table/<closer> */
+  int64_t nproc;             /* every member's, 1..2^20; 0: they differ (a list follows) */
+} agent_rdzv_header_t;
+
+/* The header of n members with these nprocs (world size and nproc computed from them; attempt,
+ * failures, worker_port and closer taken from h): malloc'd text, NULL when out of memory. */
+char *agent_rdzv_format_header(const agent_rdzv_header_t *h, int64_t n, const int *nproc);
+/* The header after the list of n members: 0 with *h and *bases (n rank bases, the caller frees),
+ * or -1 for text agent_rdzv_format_header never writes (the world size not the nprocs' sum, an
+ * nproc list of equal counts, a field out of range, anything extra). */
+int agent_rdzv_parse_header(const char *s, int64_t n, agent_rdzv_header_t *h, int64_t **bases);
+
+/* The records of <r>/table/<C>: n lines, line i parsed into m[i] as
  * agent_rdzv_parse_record does, with m[i].idx = list[i] (the arrival the list names for it); -1
  * if a line is not a record an agent writes or the line count is not n. */
 int agent_rdzv_parse_table(const char *s, int64_t n, const int64_t *list, int nnodes_max,

@@ -107,7 +107,7 @@ static agent_rdzv_result_t heartbeat(agent_rdzv_t *r, int64_t now_ns) {
     return AGENT_RDZV_NO_MEMORY;
   }
   for (size_t i = 0; i < n; i++)
-    if (asprintf(&keys[i], "%" PRId64 "/hb/%d", r->round, r->members[lo + (int64_t)i].idx) < 0)
+    if (asprintf(&keys[i], "%" PRId64 "/hb/%" PRId64, r->round, r->arrivals[lo + (int64_t)i]) < 0)
       keys[i] = NULL;
   tdist_status_t st = TDIST_ERR_NO_MEMORY;
   snprintf(r->err, sizeof r->err, "out of memory reading heartbeats");
@@ -125,7 +125,7 @@ static agent_rdzv_result_t heartbeat(agent_rdzv_t *r, int64_t now_ns) {
     memcpy(buf, vals[i], l);
     buf[l] = 0;
     int64_t v;
-    if (r->members[m].idx == r->idx) continue;
+    if (r->arrivals[m] == r->idx) continue;
     if (l != lens[i] || strlen(buf) != l || agent_rdzv_parse_int(buf, 0, INT64_MAX, &v)) {
       res = rdzv_bad_value(r, keys[i], vals[i], lens[i], "a heartbeat counter");
       break;
@@ -258,6 +258,8 @@ agent_rdzv_result_t agent_rdzv_monitor(agent_rdzv_t *r, int64_t now_ns) {
   int64_t cur;
   if ((res = rdzv_read_round(r, &cur)) < 0) return res;
   if (cur > r->round) return read_end(r, cur);
+  /* The members' records, once (rdzv.h: <r>/table/<C>): the workers are running by now. */
+  if ((res = agent_rdzv_load_members(r)) < 0) return res;
   int64_t due = r->next_hb_ns;
   if ((res = heartbeat(r, now_ns)) != AGENT_RDZV_PENDING) return res;
   if (r->group_rank == 0 && now_ns >= due && (res = standby_liveness(r, now_ns)) < 0) return res;

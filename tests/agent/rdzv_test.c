@@ -571,12 +571,27 @@ static void test_validators(void) {
       int ok, bare;
       int64_t n, first, last;
     } cl[] = {
-        {"3", 1, 1, 3, 0, 0},         {"3 5,1,2", 1, 0, 3, 5, 2}, {"1 7", 1, 0, 1, 7, 7},
-        {"4", 0, 0, 0, 0, 0},         {"0", 0, 0, 0, 0, 0},       {"3 1,2", 0, 0, 0, 0, 0},
-        {"3 1,2,3,4", 0, 0, 0, 0, 0}, {"3 1,1,2", 0, 0, 0, 0, 0}, {"3 1,2,0", 0, 0, 0, 0, 0},
-        {"3 1,2,", 0, 0, 0, 0, 0},    {"3 1,,2", 0, 0, 0, 0, 0},  {"3 ", 0, 0, 0, 0, 0},
-        {"3 1,2,x", 0, 0, 0, 0, 0},   {"2 1 2", 0, 0, 0, 0, 0},   {"03 1,2,3", 0, 0, 0, 0, 0},
-        {"3 1,2,01", 0, 0, 0, 0, 0},  {"", 0, 0, 0, 0, 0},
+        {"3", 1, 1, 3, 0, 0},
+        {"3 5,1,2", 1, 0, 3, 5, 2},
+        {"1 7", 1, 0, 1, 7, 7},
+        {"4", 0, 0, 0, 0, 0},
+        {"0", 0, 0, 0, 0, 0},
+        {"3 1,2", 0, 0, 0, 0, 0},
+        {"3 1,2,3,4", 0, 0, 0, 0, 0},
+        {"3 1,1,2", 0, 0, 0, 0, 0},
+        {"3 1,2,0", 0, 0, 0, 0, 0},
+        {"3 1,2,", 0, 0, 0, 0, 0},
+        {"3 1,,2", 0, 0, 0, 0, 0},
+        {"3 ", 0, 0, 0, 0, 0},
+        {"3 1,2,x", 0, 0, 0, 0, 0},
+        {"2 1 2", 0, 0, 0, 0, 0},
+        {"03 1,2,3", 0, 0, 0, 0, 0},
+        {"3 1,2,01", 0, 0, 0, 0, 0},
+        {"", 0, 0, 0, 0, 0},
+        /* arrivals far apart (the distinctness check's set, not its bitmap) */
+        {"2 1000000000,7", 1, 0, 2, 1000000000, 7},
+        {"3 1000000000,7,1000000000", 0, 0, 0, 0, 0},
+        {"3 999999999,1000000000,3", 1, 0, 3, 999999999, 3},
     };
     for (size_t i = 0; i < sizeof cl / sizeof cl[0]; i++) {
       int64_t n = 0, *list = NULL;
@@ -682,6 +697,13 @@ static void test_failover(int carry) {
   }
   for (int k = 0; k < 3; k++) CHECK(agent_rdzv_join(&a[order[k]].r, 0, 0, 0) == AGENT_RDZV_PENDING);
   CHECK_EQ_INT(poll_until_closed(a, N, 0), 3);
+  /* A member knows the others' node ranks from its first monitor call on (it reads the records
+   * then, once its workers started). */
+  for (int k = 0; k < 3; k++) {
+    CHECK(a[order[k]].r.members == NULL);
+    CHECK(agent_rdzv_monitor(&a[order[k]].r, 0) == AGENT_RDZV_PENDING);
+    CHECK(a[order[k]].r.members != NULL);
+  }
   for (int k = 3; k < N; k++) {
     CHECK(agent_rdzv_join(&a[order[k]].r, 0, 0, 0) == AGENT_RDZV_PENDING);
     CHECK(agent_rdzv_join_poll(&a[order[k]].r, 0) == AGENT_RDZV_WAITER);
@@ -754,57 +776,91 @@ static void test_failover(int carry) {
   for (int i = 0; i < N; i++) sim_close(&a[i]);
 }
 
-/* The closer puts the members' records after the list in <r>/closed, and a member reads them from
- * there: the lines equal the <r>/node/<idx> records in group-rank order, and members that poll
- * after every record key is deleted still get their group rank, rank base, world size, workers'
- * store and peers' addresses. A table that is not the list's records is a protocol error. */
-static void test_records_in_closed(void) {
+/* The closer puts what the members agree on after the list in <r>/closed ("N a1,...,aN\nW A F P C
+ * U", and the nprocs when they differ) and the members' records in <r>/table/<C>, set before
+ * <r>/closed: the table's lines equal the <r>/node/<idx> records in group-rank order. Members that
+ * poll after every record key is deleted still get their group rank, rank base, world size and
+ * workers' store, without reading the table; their first monitor call reads it (peers'
+ * addresses, hosts, arrivals). A header no closer writes is a protocol error naming <r>/closed;
+ * a table missing or disagreeing with <r>/closed one naming the table's key. */
+static void check_closed_layout(const char *run, const int *nproc) {
   enum { N = 3 };
   sim_t a[N];
-  int nproc[N] = {2, 1, 3};
-  for (int i = 0; i < N; i++) sim_open(&a[i], "table", i, nproc[i], N, N);
+  int ws = 0;
+  for (int i = 0; i < N; i++) {
+    sim_open(&a[i], run, i, nproc[i], N, N);
+    ws += nproc[i];
+  }
   join_all(a, N, 0);
   CHECK(agent_rdzv_join_poll(&a[0].r, 0) == AGENT_RDZV_MEMBER);
   void *v = NULL;
   size_t n = 0;
   CHECK(tdist_store_get(a[0].store, "0/closed", &v, &n) == TDIST_OK);
-  char *val = strndup(v, n), want[1024];
+  char *val = strndup(v, n), want[1024], table[1024] = "", tkey[32];
   tdist_free(v);
-  int at = snprintf(want, sizeof want, "%d", N);
+  int at = snprintf(want, sizeof want, "%d", N),
+      same = nproc[0] == nproc[1] && nproc[1] == nproc[2];
   for (int g = 0; g < N; g++)
     at += snprintf(want + at, sizeof want - (size_t)at, "%c%d", g ? ',' : ' ', (int)a[g].r.idx);
+  at += snprintf(want + at, sizeof want - (size_t)at, "\n%d 0 0 30000 %d %d", ws, (int)a[0].r.idx,
+                 same ? nproc[0] : 0);
+  for (int g = 0; !same && g < N; g++)
+    at += snprintf(want + at, sizeof want - (size_t)at, "%c%d", g ? ',' : '\n', nproc[g]);
+  CHECK_STR(val, want);
+  free(val);
+  int tl = 0;
   for (int g = 0; g < N; g++) {
     char key[32];
     snprintf(key, sizeof key, "0/node/%d", (int)a[g].r.idx);
     CHECK(tdist_store_get(a[0].store, key, &v, &n) == TDIST_OK);
-    at += snprintf(want + at, sizeof want - (size_t)at, "\n%.*s", (int)n, (char *)v);
+    tl +=
+        snprintf(table + tl, sizeof table - (size_t)tl, "%s%.*s", g ? "\n" : "", (int)n, (char *)v);
     tdist_free(v);
     int deleted = 0;
     CHECK(tdist_store_delete_key(a[0].store, key, &deleted) == TDIST_OK && deleted);
   }
-  CHECK_STR(val, want);
+  snprintf(tkey, sizeof tkey, "0/table/%d", (int)a[0].r.idx);
+  CHECK(tdist_store_get(a[0].store, tkey, &v, &n) == TDIST_OK);
+  val = strndup(v, n);
+  tdist_free(v);
+  CHECK_STR(val, table);
   free(val);
   for (int i = 1; i < N; i++) {
     CHECK(agent_rdzv_join_poll(&a[i].r, 0) == AGENT_RDZV_MEMBER);
     CHECK_EQ_INT(a[i].r.group_rank, i);
-    CHECK_EQ_INT(a[i].r.rank_base, i == 1 ? 2 : 3);
-    CHECK_EQ_INT(a[i].r.world_size, 6);
+    CHECK_EQ_INT(a[i].r.rank_base, i == 1 ? nproc[0] : nproc[0] + nproc[1]);
+    CHECK_EQ_INT(a[i].r.world_size, ws);
     CHECK_EQ_INT(a[i].r.worker_store.port, 30000);
+    CHECK(a[i].r.members == NULL); /* not read yet */
+    CHECK(agent_rdzv_monitor(&a[i].r, 0) == AGENT_RDZV_PENDING);
+    CHECK(a[i].r.members != NULL);
     for (int g = 0; g < N; g++) {
       CHECK_STR(a[i].r.members[g].addr, a[g].r.addr);
       CHECK_STR(a[i].r.members[g].host, a[g].r.host);
       CHECK_EQ_INT(a[i].r.members[g].idx, (int)a[g].r.idx);
+      CHECK_EQ_INT(a[i].r.members[g].nproc, nproc[g]);
     }
+    CHECK_EQ_INT(a[i].r.carry_n, N);
   }
   for (int i = 0; i < N; i++) sim_close(&a[i]);
-  /* Tables no closer writes. */
+}
+
+static void test_closed_layout(void) {
+  const int mixed[3] = {2, 1, 3}, same[3] = {2, 2, 2};
+  check_closed_layout("layout-mixed", mixed);
+  check_closed_layout("layout-same", same);
+  /* Headers no closer writes. */
   const char *bad[] = {"2 1,2\n0 1 0 0 10.0.0.1 job-0 30000\nnot a record",
                        "2 1,2\n0 1 0 0 10.0.0.1 job-0 30000",
-                       "2 1,2\n0 1 0 0 10.0.0.1 job-0 30000\n1 1 0 0 10.0.0.2 job-1 0\n",
-                       "2\n0 1 0 0 10.0.0.1 job-0 30000\n1 1 0 0 10.0.0.2 job-1 0"};
+                       "2 1,2\n3 0 0 30000 1 1",      /* world size not 2 x 1 */
+                       "2 1,2\n2 0 0 30000 1 0\n1,1", /* equal nprocs written as a list */
+                       "2 1,2\n3 0 0 30000 1 0\n1,2,",
+                       "2 1,2\n2 0 0 30000 1 1\n",
+                       "2 1,2\n2 0 0 30000 0 1", /* closer 0 */
+                       "2\n2 0 0 30000 1 1"};
   for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
     char run[32];
-    snprintf(run, sizeof run, "badtable%zu", k);
+    snprintf(run, sizeof run, "badheader%zu", k);
     sim_t b[2];
     for (int i = 0; i < 2; i++) sim_open(&b[i], run, i, 1, 3, 3);
     join_all(b, 2, 0);
@@ -813,6 +869,82 @@ static void test_records_in_closed(void) {
     CHECK_HAS(b[1].r.err, "key 0/closed holds");
     for (int i = 0; i < 2; i++) sim_close(&b[i]);
   }
+  /* A good header, then a table that is missing, not records, or not the header's members. */
+  const char *tables[] = {NULL, "garbage\nx", "1 1 0 0 a h 30000\n0 1 0 0 b h 0",
+                          "0 1 0 0 a h 30000\n1 2 0 0 b h 0"};
+  for (size_t k = 0; k < sizeof tables / sizeof *tables; k++) {
+    char run[32];
+    snprintf(run, sizeof run, "badtable%zu", k);
+    sim_t b[2];
+    for (int i = 0; i < 2; i++) sim_open(&b[i], run, i, 1, 2, 2);
+    join_all(b, 2, 0);
+    const char *closed = "2 1,2\n2 0 0 30000 1 1";
+    CHECK(tdist_store_set(b[0].store, "0/closed", closed, strlen(closed)) == TDIST_OK);
+    if (tables[k])
+      CHECK(tdist_store_set(b[0].store, "0/table/1", tables[k], strlen(tables[k])) == TDIST_OK);
+    CHECK(agent_rdzv_join_poll(&b[1].r, 0) == AGENT_RDZV_MEMBER);
+    CHECK(agent_rdzv_monitor(&b[1].r, 0) == AGENT_RDZV_PROTOCOL_ERROR);
+    CHECK_HAS(b[1].r.err, "0/table/1");
+    for (int i = 0; i < 2; i++) sim_close(&b[i]);
+  }
+}
+
+/* The header codec on random members: what format writes, parse reads back (world size, rank
+ * bases as the nprocs' prefix sums, the one-count form exactly when all are equal), and the text
+ * is the one format writes again. */
+static void test_header_codec(unsigned seed) {
+  srand(seed);
+  for (int iter = 0; iter < 2000; iter++) {
+    int64_t n = 1 + rand() % (iter % 10 ? 8 : 300);
+    int *np = calloc((size_t)n, sizeof *np), k = rand() % 3;
+    CHECK(np != NULL);
+    int64_t ws = 0;
+    for (int64_t i = 0; i < n; i++) {
+      np[i] = k == 0 ? 8 : k == 1 ? 1 + rand() % 4 : 1 + rand() % (1 << 20);
+      ws += np[i];
+    }
+    agent_rdzv_header_t h = {.attempt = rand() % 1000,
+                             .failures = rand() % 3 ? 0 : AGENT_RDZV_MAX_COUNT,
+                             .worker_port = rand() % 65536,
+                             .closer = 1 + rand() % 100000},
+                        g;
+    char *text = agent_rdzv_format_header(&h, n, np);
+    CHECK(text != NULL);
+    int64_t *bases = NULL;
+    CHECK_EQ_INT(agent_rdzv_parse_header(text, n, &g, &bases), 0);
+    CHECK(g.world_size == ws && g.attempt == h.attempt && g.failures == h.failures);
+    CHECK(g.worker_port == h.worker_port && g.closer == h.closer);
+    int same = 1;
+    int64_t b = 0;
+    for (int64_t i = 0; i < n; i++) {
+      same &= np[i] == np[0];
+      CHECK(bases[i] == b);
+      b += np[i];
+    }
+    CHECK_EQ_INT(g.nproc, same ? np[0] : 0);
+    CHECK_EQ_INT(strchr(text, '\n') == NULL, same);
+    char *again = agent_rdzv_format_header(&g, n, np);
+    CHECK_STR(again, text);
+    free(again);
+    /* The same text read for one member more is refused (the world size no longer adds up). */
+    int64_t *b2 = NULL;
+    CHECK_EQ_INT(agent_rdzv_parse_header(text, n + 1, &g, &b2), -1);
+    CHECK(b2 == NULL);
+    free(bases);
+    free(text);
+    free(np);
+  }
+  /* A world of 2^31 ranks or more is refused, never wrapped into an int. */
+  enum { BIG = 2049 };
+  int *np = malloc(BIG * sizeof *np);
+  CHECK(np != NULL);
+  for (int i = 0; i < BIG; i++) np[i] = 1 << 20;
+  agent_rdzv_header_t h = {.closer = 1}, g;
+  char *text = agent_rdzv_format_header(&h, BIG, np);
+  int64_t *bases = NULL;
+  CHECK(text != NULL && agent_rdzv_parse_header(text, BIG, &g, &bases) == -1 && !bases);
+  free(text);
+  free(np);
 }
 
 int main(void) {
@@ -836,7 +968,8 @@ int main(void) {
   test_hostile_records();
   test_failover(1);
   test_failover(0);
-  test_records_in_closed();
+  test_closed_layout();
+  test_header_codec(seed);
   test_store_lost(); /* last: it stops the server */
   printf("rdzv_test: ok (seed %u)\n", seed);
   return 0;

@@ -20,8 +20,8 @@ cleanup() {
   rm -rf "$tmp"
 }
 
-# seed NAME PARSER VALUE [NNODES_MAX]: one corpus file (PARSER 0 record, 1 int, 2 end, 3 closed;
-# NNODES_MAX default 1).
+# seed NAME PARSER VALUE [NNODES_MAX]: one corpus file (PARSER 0 record, 1 int, 2 end, 3 closed
+# with its header, 7 a closed list followed by the records of <r>/table/<C>; NNODES_MAX default 1).
 seed() {
   { printf "\\x$(printf %02x "$2")\\x$(printf %02x $((${4:-1} - 1)))"; printf '%s' "$3"; } \
     >"$out/$1"
@@ -56,12 +56,18 @@ main() {
   seed int_joined 1 "$(get 1/joined)"
   seed end_round0 2 "$(get 0/end)"
   seed closed_round0 3 "$(get 0/closed)"
-  seed closed_round1 3 "$(get 1/closed)"
+  local c1
+  c1=$(get 1/closed)
+  seed closed_round1 3 "$c1"
+  # The list, then the records its closer (the header's fifth field) set in 1/table/<C>.
+  seed table_round1 7 "$(head -1 <<<"$c1")"$'\n'"$(get "1/table/$(sed -n 2p <<<"$c1" | cut -d' ' -f5)")"
   # The shapes of a 3-node job with a standby, as rdzv.c writes them (a standalone agent is one
   # node): the members' arrivals in group-rank order, a member's record, the other end reasons.
   seed closed_3of4 3 "3 1,4,2" 4
   seed closed_bare 3 "2" 4
-  seed closed_table 3 $'2 1,2\n0 1 0 0 10.0.0.1 job-0 30000\n1 1 0 0 10.0.0.2 job-1 0' 4
+  seed closed_header 3 $'3 1,4,2\n24 3 1 30000 4 8' 4
+  seed closed_header_mixed 3 $'3 1,4,2\n7 0 0 30000 1 0\n2,1,4' 4
+  seed closed_table 7 $'2 1,2\n0 1 0 0 10.0.0.1 job-0 30000\n1 1 0 0 10.0.0.2 job-1 0' 4
   seed record_node2 0 "2 8 3 1 10.244.1.7 tdist-train-2 0" 4
   seed end_peer_lost 2 "peer_lost node 2 (tdist-train-2) silent for 30 s"
   seed end_membership 2 "membership node 3 joined"

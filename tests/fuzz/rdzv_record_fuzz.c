@@ -2,8 +2,9 @@
  * the records, counters, round ends and closed lists agents write to the store and read back.
  *
  * Input: byte 0 picks the parser (& 3: 0 agent_rdzv_parse_record, 1 agent_rdzv_parse_int, 2
- * agent_rdzv_parse_end, 3 agent_rdzv_parse_closed, and agent_rdzv_parse_table on what follows a
- * newline); byte 1 is nnodes_max - 1 (1..256; for
+ * agent_rdzv_parse_end, 3 agent_rdzv_parse_closed, and on what follows a newline
+ * agent_rdzv_parse_header (the <r>/closed value), or with bit 2 set agent_rdzv_parse_table (the
+ * <r>/table/<C> value, the list giving the arrivals)); byte 1 is nnodes_max - 1 (1..256; for
  * parse_int, hi = byte 1 << (byte 1 & 63), lo = 0 or -hi); the rest, up to a NUL, is the value
  * as read from the store (an exact-size heap copy, so that ASan catches a read past its end).
  * Invariants for any input:
@@ -11,7 +12,8 @@
  *   - on 0, every field is in the range rdzv.h documents, and writing the fields back as an
  *     agent writes them (rdzv.c's formats) gives the input byte for byte: the codec accepts only
  *     the canonical text, so two agents never read one value two ways;
- *   - parse_closed's list is distinct and in range, NULL exactly for a bare "N".
+ *   - parse_closed's list is distinct and in range, NULL exactly for a bare "N";
+ *   - parse_header's rank bases are the prefix sums of nprocs that add up to its world size.
  * Built by Bazel into rdzv_record_fuzz_replay_test (rdzv_record_replay.c) and by
  * run_libfuzzer.sh with -fsanitize=fuzzer. Keeps no state. */
 #include <inttypes.h>
@@ -86,7 +88,7 @@ static void check_end(const char *s) {
              "'%s' is not '<reason> <text>'", s);
 }
 
-/* The members' records after the list (agent_rdzv_parse_table): 0 or -1, deterministic, each
+/* The members' records of <r>/table/<C> (agent_rdzv_parse_table): 0 or -1, deterministic, each
  * record given the list's arrival, and on 0 the records written back a line each give the table. */
 static void check_table(const char *table, int64_t n, const int64_t *list, int nnodes_max) {
   agent_rdzv_member_t *m = calloc((size_t)n, sizeof *m), *m2 = calloc((size_t)n, sizeof *m2);
@@ -113,8 +115,49 @@ static void check_table(const char *table, int64_t n, const int64_t *list, int n
   free(m2);
 }
 
-static void check_closed(const char *value, int nnodes_max) {
-  /* As the agents read it: the list, then (after a newline) the members' records. */
+/* What follows the list in <r>/closed (agent_rdzv_parse_header): 0 or -1, deterministic; on 0 the
+ * fields in range, the bases from 0 rising by 1..2^20 up to below the world size, and the nprocs
+ * they give written back by agent_rdzv_format_header give the text byte for byte. */
+static void check_header(const char *text, int64_t n) {
+  agent_rdzv_header_t h, h2;
+  int64_t *b = NULL, *b2 = NULL;
+  int rc = agent_rdzv_parse_header(text, n, &h, &b);
+  FUZZ_CHECK(rc == 0 || rc == -1, "rc %d", rc);
+  FUZZ_CHECK(agent_rdzv_parse_header(text, n, &h2, &b2) == rc, "not deterministic");
+  if (rc) {
+    FUZZ_CHECK(!b && !b2, "bases on failure");
+    return;
+  }
+  FUZZ_CHECK(!memcmp(&h, &h2, sizeof h) && !memcmp(b, b2, (size_t)n * sizeof *b), "differ");
+  FUZZ_CHECK(h.world_size >= 1 && h.world_size <= INT32_MAX, "world %" PRId64, h.world_size);
+  FUZZ_CHECK(h.attempt >= 0 && h.attempt <= AGENT_RDZV_MAX_COUNT && h.failures >= 0 &&
+                 h.failures <= AGENT_RDZV_MAX_COUNT,
+             "attempt %" PRId64 " failures %" PRId64, h.attempt, h.failures);
+  FUZZ_CHECK(h.worker_port >= 0 && h.worker_port <= 65535 && h.closer >= 1 &&
+                 h.closer <= AGENT_RDZV_MAX_COUNT && h.nproc >= 0 && h.nproc <= (1 << 20),
+             "port %" PRId64 " closer %" PRId64 " nproc %" PRId64, h.worker_port, h.closer,
+             h.nproc);
+  int *np = malloc((size_t)n * sizeof *np);
+  FUZZ_CHECK(np != NULL, "out of memory");
+  for (int64_t i = 0; i < n; i++) {
+    int64_t next = i + 1 < n ? b[i + 1] : h.world_size;
+    FUZZ_CHECK(b[0] == 0 && next - b[i] >= 1 && next - b[i] <= (1 << 20),
+               "base %" PRId64 " of member %" PRId64 ", next %" PRId64, b[i], i, next);
+    FUZZ_CHECK(!h.nproc || next - b[i] == h.nproc, "nproc %" PRId64, h.nproc);
+    np[i] = (int)(next - b[i]);
+  }
+  char *back = agent_rdzv_format_header(&h, n, np);
+  FUZZ_CHECK(back && !strcmp(back, text), "'%s' parsed, written back as '%s'", text,
+             back ? back : "(null)");
+  free(back);
+  free(np);
+  free(b);
+  free(b2);
+}
+
+static void check_closed(const char *value, int nnodes_max, int table_after) {
+  /* As the agents read it: the list, then (after a newline) the header, or for table_after the
+   * members' records (the list naming their arrivals, as in <r>/table/<C>). */
   char *s = strdup(value), *table = strchr(s, '\n');
   FUZZ_CHECK(s != NULL, "out of memory");
   if (table) *table++ = 0;
@@ -142,7 +185,8 @@ static void check_closed(const char *value, int nnodes_max) {
     len += (size_t)snprintf(back + len, cap - len, "%s%" PRId64, i ? "," : " ", list[i]);
   }
   FUZZ_CHECK(!strcmp(back, s), "'%s' parsed, written back as '%s'", s, back);
-  if (table && list) check_table(table, n, list, nnodes_max);
+  if (table && list && table_after) check_table(table, n, list, nnodes_max);
+  if (table && list && !table_after) check_header(table, n);
   free(back);
   free(list);
   free(list2);
@@ -163,7 +207,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 0: check_record(s, nnodes_max); break;
     case 1: check_int(s, data[1]); break;
     case 2: check_end(s); break;
-    default: check_closed(s, nnodes_max); break;
+    default: check_closed(s, nnodes_max, data[0] & 4); break;
   }
   free(s);
   return 0;

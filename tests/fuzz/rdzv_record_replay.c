@@ -1,10 +1,10 @@
 /* The generator of rdzv_record_fuzz_replay_test (the driver is tests/testlib/fuzz_replay.h):
  * after the seed corpus of the rendezvous codec's fuzz target (rdzv_record_fuzz.c), inputs made
  * from it: values written the way agents write them with random fields (records, counters, round
- * ends, closed lists, at and past their bounds), near misses of those (a sign, a leading zero, a
- * space too many, a field too long), corpus files with bit flips, tokens, insertions, deletions
- * and truncations, splices of two files, and random bytes. An invariant failure aborts (the test
- * fails with the message; TDIST_TEST_SEED and COUNT reproduce a run).
+ * ends, closed lists with their headers, at and past their bounds), near misses of those (a sign, a
+ * leading zero, a space too many, a field too long), corpus files with bit flips, tokens,
+ * insertions, deletions and truncations, splices of two files, and random bytes. An invariant
+ * failure aborts (the test fails with the message; TDIST_TEST_SEED and COUNT reproduce a run).
  *
  * usage: rdzv_record_fuzz_replay_test CORPUS_DIR [COUNT]   (default COUNT 20000) */
 #define _GNU_SOURCE
@@ -96,6 +96,21 @@ static void gen_value(enc_t *b) {
       for (int64_t i = 0; i < n; i++) {
         snprintf(num, sizeof num, "%s%" PRId64, i ? "," : " ",
                  rnd_below(8) ? 1 + (int64_t)rnd_below(2 * (uint64_t)n) : near_bound());
+        enc_text(b, num);
+      }
+      if (rnd_below(4) == 0) break;
+      /* The header ("W A F P C U", U 0: the nprocs follow), its world size mostly the sum. */
+      int64_t u = rnd_below(3) ? 1 + (int64_t)rnd_below(8) : 0, ws = 0, np[300];
+      for (int64_t i = 0; i < n && i < 300; i++) ws += np[i] = u ? u : 1 + (int64_t)rnd_below(8);
+      char line[160];
+      snprintf(line, sizeof line,
+               "\n%" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64,
+               rnd_below(8) ? ws : near_bound(), rnd_below(8) ? 0 : near_bound(),
+               (int64_t)rnd_below(3), (int64_t)rnd_below(65536),
+               rnd_below(8) ? 1 + (int64_t)rnd_below(10) : near_bound(), u);
+      enc_text(b, line);
+      for (int64_t i = 0; !u && i < n && i < 300; i++) {
+        snprintf(num, sizeof num, "%s%" PRId64, i ? "," : "\n", np[i]);
         enc_text(b, num);
       }
     }
