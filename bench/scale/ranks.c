@@ -549,7 +549,8 @@ static long on_node(node_t *nd, rank_t *rk, long lo, uint32_t events, int ep, lo
     ssize_t got = recv(nd->fd, nd->in + nd->in_len, nd->in_cap - nd->in_len, 0);
     if (got < 0 && errno == EINTR) continue;
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return fin;
-    if (got <= 0) return fin + node_fail(nd, rk, lo, got ? strerror(errno) : "closed by the server");
+    if (got <= 0)
+      return fin + node_fail(nd, rk, lo, got ? strerror(errno) : "closed by the server");
     nd->in_len += (size_t)got;
     fin += node_input(nd, rk, lo, now_ns());
     if (nd->state == N_FAILED) return fin;
