@@ -20,6 +20,8 @@ Asserts nothing about speed; a wrong value read back is an error (exit 1).
 import json
 import os
 import random
+import select
+import signal
 import statistics
 import subprocess
 import sys
@@ -51,8 +53,7 @@ def cmd_client(args):
     import torch.distributed as dist
 
     port, n, vsize, tag = int(args[0]), int(args[1]), int(args[2]), args[3]
-    kw = {}
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60), **kw)
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
     keys = ["%s/k%d" % (tag, i) for i in range(n)]
     # Values differ per key (the sample check must catch a value stored under the wrong key).
     base = b"v" * vsize
@@ -106,9 +107,11 @@ class Server:
             py, mode = self.argv
             self.proc = subprocess.Popen([py, os.path.abspath(__file__), "serve", mode],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            line = self.proc.stdout.readline()  # the server's deadline is its own 60 s timeout
+            ready, _, _ = select.select([self.proc.stdout], [], [], 120)
+            line = self.proc.stdout.readline() if ready else ""
             if not line.strip().isdigit():
-                raise RuntimeError("%s: no port from the torch server (%r)" % (self.name, line))
+                raise RuntimeError("%s: no port from the torch server within 120 s (%r)" %
+                                   (self.name, line))
             self.port = int(line)
             # The torch python execs through the torch26 wrapper (same PID) or runs directly.
             self.pid = self.proc.pid
@@ -140,7 +143,8 @@ def cmd_driver(args):
     import argparse
 
     ap = argparse.ArgumentParser(prog="torch_pipeline.sh")
-    ap.add_argument("--tdist-store", required=True)
+    ap.add_argument("--tdist-store", action="append", required=True,
+                    help="PATH or LABEL=PATH of a tdist-store binary; repeat to compare builds")
     ap.add_argument("--clients", default="2.6,1.13")
     ap.add_argument("--py26", required=True)
     ap.add_argument("--py113", default="/usr/bin/python3")
@@ -150,12 +154,17 @@ def cmd_driver(args):
     ap.add_argument("--tmp", required=True)
     ap.add_argument("--tdist-only", action="store_true")
     o = ap.parse_args(args)
+    # SIGTERM unwinds like Ctrl-C, so the finally below stops every server we started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print("# torch_pipeline: %d SETs of %d B per run, %d runs per server, interleaved" %
           (o.keys, o.value_bytes, o.repeat))
     print("# loadavg at start: %s" % open("/proc/loadavg").read().strip())
     for cl in o.clients.split(","):
         py = {"2.6": o.py26, "1.13": o.py113}[cl]
-        servers = [Server("tdist", ["tdist", o.tdist_store])]
+        servers = []
+        for spec in o.tdist_store:
+            label, path = spec.split("=", 1) if "=" in spec else ("tdist", spec)
+            servers.append(Server(label, ["tdist", path]))
         if not o.tdist_only:
             servers.append(Server("torch%s" % cl, [py, "legacy"]))
             if cl == "2.6":
@@ -198,9 +207,11 @@ def cmd_driver(args):
         for k in med:
             print("  %-16s %10.0f SETs/s  server %.2f, client %.2f us CPU/SET" %
                   (k, med[k], medcpu[k], medcli[k]))
-        for k in med:
-            if k != "tdist":
-                print("  ratio tdist/%s: %.2f" % (k, med["tdist"] / med[k]))
+        ours = [sv.name for sv in servers if sv.argv[0] == "tdist"]
+        for a in ours:
+            for k in med:
+                if k not in ours:
+                    print("  ratio %s/%s: %.2f" % (a, k, med[a] / med[k]))
     print("# loadavg at end: %s" % open("/proc/loadavg").read().strip())
 
 
