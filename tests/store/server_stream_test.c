@@ -325,6 +325,48 @@ static void test_vanishing(tdist_store_server_t *s) {
   TEST_LOG("vanishing clients: waits discarded, others unaffected, no SIGPIPE");
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Streaming clients                                                                        */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Clients that stream SETs, one request per send() as torch's set() does (no reply, so they never
+ * wait for the server), several at once in both dialects (bench/store/torch_pipeline.sh measures
+ * this pattern): every SET is executed in order, a WAIT on another connection is woken by one of
+ * the streams, a streamer reset mid-stream disturbs no one, and each streamer's GET after its
+ * stream is answered with its last value. */
+static void test_streamers(tdist_store_server_t *s) {
+  int port = tdist_store_server_port(s);
+  enum { NS = 7, NSET = 400 };
+  conn_t st[NS];
+  char key[96], val[32];
+  for (int i = 0; i < NS; i++) st[i] = conn_open(port, i % 3 != 2, "streamer");
+  conn_t waiter = conn_open(port, 1, "waiter(2.x)");
+  const char *wk = K("mid");
+  send_wait(&waiter, &wk, 1);
+  for (int j = 0; j < NSET; j++) {
+    for (int i = 0; i < NS; i++) {
+      if (i == NS - 1 && j == NSET / 2) close_rst(&st[i]);
+      if (i == NS - 1 && j >= NSET / 2) continue;
+      snprintf(key, sizeof key, "%s-%d", K("s"), i);
+      snprintf(val, sizeof val, "%d", j);
+      r_sets(&st[i], key, val);
+    }
+    if (j == NSET / 2) r_sets(&st[0], K("mid"), "m");
+  }
+  expect_byte(&waiter, 0x00, "WAIT woken by a streamer's SET");
+  for (int i = 0; i < NS - 1; i++) {
+    snprintf(key, sizeof key, "%s-%d", K("s"), i);
+    snprintf(val, sizeof val, "%d", NSET - 1);
+    expect_gets(&st[i], key, val);
+  }
+  /* A streamer that stopped can stream again and be answered again. */
+  for (int j = 0; j < 50; j++) r_sets(&st[1], K("again"), j == 49 ? "last" : "x");
+  expect_gets(&st[1], K("again"), "last");
+  for (int i = 0; i < NS - 1; i++) conn_close(&st[i]);
+  conn_close(&waiter);
+  TEST_LOG("streaming clients: every SET executed in order, WAIT woken, GETs answered");
+}
+
 int main(void) {
   test_rng_init("server_stream_test", 424242);
   /* SIGPIPE is deliberately left at its default: a server that writes to a departed peer without
@@ -339,6 +381,8 @@ int main(void) {
   test_pipelined(s);
   key_prefix = "van";
   test_vanishing(s);
+  key_prefix = "stream";
+  test_streamers(s);
   expect_idle_usable(&idle);
   conn_close(&idle);
   tdist_store_server_destroy(s);
