@@ -473,6 +473,8 @@ static long node_fail(node_t *nd, rank_t *rk, long lo, const char *why) {
       f++;
     }
   nd->state = N_FAILED;
+  if (nd->fd >= 0) close(nd->fd); /* out of epoll: a readable socket never read would spin */
+  nd->fd = -1;
   return f;
 }
 
@@ -575,6 +577,7 @@ static result_t run_nodes(long lo, long hi) {
   int ep = epoll_create1(EPOLL_CLOEXEC);
   if (!rk || !NODES || !dirty_nodes || ep < 0) return (result_t){.failed = n};
   for (long i = 0; i < n; i++) rk[i].node = i / O.mux;
+  for (long i = 0; i < nn; i++) NODES[i].fd = -1;
   long next = 0, finished = 0;
   int connecting = 0;
   int64_t deadline = O.t0 + (int64_t)O.timeout_s * 1000000000;
@@ -608,7 +611,7 @@ static result_t run_nodes(long lo, long hi) {
   }
   res = collect(rk, n);
   for (long i = 0; i < nn; i++) {
-    if (NODES[i].fd > 0) close(NODES[i].fd);
+    if (NODES[i].fd >= 0) close(NODES[i].fd);
     free(NODES[i].in);
     free(NODES[i].out);
   }

@@ -12,15 +12,18 @@
 # per node of --per-node ranks (8), emulated as `tdist-store proxy --instances K` processes of up
 # to 1,500 nodes each (one process holds ~19,900 sockets); the ranks connect to their node's
 # proxy. Its srv_cpu_s and srv_rss_mb are the root server's; proxy_cpu_s is all proxies' CPU
-# (on a cluster each node's proxy runs on its own node, 1/nodes of it).
+# (on a cluster each node's proxy runs on its own node, 1/nodes of it). "mux" is the server as
+# such a job's store host sees it without the proxies' and ranks' sockets on this machine: the
+# emulated nodes speak the proxy's frames themselves (scale_ranks --mux 8), every rank still
+# doing its whole start-up as a connection of its own on the server.
 #
-#   bench/scale/run.sh [--ranks 1000,4000,16000] [--servers tdist,proxy,torch26] [--repeat K]
+#   bench/scale/run.sh [--ranks 1000,4000,16000] [--servers tdist,proxy,mux,torch26] [--repeat K]
 #                      [--per-node 8]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 ranks="1000,4000,16000"
-servers="tdist,proxy,torch26"
+servers="tdist,proxy,mux,torch26"
 repeat=1
 per_node=8
 while [[ $# -gt 0 ]]; do
@@ -29,7 +32,7 @@ while [[ $# -gt 0 ]]; do
     --servers) servers="$2"; shift 2 ;;
     --repeat) repeat="$2"; shift 2 ;;
     --per-node) per_node="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -51,7 +54,7 @@ bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
 start_server() {
   rm -f "$work/port"
   case "$1" in
-    tdist|proxy)
+    tdist|proxy|mux)
       "$bin/runtime/store/cli/tdist-store" serve --host 127.0.0.1 --port 0 --port-file "$work/port" --quiet &
       server_pid=$! ;;
     torch26)
@@ -65,7 +68,7 @@ open(sys.argv[1] + ".tmp", "w").write("%d\n" % s.port); os.rename(sys.argv[1] + 
 sys.stdin.read()' "$work/port" <"$work/fifo" &
       server_pid=$!
       exec 9>"$work/fifo" ;;
-    *) echo "run.sh: unknown server '$1' (tdist, proxy, torch26)" >&2; exit 2 ;;
+    *) echo "run.sh: unknown server '$1' (tdist, proxy, mux, torch26)" >&2; exit 2 ;;
   esac
   for _ in $(seq 600); do [[ -s "$work/port" ]] && break; sleep 0.1; done
   [[ -s "$work/port" ]] || { echo "run.sh: server $1 did not start" >&2; exit 1; }
@@ -136,6 +139,7 @@ for n in ${ranks//,/ }; do
       # 2.6's server took 62 s for 1,000 ranks (330 retransmitted segments), 1.4 s without.
       src=()
       ((n > 25000)) && src=(--src 127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4)
+      [[ "$s" == mux ]] && src=(--mux "$per_node" --procs 1)
       out="$("$bin/bench/scale/scale_ranks" --targets "$targets" --world "$n" "${src[@]}" \
         --timeout-s 120 2>"$work/err" || true)"
       read -r utime stime < <(awk '{print $14, $15}' "/proc/$server_pid/stat")

@@ -37,7 +37,9 @@ typedef struct {
                            * request (a MULTI_SET of many values) may carry at most
                            * 2 * max_value_bytes + 64 MiB. */
   size_t max_multi_keys;  /* default 131072 keys per CHECK/WAIT/MULTI_GET/MULTI_SET */
-  size_t max_connections; /* default 65536; connections past it are accepted and closed at once */
+  size_t max_connections; /* default 1048576; connections past it are accepted and closed at
+                           * once. A client a store proxy carries counts as one (a job of
+                           * 100,000 ranks behind proxies holds 100,000 plus one per node) */
   int quiet;              /* 1 = no log lines on stderr (tests that provoke errors on purpose) */
   /* Version 2. Memory budgets; 0 = the default. A connection's bytes are its input buffer, its
    * queued replies and its pending WAITs; a connection whose bytes would pass
@@ -51,10 +53,10 @@ typedef struct {
   size_t max_server_bytes;     /* default 1 GiB, at least max_connection_bytes */
 } tdist_store_server_options_t;
 
-#define TDIST_STORE_SERVER_OPTIONS_INIT                                                            \
-  {                                                                                                \
-    sizeof(tdist_store_server_options_t), 2, NULL, 0, 0, 8192, (size_t)64 << 20, 131072, 65536, 0, \
-        0, 0                                                                                       \
+#define TDIST_STORE_SERVER_OPTIONS_INIT                                                           \
+  {                                                                                               \
+    sizeof(tdist_store_server_options_t), 2, NULL, 0, 0, 8192, (size_t)64 << 20, 131072, 1048576, \
+        0, 0, 0                                                                                   \
   }
 
 /* Counters a server exposes (for /metrics). Read with tdist_store_server_stats(). */
