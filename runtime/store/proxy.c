@@ -384,6 +384,30 @@ static void resume_accepts(tdist_store_proxy_t *px) {
   }
 }
 
+/* A free client id (the lowest freed, else the next never used), the tables grown to hold it;
+ * -1 when none is left or memory is short (nothing taken). */
+static int take_id(inst_t *in, uint32_t *id) {
+  if (in->nfree) {
+    *id = in->free_ids[--in->nfree];
+    return 0;
+  }
+  if (in->next_id >= TDIST__MUX_MAX_ID) return -1;
+  if (in->next_id >= in->cl_cap) {
+    uint32_t cap = in->cl_cap ? in->cl_cap * 2 : 64;
+    if (cap > TDIST__MUX_MAX_ID) cap = TDIST__MUX_MAX_ID;
+    client_t **t = realloc(in->cl, cap * sizeof *t);
+    if (!t) return -1;
+    in->cl = t;
+    memset(t + in->cl_cap, 0, (cap - in->cl_cap) * sizeof *t);
+    uint32_t *f = realloc(in->free_ids, cap * sizeof *f);
+    if (!f) return -1; /* cl grown and cleared; cl_cap not yet: harmless */
+    in->free_ids = f;
+    in->cl_cap = cap;
+  }
+  *id = in->next_id++;
+  return 0;
+}
+
 static void on_accept(inst_t *in) {
   tdist_store_proxy_t *px = in->px;
   for (int i = 0; i < 64 && in->listen_fd >= 0; i++) {
@@ -394,40 +418,27 @@ static void on_accept(inst_t *in) {
       return;
     }
     uint32_t id;
-    if (in->nfree) {
-      id = in->free_ids[--in->nfree];
-    } else if (in->next_id < TDIST__MUX_MAX_ID) {
-      id = in->next_id;
-    } else {
-      close(fd); /* a million clients on one node */
+    if (take_id(in, &id)) {
+      close(fd); /* out of memory, or a million clients on one node */
       continue;
-    }
-    if (id >= in->cl_cap) {
-      uint32_t cap = in->cl_cap ? in->cl_cap * 2 : 64;
-      if (cap > TDIST__MUX_MAX_ID) cap = TDIST__MUX_MAX_ID;
-      client_t **t = realloc(in->cl, cap * sizeof *t);
-      uint32_t *f = t ? realloc(in->free_ids, cap * sizeof *f) : NULL;
-      if (t) in->cl = t;
-      if (!t || !f) {
-        close(fd);
-        in->free_ids[in->nfree++] = id;
-        continue;
-      }
-      memset(t + in->cl_cap, 0, (cap - in->cl_cap) * sizeof *t);
-      in->free_ids = f;
-      in->cl_cap = cap;
     }
     client_t *c = calloc(1, sizeof *c);
     struct epoll_event ev = {.events = in->clients_paused ? 0 : EPOLLIN, .data.ptr = c};
-    if (!c || up_frame(in, TDIST__MUX_OPEN, id, NULL, 0) ||
-        epoll_ctl(px->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+    int opened = c && up_frame(in, TDIST__MUX_OPEN, id, NULL, 0) == 0;
+    if (!opened || epoll_ctl(px->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+      /* The server forgets an id it was told of only by its CLOSE (which it reads after the
+       * OPEN): the id is free again here once that is queued. */
+      if (opened && up_frame(in, TDIST__MUX_CLOSE, id, NULL, 0)) {
+        inst_lost(in, "out of memory for a frame"); /* the server would keep the id open */
+        free(c);
+        close(fd);
+        return;
+      }
       free(c);
       close(fd);
-      if (id == in->next_id) in->next_id++;
-      in->free_ids[in->nfree++] = id; /* an OPEN sent is answered by the server's table only */
+      in->free_ids[in->nfree++] = id;
       continue;
     }
-    if (id == in->next_id) in->next_id++;
     c->kind = K_CLIENT; /* TCP_NODELAY comes from the listening socket */
     c->fd = fd;
     c->id = id;
