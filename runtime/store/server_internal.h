@@ -83,10 +83,10 @@ struct conn {
   char peer[64];
   /* Multiplexing (server_mux.c): a proxy's connection carries its clients' connections, each a
    * conn_t of its own with fd -1 whose input comes from and whose replies go to the proxy's. */
-  int mux;       /* a proxy's connection: its input after the hello is frames */
-  conn_t **subs; /* its clients by id (subs_cap slots) */
-  uint32_t subs_cap;
-  conn_t *parent; /* a client's connection: the proxy's connection carrying it */
+  int mux;                  /* a proxy's connection: its input after the hello is frames */
+  conn_t **subs;            /* its clients by id (subs_cap slots) */
+  uint32_t subs_cap, nsubs; /* slots, clients open */
+  conn_t *parent;           /* a client's connection: the proxy's connection carrying it */
   uint32_t mux_id;
 };
 

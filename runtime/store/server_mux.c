@@ -13,6 +13,10 @@
 #include "runtime/store/mux.h"
 #include "runtime/store/server_internal.h"
 
+/* Clients one proxy connection may hold open at once (a node of 65,536 ranks); with
+ * max_connections it bounds what one peer that says the hello can make the server allocate. */
+#define MUX_MAX_OPEN 65536
+
 int tdist__srv_mux_hello(tdist_store_server_t *s, conn_t *c) {
   size_t n = c->in_len < TDIST__MUX_HELLO_LEN ? c->in_len : TDIST__MUX_HELLO_LEN;
   if (memcmp(c->in, TDIST__MUX_HELLO, n) != 0) return -1;
@@ -61,14 +65,17 @@ static int open_sub(tdist_store_server_t *s, conn_t *p, uint32_t id) {
     return -1;
   }
   uint64_t open = atomic_load_explicit(&s->st_open, memory_order_relaxed);
-  conn_t *c = open < s->max_connections ? calloc(1, sizeof *c) : NULL;
+  int room = open < s->max_connections && p->nsubs < MUX_MAX_OPEN;
+  conn_t *c = room ? calloc(1, sizeof *c) : NULL;
   if (!c) {
     atomic_fetch_add_explicit(&s->st_dropped, 1, memory_order_relaxed);
     send_close(s, p, id,
-               open < s->max_connections ? "out of memory for the connection"
-                                         : "too many connections open (max_connections)");
+               room                         ? "out of memory for the connection"
+               : open >= s->max_connections ? "too many connections open (max_connections)"
+                                            : "too many clients on one proxy connection (65536)");
     return 0;
   }
+  p->nsubs++;
   c->fd = -1;
   c->parent = p;
   c->mux_id = id;
@@ -132,6 +139,7 @@ void tdist__srv_mux_input(tdist_store_server_t *s, conn_t *c) {
       if (sub && !sub->closing) sub_data(s, sub, f.payload, f.len);
     } else if (sub) { /* CLOSE: the client went away; nothing goes back */
       c->subs[f.id] = NULL;
+      c->nsubs--;
       sub->parent = NULL;
       tdist__srv_close_later(s, sub, NULL);
     }
@@ -180,6 +188,7 @@ void tdist__srv_mux_unlink(tdist_store_server_t *s, conn_t *c) {
   conn_t *p = c->parent;
   if (!p) return;
   p->subs[c->mux_id] = NULL;
+  p->nsubs--;
   c->parent = NULL;
   if (!p->closing) send_close(s, p, c->mux_id, c->close_why);
 }

@@ -5,7 +5,8 @@
  * clients and a direct connection; a carried client's protocol error closes only it (CLOSE with
  * the reason); DATA for an unknown id is ignored; bad frames close the proxy's connection and
  * every client it carried, WAITs included; max_connections counts carried clients; the hello
- * split byte by byte, and a 0xF7 start that is not the hello; random frame streams. */
+ * split byte by byte, and a 0xF7 start that is not the hello; random frame streams; at most
+ * 65,536 clients open on one proxy connection. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/in.h>
@@ -333,6 +334,42 @@ static void case_max_connections(void) {
   tdist_store_server_destroy(s);
 }
 
+/* One proxy connection holds at most 65,536 clients open; one more is refused with a CLOSE, and
+ * once one closes there is room again. */
+static void case_per_proxy_cap(tdist_store_server_t *s, int port) {
+  TEST_CASE("65,536 clients a proxy connection at most");
+  WAIT_STAT(s, connections_open, 0);
+  mx_t m = mx_open(port, "big proxy");
+  enum { CAP = 65536 };
+  uint8_t *b = malloc((size_t)(CAP + 1) * 9);
+  CHECK(b != NULL);
+  for (uint32_t i = 0; i <= CAP; i++) {
+    b[i * 9] = F_OPEN;
+    put32(b + i * 9 + 1, i);
+    put32(b + i * 9 + 5, 0);
+  }
+  send_raw(&m.c, b, (size_t)(CAP + 1) * 9);
+  free(b);
+  uint8_t t;
+  uint32_t id, len;
+  uint8_t *why = mx_read(&m, &t, &id, &len);
+  CHECK_EQ_UINT(t, F_CLOSE);
+  CHECK_EQ_UINT(id, CAP);
+  CHECK_HAS((char *)why, "too many clients on one proxy connection");
+  free(why);
+  WAIT_STAT(s, connections_open, 1 + CAP);
+  mx_frame(&m, F_CLOSE, 17, NULL, 0);
+  open_v2(&m, CAP);
+  send_req(&m, CAP, OP_SET, "/mux/cap", "in");
+  send_req(&m, CAP, OP_GET, "/mux/cap", NULL);
+  enc_t want = {0};
+  enc_cstr(&want, "in");
+  mx_expect_data(&m, CAP, want.p, want.len, "the client opened once another closed");
+  free(want.p);
+  conn_close(&m.c);
+  WAIT_STAT(s, connections_open, 0);
+}
+
 static void case_hello(int port) {
   TEST_CASE("the hello split byte by byte");
   conn_t c = {.fd = raw_connect(AF_INET, port), .v2 = 1, .name = "slow hello"};
@@ -394,6 +431,7 @@ int main(void) {
   case_bad_frames(s, port);
   case_hello(port);
   case_random_frames(s, port);
+  case_per_proxy_cap(s, port);
   tdist_store_server_destroy(s);
   case_max_connections();
   printf("PASS: mux_test\n");
