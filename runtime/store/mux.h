@@ -22,7 +22,7 @@
 #define TDIST__MUX_HELLO_LEN 8
 #define TDIST__MUX_HDR 9
 #define TDIST__MUX_MAX_PAYLOAD (1u << 20) /* larger DATA is split by the sender */
-#define TDIST__MUX_MAX_ID (1u << 20)      /* ids are 0..MAX_ID-1 */
+#define TDIST__MUX_MAX_ID (1u << 17)      /* ids are 0..MAX_ID-1 (a proxy reuses closed ones) */
 
 enum { TDIST__MUX_OPEN = 1, TDIST__MUX_DATA = 2, TDIST__MUX_CLOSE = 3 };
 

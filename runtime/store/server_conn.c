@@ -30,7 +30,9 @@ void tdist__srv_mark_flush(tdist_store_server_t *s, conn_t *c) {
   }
 }
 
-static size_t conn_bytes(const conn_t *c) { return c->in_cap + c->out_cap + c->wait_bytes; }
+static size_t conn_bytes(const conn_t *c) {
+  return c->in_cap + c->out_cap + c->wait_bytes + (size_t)c->subs_cap * sizeof *c->subs;
+}
 
 /* Would the connection, grown by `more` bytes, stay within both budgets? If not, queues it for
  * close with a log line naming the budget and what exceeded it, and returns 0. */

@@ -49,6 +49,9 @@ static int open_sub(tdist_store_server_t *s, conn_t *p, uint32_t id) {
     uint32_t cap = p->subs_cap ? p->subs_cap : 64;
     while (cap <= id) cap *= 2;
     if (cap > TDIST__MUX_MAX_ID) cap = TDIST__MUX_MAX_ID;
+    /* The table counts in the connection's bytes (its budget and the server's). */
+    if (!tdist__srv_budget_ok(s, p, (cap - p->subs_cap) * sizeof *p->subs, "client table growth"))
+      return -1;
     conn_t **t = realloc(p->subs, cap * sizeof *t);
     if (!t) {
       tdist__srv_close_later(s, p, "out of memory for a proxy's client table");
@@ -57,6 +60,7 @@ static int open_sub(tdist_store_server_t *s, conn_t *p, uint32_t id) {
     memset(t + p->subs_cap, 0, (cap - p->subs_cap) * sizeof *t);
     p->subs = t;
     p->subs_cap = cap;
+    tdist__srv_charge(s, p);
   }
   if (p->subs[id]) {
     char why[120];
@@ -184,6 +188,7 @@ void tdist__srv_mux_unlink(tdist_store_server_t *s, conn_t *c) {
     free(c->subs);
     c->subs = NULL;
     c->subs_cap = 0;
+    tdist__srv_charge(s, c);
   }
   conn_t *p = c->parent;
   if (!p) return;
