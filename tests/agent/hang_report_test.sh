@@ -142,7 +142,7 @@ check_metrics() {
     for r in $((2 * n)) $((2 * n + 1)); do
       for s in tdist_rank_cpu_seconds_total tdist_rank_resident_memory_bytes tdist_rank_threads \
         tdist_rank_process_state tdist_rank_context_switches_total tdist_rank_io_bytes_total; do
-        echo "$m" | grep -q "^$s{.*rank=\"$r\"" || miss="$miss node$n:$s{rank=$r}"
+        grep -q "^$s{.*rank=\"$r\"" <<<"$m" || miss="$miss node$n:$s{rank=$r}"
       done
     done
   done

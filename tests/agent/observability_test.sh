@@ -100,7 +100,8 @@ if h: print(h["rank"], h["reason"], *sorted((r["rank"], r["role"]) for r in h["r
   sleep 0.2
 done
 if [ "$hang" = "3 behind (2, 'waiting') (3, 'holding')" ] &&
-  curl -sf "http://127.0.0.1:$P1/metrics" | grep -q '^tdist_rank_stalled{rank="3",local_rank="1",reason="behind"} 1$'; then
+  grep -q '^tdist_rank_stalled{rank="3",local_rank="1",reason="behind"} 1$' \
+    <<<"$(curl -sf "http://127.0.0.1:$P1/metrics")"; then
   pass "node 1 hang report: rank 3 behind, rank 2 waiting on it"
 else fail "node 1 hang report: '$hang'"; fi
 
