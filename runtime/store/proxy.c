@@ -134,11 +134,12 @@ static void client_events(inst_t *in, client_t *c) {
 
 /* Closes a client; tell_upstream: the client went away (the server did not close it). */
 static void client_close(inst_t *in, client_t *c, int tell_upstream) {
-  if (tell_upstream && in->up_fd >= 0) up_frame(in, TDIST__MUX_CLOSE, c->id, NULL, 0);
+  /* An id whose CLOSE could not be queued stays open on the server: never hand it out again. */
+  int reuse = !(tell_upstream && in->up_fd >= 0 && up_frame(in, TDIST__MUX_CLOSE, c->id, NULL, 0));
   epoll_ctl(in->px->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   close(c->fd);
   in->cl[c->id] = NULL;
-  in->free_ids[in->nfree++] = c->id;
+  if (reuse) in->free_ids[in->nfree++] = c->id;
   in->nclients--;
   atomic_fetch_sub_explicit(&in->px->st_open, 1, memory_order_relaxed);
   free(c->out);
