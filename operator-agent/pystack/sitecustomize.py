@@ -32,6 +32,9 @@ def _tdist_register():
         # signal's default action is to terminate).
         _signal.signal(int(sig), _signal.SIG_IGN)
         faulthandler.register(int(sig), file=f, all_threads=True, chain=False)
+        # faulthandler installs its handler without SA_RESTART: a blocking call of a library
+        # that does not retry on EINTR would fail when the agent asks for the stacks.
+        _signal.siginterrupt(int(sig), False)
         f.write("tdist: pid %d registered signal %s\n" % (os.getpid(), sig))
     except Exception as e:  # never stop the worker for this
         print("tdist sitecustomize: Python stacks not available: %r" % (e,), file=sys.stderr)
