@@ -179,17 +179,27 @@ static void set_clients_paused(inst_t *in, int paused) {
     if (in->cl[i]) client_events(in, in->cl[i]);
 }
 
-static void flush_up(inst_t *in) {
-  buf_t *b = &in->uout;
-  while (in->up_fd >= 0 && b->off < b->len) {
-    ssize_t n = send(in->up_fd, b->p + b->off, b->len - b->off, MSG_NOSIGNAL);
+/* Sends p[*off..len) until done or the socket would block; 0, or -1 with errno set (the peer
+ * went away: EPIPE for a send that took nothing). */
+static int send_some(int fd, const uint8_t *p, size_t len, size_t *off) {
+  while (*off < len) {
+    ssize_t n = send(fd, p + *off, len - *off, MSG_NOSIGNAL);
     if (n > 0) {
-      b->off += (size_t)n;
+      *off += (size_t)n;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    inst_lost(in, n == 0 ? "connection closed" : strerror(errno));
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (n == 0) errno = EPIPE;
+    return -1;
+  }
+  return 0;
+}
+
+static void flush_up(inst_t *in) {
+  buf_t *b = &in->uout;
+  if (in->up_fd >= 0 && send_some(in->up_fd, b->p, b->len, &b->off)) {
+    inst_lost(in, strerror(errno));
     return;
   }
   if (in->up_fd < 0) return;
@@ -214,14 +224,7 @@ static void flush_up(inst_t *in) {
 
 /* Writes what the client's buffer holds; 0, or -1 when the client was closed. */
 static int flush_client(inst_t *in, client_t *c) {
-  while (c->out_off < c->out_len) {
-    ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
-    if (n > 0) {
-      c->out_off += (size_t)n;
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+  if (send_some(c->fd, c->out, c->out_len, &c->out_off)) {
     client_close(in, c, 1);
     return -1;
   }
